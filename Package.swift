@@ -1,0 +1,46 @@
+// swift-tools-version:6.0
+//
+// ForgePushToken: an APNs device-token manager for apps (the `ForgePushToken` library) and the
+// `forge-push-token-server` HTTP service that serves one manager over libmicrohttpd.
+//
+// An app that depends only on the `ForgePushToken` product builds only that target: it needs the
+// Swift toolchain and nothing else (no libmicrohttpd).
+import PackageDescription
+
+let package = Package(
+    name: "ForgePushToken",
+    platforms: [.iOS(.v15), .macOS(.v12), .tvOS(.v15), .watchOS(.v8), .visionOS(.v1)],
+    products: [
+        .library(name: "ForgePushToken", targets: ["ForgePushToken"]),
+        .executable(name: "forge-push-token-server", targets: ["forge-push-token-server"]),
+    ],
+    targets: [
+        // The library: PushTokenManager, hex encoding, platform registration adapters.
+        .target(name: "ForgePushToken"),
+
+        // libmicrohttpd as a system library (Debian: libmicrohttpd-dev), with a shim header that
+        // wraps its variadic entry points in fixed-argument inline functions Swift can call.
+        .systemLibrary(
+            name: "CMicroHTTPD",
+            pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"]), .brew(["libmicrohttpd"])]
+        ),
+
+        // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
+        .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken"]),
+
+        // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
+        .target(name: "MicroHTTPDServer", dependencies: ["CMicroHTTPD", "ForgePushTokenHTTP"]),
+
+        // Configuration, signals, start and stop.
+        .executableTarget(
+            name: "forge-push-token-server",
+            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken"]
+        ),
+
+        .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"]),
+        .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP"]),
+        .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,81 @@
+/*
+ * shim.h: the C surface of libmicrohttpd that Swift uses.
+ *
+ * libmicrohttpd's MHD_start_daemon, MHD_get_connection_info, MHD_get_daemon_info and
+ * MHD_set_connection_option are variadic, which Swift cannot call. The static inline functions
+ * below give them fixed arguments (daemon options travel as an MHD_OPTION_ARRAY). They add no
+ * behaviour of their own. Reference: the libmicrohttpd manual, "microhttpd-init" and
+ * "microhttpd-info" sections, and microhttpd.h of libmicrohttpd 0.9.75.
+ */
+#ifndef FORGE_PUSH_TOKEN_CMICROHTTPD_SHIM_H
+#define FORGE_PUSH_TOKEN_CMICROHTTPD_SHIM_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#if defined(__linux__)
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#endif
+#include <microhttpd.h>
+
+/* Receives one formatted libmicrohttpd error message (no trailing newline guaranteed). */
+typedef void (*fpt_log_callback)(void *cls, const char *message);
+
+struct fpt_logger {
+    fpt_log_callback callback;
+    void *cls;
+};
+
+/* MHD_LogCallback that formats the message and hands it to an fpt_logger. */
+static inline void fpt_log_trampoline(void *cls, const char *fmt, va_list ap) {
+    const struct fpt_logger *logger = (const struct fpt_logger *)cls;
+    char buffer[1024];
+    vsnprintf(buffer, sizeof buffer, fmt, ap);
+    logger->callback(logger->cls, buffer);
+}
+
+/*
+ * MHD_start_daemon with fixed arguments: the access handler, the request-completed callback,
+ * an already listening socket (the caller binds it, so it can report bind errors precisely),
+ * an error logger, and any further options as an MHD_OPTION_END-terminated array.
+ */
+static inline struct MHD_Daemon *fpt_start_daemon(unsigned int flags,
+                                                  MHD_AccessHandlerCallback handler,
+                                                  void *handler_cls,
+                                                  MHD_RequestCompletedCallback completed,
+                                                  void *completed_cls,
+                                                  int listen_fd,
+                                                  const struct fpt_logger *logger,
+                                                  const struct MHD_OptionItem *options) {
+    return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_EXTERNAL_LOGGER, fpt_log_trampoline, (void *)logger,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
+                            MHD_OPTION_ARRAY, options,
+                            MHD_OPTION_END);
+}
+
+/* The socket of a connection (MHD_CONNECTION_INFO_CONNECTION_FD), or -1. */
+static inline int fpt_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : (int)info->connect_fd;
+}
+
+/* The number of open connections of a daemon (MHD_DAEMON_INFO_CURRENT_CONNECTIONS), or 0. */
+static inline unsigned int fpt_daemon_connections(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return info == NULL ? 0 : info->num_connections;
+}
+
+/* Sets a connection's idle timeout in seconds; 0 means none (MHD_CONNECTION_OPTION_TIMEOUT). */
+static inline enum MHD_Result fpt_set_connection_timeout(struct MHD_Connection *connection,
+                                                         unsigned int seconds) {
+    return MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
+}
+
+#endif

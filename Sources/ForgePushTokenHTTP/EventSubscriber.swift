@@ -1,0 +1,129 @@
+import ForgePushToken
+
+/// One subscriber of `GET /token/stream`: a conflating, one-connection state machine between the
+/// publisher (any thread) and the engine's content reader (the engine's thread).
+///
+/// The subscriber holds at most one snapshot it has not started to write (the newest: a
+/// subscriber that falls behind skips to it, never to an older one), the bytes of the event it is
+/// writing, a heartbeat flag and how the stream should end. Its memory is bounded whatever the
+/// rate of changes.
+///
+/// The engine's reader calls `read(into:suspend:)`. With nothing to write it calls `suspend`
+/// *under the subscriber's lock* and reports `.suspended`; every other transition that gives the
+/// reader work (`offer`, `heartbeatTick`, `end`) returns `true` exactly once per suspension, and
+/// the caller must then resume the connection, after the call has returned and the lock is
+/// released. So a connection is resumed only while suspended, and exactly once.
+///
+/// Thread-safety: all members may be called from any thread.
+public final class EventSubscriber: Sendable {
+    /// How a stream ends.
+    public enum Ending: Sendable, Equatable {
+        /// Cleanly, after the event being written: the engine terminates the chunked body (shutdown).
+        case finish
+        /// At once, without a clean end: the client has gone.
+        case abort
+    }
+
+    /// What the reader should do after one `read(into:suspend:)`.
+    public enum ReadResult: Sendable, Equatable {
+        /// `count` bytes were written into the buffer.
+        case bytes(Int)
+        /// Nothing to write: `suspend` was called; the connection waits for a resume.
+        case suspended
+        /// End the response cleanly (chunked terminator).
+        case endOfStream
+        /// Close the connection without a clean end.
+        case abort
+    }
+
+    struct State {
+        var pending: TokenSnapshot?
+        var lastOffered: UInt64?
+        var output: [UInt8] = []
+        var offset = 0
+        var heartbeatDue = false
+        var ending: Ending?
+        var suspended = false
+
+        mutating func takeResume() -> Bool {
+            guard suspended else { return false }
+            suspended = false
+            return true
+        }
+    }
+
+    /// The subscriber's id within its hub, unique for the hub's lifetime.
+    public let id: UInt64
+    private let state: Locked<State>
+
+    init(id: UInt64, first: TokenSnapshot) {
+        self.id = id
+        self.state = Locked(State(pending: first, lastOffered: first.version))
+    }
+
+    /// Offers `snapshot`; it replaces any unwritten older one, and is ignored when its version is
+    /// not newer than the last one offered (so ids never repeat or go back).
+    /// - Returns: `true` when the caller must resume the connection.
+    public func offer(_ snapshot: TokenSnapshot) -> Bool {
+        state.withLock { state in
+            if let last = state.lastOffered, snapshot.version <= last { return false }
+            guard state.ending == nil else { return false }
+            state.pending = snapshot
+            state.lastOffered = snapshot.version
+            return state.takeResume()
+        }
+    }
+
+    /// One heartbeat period has passed: asks for a `: keep-alive` comment unless an event is
+    /// already waiting. So an idle stream carries something at least every period.
+    /// - Returns: `true` when the caller must resume the connection.
+    public func heartbeatTick() -> Bool {
+        state.withLock { state in
+            guard state.ending == nil, state.pending == nil else { return false }
+            state.heartbeatDue = true
+            return state.takeResume()
+        }
+    }
+
+    /// Asks the stream to end (`.abort` wins over `.finish`).
+    /// - Returns: `true` when the caller must resume the connection.
+    public func end(_ ending: Ending) -> Bool {
+        state.withLock { state in
+            if state.ending != .abort { state.ending = ending }
+            return state.takeResume()
+        }
+    }
+
+    /// Writes the next bytes of the stream into `buffer`: the rest of the event being written, else
+    /// the newest pending event, else a due heartbeat. With nothing to write, marks the subscriber
+    /// suspended and calls `suspend` while holding its lock (the engine's suspend must happen
+    /// before any publisher can see the flag), unless the stream is ending.
+    public func read(into buffer: UnsafeMutableRawBufferPointer, suspend: () -> Void) -> ReadResult {
+        state.withLock { state in
+            if state.ending == .abort { return .abort }
+            if state.offset == state.output.count {
+                if let next = state.pending, state.ending == nil {
+                    state.output = next.event
+                    state.pending = nil
+                    state.heartbeatDue = false
+                } else if state.heartbeatDue, state.ending == nil {
+                    state.output = ServerSentEvents.heartbeat
+                    state.heartbeatDue = false
+                } else if state.ending == .finish {
+                    return .endOfStream
+                } else {
+                    state.suspended = true
+                    suspend()
+                    return .suspended
+                }
+                state.offset = 0
+            }
+            let count = min(buffer.count, state.output.count - state.offset)
+            state.output.withUnsafeBytes { source in
+                buffer.baseAddress!.copyMemory(from: source.baseAddress! + state.offset, byteCount: count)
+            }
+            state.offset += count
+            return .bytes(count)
+        }
+    }
+}

@@ -1,0 +1,80 @@
+/// One HTTP/1.1 request as the responder sees it: already parsed by the server engine
+/// (libmicrohttpd), body complete.
+///
+/// A value type; `Sendable`. Semantics follow RFC 9110: the method is case-sensitive, header
+/// field names are case-insensitive.
+public struct HTTPRequest: Sendable {
+    /// The request method as sent, for example `"GET"` (RFC 9110 §9: case-sensitive).
+    public var method: String
+    /// The path of the request target without the query, for example `"/token"`.
+    public var path: String
+    /// The query without its `?` (`"x=1"` for `/token?x=1`), or `nil` when there was none.
+    public var query: String?
+    /// The header fields in the order received.
+    public var headers: HTTPHeaders
+    /// The request body, decoded from any transfer coding; empty when there was none.
+    public var body: [UInt8]
+
+    /// Creates a request. `target` is the request target as sent (path and optional query);
+    /// it is split at the first `?`. A query string never changes routing.
+    public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+        self.method = method
+        if let mark = target.firstIndex(of: "?") {
+            self.path = String(target[..<mark])
+            self.query = String(target[target.index(after: mark)...])
+        } else {
+            self.path = target
+            self.query = nil
+        }
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// HTTP header fields: an ordered list of name-value pairs with case-insensitive lookup by
+/// name (RFC 9110 §5.1). Cheap for the handful of fields a request or response carries.
+///
+/// A value type; `Sendable`.
+public struct HTTPHeaders: Sendable, ExpressibleByDictionaryLiteral, Sequence {
+    /// The fields in order; names as given.
+    public private(set) var fields: [(name: String, value: String)]
+
+    /// Creates header fields from name-value pairs, in order.
+    public init(_ fields: [(name: String, value: String)] = []) {
+        self.fields = fields
+    }
+
+    /// Creates header fields from a literal, in order.
+    public init(dictionaryLiteral elements: (String, String)...) {
+        self.fields = elements.map { (name: $0.0, value: $0.1) }
+    }
+
+    /// The value of the first field named `name` (ASCII case-insensitive), or `nil`.
+    public subscript(name: String) -> String? {
+        fields.first { $0.name.caseInsensitiveEquals(name) }?.value
+    }
+
+    /// Appends a field; existing fields of the same name stay.
+    public mutating func add(_ name: String, _ value: String) {
+        fields.append((name: name, value: value))
+    }
+
+    /// Iterates the fields in order.
+    public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> {
+        fields.makeIterator()
+    }
+}
+
+extension StringProtocol {
+    /// ASCII case-insensitive equality, as header names and media types need (RFC 9110 §5.1, §8.3.1).
+    func caseInsensitiveEquals(_ other: some StringProtocol) -> Bool {
+        let lhs = utf8, rhs = other.utf8
+        guard lhs.count == rhs.count else { return false }
+        return zip(lhs, rhs).allSatisfy { asciiLower($0) == asciiLower($1) }
+    }
+}
+
+@inline(__always)
+func asciiLower(_ byte: UInt8) -> UInt8 {
+    (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")) ? byte | 0x20 : byte
+}

@@ -1,0 +1,77 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// One complete HTTP response: status, header fields and body bytes.
+///
+/// The engine adds `Content-Length` (or chunked framing), `Date` and `Connection` itself; for a
+/// `HEAD` request it sends the same header fields without the body (RFC 9110 §9.3.2).
+/// A value type; `Sendable`.
+public struct HTTPResponse: Sendable {
+    /// The status code, for example `200` (RFC 9110 §15).
+    public var status: Int
+    /// Header fields other than the framing ones the engine adds.
+    public var headers: HTTPHeaders
+    /// The body bytes.
+    public var body: [UInt8]
+
+    /// Creates a response.
+    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    /// `Content-Type` of every JSON body this service sends.
+    public static let jsonContentType = "application/json; charset=utf-8"
+
+    /// A response whose body is already-encoded JSON bytes.
+    public static func json(_ status: Int, _ body: [UInt8], headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse {
+        var all: HTTPHeaders = ["Content-Type": jsonContentType]
+        for field in headers { all.add(field.name, field.value) }
+        return HTTPResponse(status: status, headers: all, body: body)
+    }
+
+    /// A response whose body is `value` encoded by Foundation's `JSONEncoder`.
+    public static func json(_ status: Int, encoding value: some Encodable, headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse {
+        json(status, JSONBody.encode(value), headers: headers)
+    }
+
+    /// An error response with the body `{"error":"<code>","message":"<text>"}` (http-api.md,
+    /// "Common rules").
+    public static func error(_ status: Int, _ error: ServiceError, headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse {
+        json(status, encoding: error, headers: headers)
+    }
+}
+
+/// The body of every error response this service produces: a stable machine-readable `error`
+/// code (snake_case ASCII) and a human-readable `message`.
+public struct ServiceError: Error, Sendable, Equatable, Encodable {
+    /// The code, for example `"invalid_token"`.
+    public var error: String
+    /// What went wrong and, where useful, what to send instead.
+    public var message: String
+
+    /// Creates an error body.
+    public init(_ code: String, _ message: String) {
+        self.error = code
+        self.message = message
+    }
+}
+
+/// JSON encoding through Foundation's `JSONEncoder`, with the settings every body shares.
+enum JSONBody {
+    static func encode(_ value: some Encodable) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        // Every value encoded here is a plain struct of strings, numbers and optionals:
+        // encoding cannot fail, and a failure would be a programming error.
+        do {
+            return Array(try encoder.encode(value))
+        } catch {
+            preconditionFailure("JSON encoding of \(type(of: value)) failed: \(error)")
+        }
+    }
+}

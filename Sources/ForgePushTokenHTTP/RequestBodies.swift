@@ -1,0 +1,171 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import ForgePushToken
+
+/// Decoding of request bodies into the manager's inputs (http-api.md, `POST /register` and
+/// `POST /fail`). Pure functions over bytes; every rejection is a `ServiceError` whose message
+/// says what to send instead.
+public enum RequestBodies {
+    /// Token length limits: 1 to 256 bytes, that is 2 to 512 hex digits.
+    public static let maxTokenBytes = 256
+
+    /// The media type of a `Content-Type` value: the part before any `;`, trimmed, lowercased
+    /// (RFC 9110 §8.3.1: parameters such as `charset` do not change it). `nil` for no header.
+    public static func mediaType(_ contentType: String?) -> String? {
+        guard let contentType else { return nil }
+        let type = contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        return String(type.trimmingASCIIWhitespace()).lowercased()
+    }
+
+    /// The device token bytes of a `POST /register` body.
+    ///
+    /// - `application/octet-stream`: the raw bytes, 1 to 256.
+    /// - `application/json`: `{"deviceToken":"<hex>"}`.
+    /// - `multipart/form-data`: refused with a hint to use `-d` or `--data-binary`.
+    /// - anything else or none: the hex text, or the form field `deviceToken=<hex>`.
+    ///
+    /// Hex text: ASCII whitespace at both ends is ignored; then 2 to 512 digits `[0-9a-fA-F]`,
+    /// an even number of them.
+    /// - Throws: `ServiceError` with code `invalid_token`.
+    public static func deviceToken(contentType: String?, body: [UInt8]) throws(ServiceError) -> [UInt8] {
+        switch mediaType(contentType) {
+        case "application/octet-stream":
+            guard !body.isEmpty else { throw invalidToken("the body is empty; send the raw device token bytes") }
+            guard body.count <= maxTokenBytes else {
+                throw invalidToken("a device token is 1 to \(maxTokenBytes) bytes; got \(body.count)")
+            }
+            return body
+        case "application/json":
+            struct RegisterJSON: Decodable { let deviceToken: String }
+            guard let decoded = try? JSONDecoder().decode(RegisterJSON.self, from: Data(body)) else {
+                throw invalidToken(#"expected a JSON object {"deviceToken":"<hex>"}"#)
+            }
+            return try hexToken(Substring(decoded.deviceToken))
+        case "multipart/form-data":
+            throw invalidToken("multipart/form-data is not accepted; send the hex token with curl -d or --data-binary")
+        default:
+            guard let text = String(validating: body, as: UTF8.self) else {
+                throw invalidToken("the body is not UTF-8 text; send hex digits")
+            }
+            if text.contains("=") {
+                guard let value = formField("deviceToken", in: text) else {
+                    throw invalidToken("the form has no deviceToken field; send deviceToken=<hex> or the hex alone")
+                }
+                return try hexToken(Substring(value))
+            }
+            return try hexToken(Substring(text))
+        }
+    }
+
+    /// The error a `POST /fail` body describes.
+    ///
+    /// - `application/json`: an object with `"message"` (string, required), optional `"domain"`
+    ///   (string) and `"code"` (integer), like an `NSError`; other members are ignored.
+    /// - anything else: the body text (UTF-8) is the message; empty means "unknown error".
+    /// - Throws: `ServiceError` with code `invalid_request`.
+    public static func registrationFailure(contentType: String?, body: [UInt8]) throws(ServiceError) -> RegistrationFailure {
+        if mediaType(contentType) == "application/json" {
+            guard let decoded = try? JSONDecoder().decode(RegistrationFailure.self, from: Data(body)) else {
+                throw ServiceError("invalid_request",
+                                   #"expected a JSON object {"message":"…"} with optional "domain" (string) and "code" (integer)"#)
+            }
+            return decoded
+        }
+        guard let text = String(validating: body, as: UTF8.self) else {
+            throw ServiceError("invalid_request", "the body is not valid UTF-8 text")
+        }
+        return RegistrationFailure(message: text.isEmpty ? "unknown error" : text)
+    }
+
+    static func hexToken(_ text: Substring) throws(ServiceError) -> [UInt8] {
+        let digits = text.trimmingASCIIWhitespace()
+        guard !digits.isEmpty else { throw invalidToken("the body is empty; send the device token as hex digits") }
+        guard digits.utf8.count <= 2 * maxTokenBytes else {
+            throw invalidToken("a device token is 2 to \(2 * maxTokenBytes) hex digits; got \(digits.utf8.count)")
+        }
+        guard digits.utf8.count % 2 == 0 else {
+            throw invalidToken("a device token has an even number of hex digits; got \(digits.utf8.count)")
+        }
+        guard let bytes = DeviceTokenHex.decode(digits) else {
+            throw invalidToken("a device token is hex digits 0-9 and a-f only")
+        }
+        return bytes
+    }
+
+    /// The first value of `name` in an `application/x-www-form-urlencoded` text
+    /// (WHATWG URL standard: `+` is a space, `%XX` a byte), or `nil`.
+    static func formField(_ name: String, in text: String) -> String? {
+        for pair in text.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard percentDecoded(parts[0]) == name else { continue }
+            return parts.count > 1 ? percentDecoded(parts[1]) : ""
+        }
+        return nil
+    }
+
+    /// `text` with `+` as a space and each `%XX` as the byte XX; `nil` when a `%` is not followed
+    /// by two hex digits or the bytes are not UTF-8.
+    static func percentDecoded(_ text: Substring) -> String? {
+        var bytes: [UInt8] = []
+        var input = text.utf8.makeIterator()
+        while let byte = input.next() {
+            switch byte {
+            case UInt8(ascii: "+"):
+                bytes.append(UInt8(ascii: " "))
+            case UInt8(ascii: "%"):
+                guard let high = input.next(), let low = input.next(),
+                      let decoded = DeviceTokenHex.decode(String(decoding: [high, low], as: UTF8.self)) else { return nil }
+                bytes.append(contentsOf: decoded)
+            default:
+                bytes.append(byte)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    static func invalidToken(_ message: String) -> ServiceError {
+        ServiceError("invalid_token", message)
+    }
+}
+
+/// A registration failure reported through `POST /fail`, mirroring `NSError`'s domain, code and
+/// localized description. Its `description` is what the manager logs.
+public struct RegistrationFailure: Error, Sendable, Equatable, Decodable, CustomStringConvertible {
+    /// The human-readable message.
+    public var message: String
+    /// The error domain, for example `"NSCocoaErrorDomain"`.
+    public var domain: String?
+    /// The error code within its domain, for example `3010`.
+    public var code: Int?
+
+    /// Creates a failure.
+    public init(message: String, domain: String? = nil, code: Int? = nil) {
+        self.message = message
+        self.domain = domain
+        self.code = code
+    }
+
+    /// `message`, preceded by `domain code:` where given, for example
+    /// `NSCocoaErrorDomain 3010: remote notifications are not supported in the simulator`.
+    public var description: String {
+        switch (domain, code) {
+        case let (domain?, code?): "\(domain) \(code): \(message)"
+        case let (domain?, nil): "\(domain): \(message)"
+        case let (nil, code?): "code \(code): \(message)"
+        case (nil, nil): message
+        }
+    }
+}
+
+extension StringProtocol {
+    /// The text without ASCII whitespace (space, tab, LF, FF, CR) at both ends.
+    func trimmingASCIIWhitespace() -> SubSequence {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\u{0C}" || $0 == "\r\n" }
+        guard let first = firstIndex(where: { !isSpace($0) }) else { return self[endIndex...] }
+        let last = lastIndex(where: { !isSpace($0) })!
+        return self[first...last]
+    }
+}

@@ -1,0 +1,175 @@
+import CMicroHTTPD
+import ForgePushToken
+import ForgePushTokenHTTP
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The HTTP/1.1 server: one libmicrohttpd daemon in front of a `Responder`.
+///
+/// libmicrohttpd runs one internal polling thread with epoll (`MHD_USE_INTERNAL_POLLING_THREAD |
+/// MHD_USE_EPOLL`) and `MHD_ALLOW_SUSPEND_RESUME`: an event-stream connection with nothing to send
+/// is suspended and costs no CPU until a new event, a heartbeat or its client's departure resumes
+/// it. Data walks one way: libmicrohttpd's thread → this adapter → `Responder` →
+/// `PushTokenManager` → `tokenStream` → `EventHub` → this adapter.
+///
+/// Lifecycle: `start()` once, then `shutdown()` once; the server must stay alive in between
+/// (libmicrohttpd's callbacks hold an unretained reference to it).
+///
+/// Thread-safety: `start()` and `shutdown()` may be called from any thread, one after the other.
+public final class MicroHTTPDServer: Sendable {
+    /// The configuration the server was created with.
+    public let configuration: ServerConfiguration
+    /// The routes' logic.
+    public let responder: Responder
+    let log: ServerLog
+    let watcher: SubscriberWatcher
+    /// Requests that reached the access handler and have not completed, streams included.
+    let inFlight = Locked(0)
+    private let running = Locked<Running?>(nil)
+
+    /// What exists between `start()` and `shutdown()`.
+    struct Running: Sendable {
+        let daemon: DaemonHandle
+        let logger: LoggerHandle
+        let broadcaster: Task<Void, Never>
+        let authority: String
+    }
+
+    /// Creates a server for `responder`. Nothing listens before `start()`.
+    /// - Throws: `ServerError.socket` when the subscriber watcher's epoll set cannot be made.
+    public init(configuration: ServerConfiguration, responder: Responder, log: ServerLog) throws(ServerError) {
+        self.configuration = configuration
+        self.responder = responder
+        self.log = log
+        self.watcher = try SubscriberWatcher(hub: responder.hub, heartbeatSeconds: configuration.heartbeatSeconds)
+    }
+
+    /// Binds the address, starts libmicrohttpd and the stream machinery, and logs
+    /// `listening on http://HOST:PORT` with the real port.
+    ///
+    /// Raises the process's soft `RLIMIT_NOFILE` to its hard limit first, so that the connection
+    /// limit is not cut short by file descriptors.
+    /// - Returns: the bound address as a URL authority, `HOST:PORT` (IPv6 in brackets).
+    /// - Throws: `ServerError` (`.addressInUse` for a busy port).
+    @discardableResult
+    public func start() throws(ServerError) -> String {
+        raiseFileLimit()
+        let socket = try ListeningSocket.bind(host: configuration.host, port: configuration.port)
+        let logger = LoggerHandle(log: log)
+        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
+            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
+        if socket.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+        var options = [
+            MHD_OptionItem(option: .CONNECTION_LIMIT, value: configuration.connectionLimit, ptr_value: nil),
+            MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
+        ]
+        let cls = Unmanaged.passUnretained(self).toOpaque()
+        let daemon = fpt_start_daemon(flags, mhdAccessHandler, cls, mhdRequestCompleted, cls,
+                                      socket.fd, logger.pointer, &options)
+        guard let daemon else {
+            close(socket.fd)
+            logger.deallocate()
+            throw .daemonStartFailed(socket.authority)
+        }
+        watcher.start()
+        let hub = responder.hub
+        let broadcaster = Task.detached { await hub.run() }
+        running.withLock {
+            $0 = Running(daemon: DaemonHandle(pointer: daemon), logger: logger, broadcaster: broadcaster,
+                         authority: socket.authority)
+        }
+        log.log(.info, "listening on http://\(socket.authority)")
+        return socket.authority
+    }
+
+    /// Graceful shutdown: stops accepting connections, ends every event stream cleanly (the chunked
+    /// body terminates, so clients reconnect elsewhere), gives requests in flight up to
+    /// `configuration.shutdownGraceSeconds`, then closes what is left and stops the daemon.
+    /// Returns when the daemon has stopped. Does nothing when the server is not running.
+    public func shutdown() {
+        guard let run = running.withLock({ state in defer { state = nil }; return state }) else { return }
+        let listenFD = MHD_quiesce_daemon(run.daemon.pointer)
+        if listenFD >= 0 { close(listenFD) }
+        responder.beginShutdown()
+        let grace = configuration.shutdownGraceSeconds
+        if !waitUntilIdle(seconds: grace) {
+            log.log(.warning, "\(inFlight.withLock { $0 }) requests still open after \(grace) s; closing them")
+        }
+        // libmicrohttpd must not be stopped with a suspended connection: abort every remaining
+        // subscriber (which resumes it) and let the daemon close them.
+        responder.hub.abortAll()
+        _ = waitUntil(seconds: 1) { responder.hub.count == 0 }
+        run.broadcaster.cancel()
+        watcher.stop()
+        MHD_stop_daemon(run.daemon.pointer)
+        run.logger.deallocate()
+        log.log(.info, "stopped")
+    }
+
+    private func waitUntilIdle(seconds: Double) -> Bool {
+        waitUntil(seconds: seconds) { inFlight.withLock { $0 } == 0 && responder.hub.count == 0 }
+    }
+
+    private func waitUntil(seconds: Double, _ condition: () -> Bool) -> Bool {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while !condition() {
+            if ContinuousClock.now >= deadline { return false }
+            usleep(10_000)
+        }
+        return true
+    }
+
+    private func raiseFileLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        if setrlimit(resource, &limit) != 0 {
+            log.log(.warning, "could not raise the open-file limit: \(errnoText(errno))")
+        }
+    }
+}
+
+/// A libmicrohttpd daemon pointer that may cross threads.
+///
+/// `@unchecked Sendable` is sound because the pointer is only passed to libmicrohttpd functions
+/// that its manual allows from any thread (`MHD_quiesce_daemon`, `MHD_stop_daemon`), and only by
+/// `shutdown()`, which takes it out of the server's lock so that it is used once.
+struct DaemonHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// The heap-allocated logger libmicrohttpd calls (`MHD_OPTION_EXTERNAL_LOGGER`).
+///
+/// `@unchecked Sendable` is sound because the memory is written once before the daemon starts,
+/// only read afterwards (by libmicrohttpd's thread), and freed after the daemon has stopped.
+struct LoggerHandle: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<fpt_logger>
+
+    init(log: ServerLog) {
+        pointer = .allocate(capacity: 1)
+        let box = Unmanaged.passRetained(LogBox(log: log)).toOpaque()
+        pointer.initialize(to: fpt_logger(callback: mhdLog, cls: box))
+    }
+
+    func deallocate() {
+        Unmanaged<LogBox>.fromOpaque(pointer.pointee.cls).release()
+        pointer.deallocate()
+    }
+}
+
+final class LogBox: Sendable {
+    let log: ServerLog
+    init(log: ServerLog) { self.log = log }
+}
+
+/// libmicrohttpd's own error messages, into the service's log at warning level.
+private func mhdLog(_ cls: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {
+    guard let cls, let message else { return }
+    var text = String(cString: message)
+    while let last = text.last, last.isWhitespace { text.removeLast() }
+    Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log.log(.warning, "libmicrohttpd: \(text)")
+}

@@ -1,0 +1,69 @@
+// forge-push-token-server: one PushTokenManager behind HTTP/1.1 (http-api.md).
+//
+// Start-up: parse the configuration, block SIGTERM and SIGINT (before any thread starts, so every
+// thread inherits the mask and the main thread alone receives them through sigwait), start the
+// server. Then wait for a signal and shut down gracefully. The process may be PID 1 in a
+// container, where default signal dispositions do not apply: the signals are handled explicitly.
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import ForgePushToken
+import ForgePushTokenHTTP
+import MicroHTTPDServer
+
+func printError(_ text: String) {
+    ServerLog.standardError(text.hasSuffix("\n") ? text : text + "\n")
+}
+
+let options: CommandLineOptions
+do {
+    options = try CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst()),
+                                           environment: ProcessInfo.processInfo.environment)
+} catch {
+    printError("forge-push-token-server: \(error)\n\n\(CommandLineOptions.usage)")
+    exit(64)
+}
+switch options.action {
+case .help:
+    print(CommandLineOptions.usage)
+    exit(0)
+case .version:
+    print("forge-push-token-server \(serverVersion)")
+    exit(0)
+case .healthCheck:
+    exit(HealthCheck.run(options.server) ? 0 : 1)
+case .run:
+    break
+}
+
+var signals = sigset_t()
+sigemptyset(&signals)
+sigaddset(&signals, SIGTERM)
+sigaddset(&signals, SIGINT)
+pthread_sigmask(SIG_BLOCK, &signals, nil)
+signal(SIGPIPE, SIG_IGN)
+
+let log = ServerLog(minimumLevel: options.logLevel)
+let manager = PushTokenManager(logHandler: log.managerHandler)
+let responder = Responder(service: TokenService(manager: manager), maxSubscribers: options.server.maxSubscribers)
+let server: MicroHTTPDServer
+do {
+    server = try MicroHTTPDServer(configuration: options.server, responder: responder, log: log)
+    try server.start()
+} catch {
+    printError("forge-push-token-server: \(error)")
+    exit(1)
+}
+
+var received: Int32 = 0
+sigwait(&signals, &received)
+log.log(.info, "received \(received == SIGTERM ? "SIGTERM" : "SIGINT"), shutting down")
+server.shutdown()
+exit(0)

@@ -1,0 +1,124 @@
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+import ForgePushTokenHTTP
+import MicroHTTPDServer
+
+extension LiveServerTests {
+    /// `GET /token/stream` over real sockets: first event, changes, heartbeats, departures, slow
+    /// subscribers, limits and shutdown.
+    @Suite struct EventStreamTests {
+        func openStream(_ live: LiveServer) throws -> TestClient {
+            let client = try live.client()
+            try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+            let (status, headers) = try client.readHead()
+            #expect(status == 200)
+            #expect(headers["transfer-encoding"] == "chunked")
+            #expect(headers["cache-control"] == "no-cache, no-transform")
+            return client
+        }
+
+        func hex(_ index: Int) -> String { String(repeating: "0", count: 56) + String(index + 0x1000_0000, radix: 16) }
+
+        @Test func firstEventThenEveryChange() throws {
+            let live = try LiveServer()
+            let stream = try openStream(live)
+            defer { stream.close() }
+            #expect(try stream.readStream(until: "\n\n") == "id: 0\nevent: token\ndata: {\"token\":null}\n\n")
+            _ = try live.request("POST", "/register", body: Array(hex(1).utf8))
+            #expect(try stream.readStream(until: "\n\n") == "id: 1\nevent: token\ndata: {\"token\":\"\(hex(1))\"}\n\n")
+            _ = try live.request("POST", "/fail")
+            #expect(try stream.readStream(until: "\n\n") == "id: 2\nevent: token\ndata: {\"token\":null}\n\n")
+        }
+
+        @Test func heartbeatWhileIdle() throws {
+            let live = try LiveServer { $0.heartbeatSeconds = 1 }
+            let stream = try openStream(live)
+            defer { stream.close() }
+            _ = try stream.readStream(until: "\n\n")
+            let started = ContinuousClock.now
+            #expect(try stream.readStream(until: ": keep-alive\n\n") == ": keep-alive\n\n")
+            #expect(ContinuousClock.now - started < .milliseconds(1600))
+        }
+
+        @Test func fiftySubscribersComeAndGo() throws {
+            let live = try LiveServer()
+            for round in 0..<2 {
+                let clients = try (0..<50).map { _ in try openStream(live) }
+                for client in clients { _ = try client.readStream(until: "\n\n") }
+                #expect(live.responder.hub.count == 50)
+                for (index, client) in clients.enumerated() {
+                    if (index + round) % 2 == 0 { client.close() } else { client.reset() }
+                }
+                // Released within 2 seconds (http-api.md), heartbeat or not (it is 15 s here).
+                #expect(eventually(within: 2) { live.responder.hub.count == 0 })
+            }
+            #expect(try live.request("GET", "/healthz").status == 200)
+        }
+
+        @Test func subscriberLimitIs503AndPlainRequestsStillWork() throws {
+            let live = try LiveServer { $0.maxSubscribers = 2 }
+            let first = try openStream(live), second = try openStream(live)
+            defer { first.close(); second.close() }
+            let refused = try live.request("GET", "/token/stream")
+            #expect(refused.status == 503)
+            #expect(refused.headers["retry-after"] != nil)
+            #expect(refused.text.contains("too_many_subscribers"))
+            #expect(try live.request("GET", "/token").status == 200)
+            #expect(try live.request("POST", "/register", body: Array(hex(1).utf8)).status == 200)
+        }
+
+        /// A subscriber that never reads: everyone else is served, and its memory stays bounded
+        /// while 10,000 changes are posted (it holds at most the newest unsent event).
+        @Test func subscriberThatNeverReadsCostsBoundedMemory() throws {
+            let live = try LiveServer()
+            let stuck = try live.client()
+            defer { stuck.close() }
+            var small: Int32 = 4096
+            setsockopt(stuck.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+            try stuck.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            let reader = try openStream(live)
+            defer { reader.close() }
+            _ = try reader.readStream(until: "\n\n")
+
+            let writer = try live.client()
+            defer { writer.close() }
+            for index in 0..<2000 {
+                _ = try writer.request("POST", "/register", body: Array(hex(index).utf8))
+            }
+            let before = residentBytes()
+            for index in 2000..<10_000 {
+                let response = try writer.request("POST", "/register", body: Array(hex(index).utf8))
+                if response.status != 200 { Issue.record("POST \(index) got \(response.status)"); break }
+            }
+            let after = residentBytes()
+            #expect(after - before < 8 << 20, "RSS grew by \(after - before) bytes over 8,000 changes")
+            #expect(try live.request("GET", "/token").text == #"{"token":"\#(hex(9999))"}"#)
+            // The reading subscriber converges on the last value.
+            _ = try reader.readStream(until: hex(9999))
+        }
+
+        @Test func gracefulShutdownEndsStreamsWithTheChunkedTerminator() throws {
+            let live = try LiveServer()
+            let stream = try openStream(live)
+            defer { stream.close() }
+            _ = try stream.readStream(until: "\n\n")
+            let started = ContinuousClock.now
+            live.server.shutdown()
+            #expect(try stream.readChunk() == nil)  // the zero-size chunk: a clean end
+            #expect(ContinuousClock.now - started < .seconds(3))
+            #expect(live.responder.hub.count == 0)
+        }
+
+        @Test func departedSubscriberIsReleasedWhileSuspended() throws {
+            let live = try LiveServer()
+            let stream = try openStream(live)
+            _ = try stream.readStream(until: "\n\n")
+            usleep(100_000)  // let the reader suspend the connection
+            #expect(live.responder.hub.count == 1)
+            stream.reset()
+            #expect(eventually(within: 2) { live.responder.hub.count == 0 })
+        }
+    }
+}

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds forge-push-token-server in release mode and runs it on 127.0.0.1:8080 (flags pass
+# through: scripts/run.sh --port 9000). Ctrl-C stops it gracefully.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+swift build -c release --product forge-push-token-server >&2
+exec "$(swift build -c release --show-bin-path)/forge-push-token-server" "$@"
