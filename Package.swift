@@ -41,6 +41,7 @@ let package = Package(
         .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"]),
         .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP"]),
         .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP"]),
+        .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -32,6 +32,9 @@ server="$(swift build "${release_flags[@]}" --show-bin-path)/forge-push-token-se
 conformance="${FORGE_CONFORMANCE:-../shared/conformance/run.py}"
 python3 "$conformance" --server "$server"
 
+step "1,000 idle subscribers cost under 2% of a core"
+python3 bench/idle_subscribers.py --server "$server" -n 1000 --seconds 10 --max-percent 2
+
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   step "container checks"
   for check in docker/lint.sh docker/verify-runtime.sh docker/verify-rootfs.sh; do

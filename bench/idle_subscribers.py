@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""CPU cost of idle Server-Sent Events subscribers.
+
+Starts forge-push-token-server (a given binary) on a free loopback port, connects N subscribers to
+GET /token/stream, waits for each one's first event, then measures the server's CPU time (utime +
+stime from /proc/PID/stat) over a window in which nothing is published. Prints the CPU use as a
+percentage of one core, and exits 1 when it is over --max-percent.
+
+    python3 bench/idle_subscribers.py --server .build/release/forge-push-token-server \
+        [-n 1000] [--seconds 10] [--max-percent 2]
+
+Loopback only; bounded in count (N connections) and time (the window plus start-up).
+"""
+import argparse
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--server", required=True)
+    ap.add_argument("-n", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--max-percent", type=float, default=2.0)
+    ap.add_argument("--heartbeat", type=int, default=15)
+    args = ap.parse_args()
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.n + 64)), hard))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([args.server, "--port", str(port), "--access-log", "off",
+                               "--heartbeat", str(args.heartbeat), "--max-subscribers", str(args.n + 10)],
+                              stderr=subprocess.DEVNULL)
+    subscribers = []
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    sys.exit("server did not start")
+                time.sleep(0.05)
+        for _ in range(args.n):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(b"GET /token/stream HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
+            subscribers.append(sock)
+        for sock in subscribers:
+            data = b""
+            while b"data:" not in data:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    sys.exit("a subscriber was closed before its first event")
+                data += chunk
+        time.sleep(1)  # let every connection settle into its suspended state
+        before, started = cpu_seconds(server.pid), time.time()
+        time.sleep(args.seconds)
+        used, elapsed = cpu_seconds(server.pid) - before, time.time() - started
+        percent = 100 * used / elapsed
+        print("idle subscribers: %d, window %.1f s, server CPU %.3f s = %.2f%% of one core (limit %.2f%%)"
+              % (args.n, elapsed, used, percent, args.max_percent))
+        return 0 if percent <= args.max_percent else 1
+    finally:
+        for sock in subscribers:
+            sock.close()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
