@@ -18,7 +18,8 @@ import ForgePushToken
 public final class EventSubscriber: Sendable {
     /// How a stream ends.
     public enum Ending: Sendable, Equatable {
-        /// Cleanly, after the event being written: the engine terminates the chunked body (shutdown).
+        /// Cleanly, after the event being written and any pending one (nothing is lost): the
+        /// engine terminates the chunked body (shutdown).
         case finish
         /// At once, without a clean end: the client has gone.
         case abort
@@ -94,15 +95,17 @@ public final class EventSubscriber: Sendable {
         }
     }
 
-    /// Writes the next bytes of the stream into `buffer`: the rest of the event being written, else
-    /// the newest pending event, else a due heartbeat. With nothing to write, marks the subscriber
+    /// Writes the next bytes of the stream into `buffer` (of any size; an event spans several calls
+    /// when it must): the rest of the event being written, else the newest pending event, else a
+    /// due heartbeat. With nothing to write, marks the subscriber
     /// suspended and calls `suspend` while holding its lock (the engine's suspend must happen
     /// before any publisher can see the flag), unless the stream is ending.
     public func read(into buffer: UnsafeMutableRawBufferPointer, suspend: () -> Void) -> ReadResult {
         state.withLock { state in
             if state.ending == .abort { return .abort }
+            guard buffer.count > 0 else { return .bytes(0) }
             if state.offset == state.output.count {
-                if let next = state.pending, state.ending == nil {
+                if let next = state.pending {
                     state.output = next.event
                     state.pending = nil
                     state.heartbeatDue = false

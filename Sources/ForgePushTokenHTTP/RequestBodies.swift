@@ -51,8 +51,11 @@ public enum RequestBodies {
                 throw invalidToken("the body is not UTF-8 text; send hex digits")
             }
             if text.contains("=") {
-                guard let value = formField("deviceToken", in: text) else {
+                guard let field = formField("deviceToken", in: text) else {
                     throw invalidToken("the form has no deviceToken field; send deviceToken=<hex> or the hex alone")
+                }
+                guard let value = percentDecoded(field) else {
+                    throw invalidToken("the deviceToken field is not valid percent-encoded UTF-8")
                 }
                 return try hexToken(Substring(value))
             }
@@ -64,9 +67,11 @@ public enum RequestBodies {
     ///
     /// - `application/json`: an object with `"message"` (string, required), optional `"domain"`
     ///   (string) and `"code"` (integer), like an `NSError`; other members are ignored.
-    /// - anything else: the body text (UTF-8) is the message; empty means "unknown error".
+    /// - anything else: the body text (UTF-8) is the message.
+    /// - An empty body, whatever its type, means "unknown error" (the body is optional).
     /// - Throws: `ServiceError` with code `invalid_request`.
     public static func registrationFailure(contentType: String?, body: [UInt8]) throws(ServiceError) -> RegistrationFailure {
+        if body.isEmpty { return RegistrationFailure(message: "unknown error") }
         if mediaType(contentType) == "application/json" {
             guard let decoded = try? JSONDecoder().decode(RegistrationFailure.self, from: Data(body)) else {
                 throw ServiceError("invalid_request",
@@ -77,7 +82,7 @@ public enum RequestBodies {
         guard let text = String(validating: body, as: UTF8.self) else {
             throw ServiceError("invalid_request", "the body is not valid UTF-8 text")
         }
-        return RegistrationFailure(message: text.isEmpty ? "unknown error" : text)
+        return RegistrationFailure(message: text)
     }
 
     static func hexToken(_ text: Substring) throws(ServiceError) -> [UInt8] {
@@ -95,13 +100,13 @@ public enum RequestBodies {
         return bytes
     }
 
-    /// The first value of `name` in an `application/x-www-form-urlencoded` text
-    /// (WHATWG URL standard: `+` is a space, `%XX` a byte), or `nil`.
-    static func formField(_ name: String, in text: String) -> String? {
+    /// The first value of `name` in an `application/x-www-form-urlencoded` text, still
+    /// percent-encoded (WHATWG URL standard), or `nil` when no field has that name.
+    static func formField(_ name: String, in text: String) -> Substring? {
         for pair in text.split(separator: "&") {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             guard percentDecoded(parts[0]) == name else { continue }
-            return parts.count > 1 ? percentDecoded(parts[1]) : ""
+            return parts.count > 1 ? parts[1] : ""
         }
         return nil
     }

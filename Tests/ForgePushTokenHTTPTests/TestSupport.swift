@@ -1,0 +1,246 @@
+import Foundation
+import Testing
+
+import ForgePushToken
+@testable import ForgePushTokenHTTP
+
+// Shared helpers of the ForgePushTokenHTTP tests. Nothing here opens a socket: requests go
+// through `Responder.respond(to:)` and event streams are driven through `EventSubscriber.read`.
+
+/// A log handler that discards everything.
+let quiet: PushTokenManager.LogHandler = { _, _ in }
+
+/// The `Content-Type` of every JSON body of the contract.
+let jsonType = "application/json; charset=utf-8"
+
+/// Thrown after an issue was recorded, to stop a test that cannot go on.
+struct Unexpected: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Records the messages a `PushTokenManager` logs.
+final class LogRecorder: Sendable {
+    struct Entry: Equatable, Sendable {
+        var level: PushTokenManager.LogLevel
+        var message: String
+    }
+
+    private let entries = Locked<[Entry]>([])
+
+    var handler: PushTokenManager.LogHandler {
+        { [entries] level, message in
+            entries.withLock { $0.append(Entry(level: level, message: message)) }
+        }
+    }
+
+    var recorded: [Entry] {
+        entries.withLock { $0 }
+    }
+}
+
+/// A thread-safe counter, for counting `wake` calls.
+final class Counter: Sendable {
+    private let storage = Locked(0)
+
+    func increment() {
+        storage.withLock { $0 += 1 }
+    }
+
+    var value: Int {
+        storage.withLock { $0 }
+    }
+}
+
+/// A fresh service around a manager with no token.
+func makeService(log: @escaping PushTokenManager.LogHandler = quiet) -> TokenService {
+    TokenService(manager: PushTokenManager(logHandler: log))
+}
+
+/// A fresh responder around a fresh service.
+func makeResponder(maxSubscribers: Int = 16, log: @escaping PushTokenManager.LogHandler = quiet) -> Responder {
+    Responder(service: makeService(log: log), maxSubscribers: maxSubscribers)
+}
+
+/// The UTF-8 bytes of `text`.
+func utf8(_ text: String) -> [UInt8] {
+    Array(text.utf8)
+}
+
+/// `bytes` as text (for messages and comparisons of ASCII bodies).
+func string(_ bytes: [UInt8]) -> String {
+    String(decoding: bytes, as: UTF8.self)
+}
+
+/// Lowercase hex of `bytes`, computed independently of `DeviceTokenHex`.
+func lowerHex(_ bytes: [UInt8]) -> String {
+    let digits = Array("0123456789abcdef")
+    return String(bytes.flatMap { [digits[Int($0 / 16)], digits[Int($0 % 16)]] })
+}
+
+/// `count` bytes that differ from one another in a recognisable way.
+func tokenBytes(_ count: Int, seed: UInt8 = 0) -> [UInt8] {
+    (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ Int(seed) &+ 1) }
+}
+
+extension Responder {
+    /// The reply to one request, built from its parts.
+    func reply(_ method: String, _ target: String, contentType: String? = nil, body: [UInt8] = [],
+               headers: HTTPHeaders = HTTPHeaders()) -> Reply {
+        var all = headers
+        if let contentType { all.add("Content-Type", contentType) }
+        return respond(to: HTTPRequest(method: method, target: target, headers: all, body: body))
+    }
+
+    /// The complete response to one request; records an issue and throws if the reply is a stream.
+    func send(_ method: String, _ target: String, contentType: String? = nil, body: [UInt8] = [],
+              headers: HTTPHeaders = HTTPHeaders(),
+              sourceLocation: SourceLocation = #_sourceLocation) throws -> HTTPResponse {
+        switch reply(method, target, contentType: contentType, body: body, headers: headers) {
+        case .response(let response):
+            return response
+        case .eventStream:
+            Issue.record("\(method) \(target): expected a complete response, got .eventStream",
+                         sourceLocation: sourceLocation)
+            throw Unexpected(description: "event stream")
+        }
+    }
+}
+
+/// The top-level JSON object of `body`.
+func jsonObject(_ body: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: Any] {
+    let value = try JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])
+    guard let object = value as? [String: Any] else {
+        Issue.record("not a JSON object: \(string(body))", sourceLocation: sourceLocation)
+        throw Unexpected(description: "not a JSON object")
+    }
+    return object
+}
+
+/// Checks an error response: status, JSON content type, exactly the keys `error` and `message`,
+/// the code, a non-empty message. Returns the message.
+@discardableResult
+func expectError(_ response: HTTPResponse, status: Int, code: String,
+                 sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+    #expect(response.status == status, "body: \(string(response.body))", sourceLocation: sourceLocation)
+    #expect(response.headers["Content-Type"] == jsonType, sourceLocation: sourceLocation)
+    let object = try jsonObject(response.body, sourceLocation: sourceLocation)
+    #expect(Set(object.keys) == ["error", "message"], "body: \(string(response.body))", sourceLocation: sourceLocation)
+    #expect(object["error"] as? String == code, "body: \(string(response.body))", sourceLocation: sourceLocation)
+    let message = object["message"] as? String
+    #expect(message?.isEmpty == false, "message must be a non-empty string: \(string(response.body))",
+            sourceLocation: sourceLocation)
+    // The same body through a Decodable, as a client would read it.
+    struct ErrorBody: Decodable { let error: String; let message: String }
+    let decoded = try JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
+    #expect(decoded.error == code, sourceLocation: sourceLocation)
+    return message ?? ""
+}
+
+/// The body of `POST /register` and `POST /fail`.
+struct ChangeReply: Decodable, Equatable {
+    let token: String?
+    let changed: Bool
+}
+
+/// Checks a `200` change response: JSON content type, exactly the keys `token` and `changed`
+/// (`token` present even when null), and their values.
+func expectChange(_ response: HTTPResponse, token: String?, changed: Bool,
+                  sourceLocation: SourceLocation = #_sourceLocation) throws {
+    #expect(response.status == 200, "body: \(string(response.body))", sourceLocation: sourceLocation)
+    #expect(response.headers["Content-Type"] == jsonType, sourceLocation: sourceLocation)
+    let object = try jsonObject(response.body, sourceLocation: sourceLocation)
+    #expect(Set(object.keys) == ["token", "changed"], "body: \(string(response.body))", sourceLocation: sourceLocation)
+    let decoded = try JSONDecoder().decode(ChangeReply.self, from: Data(response.body))
+    #expect(decoded == ChangeReply(token: token, changed: changed), "body: \(string(response.body))",
+            sourceLocation: sourceLocation)
+}
+
+// MARK: - Driving an event subscriber
+
+/// The bytes a buffer is filled with before a read, to see what the read wrote.
+let sentinel: UInt8 = 0xEE
+
+/// One `read(into:suspend:)` with a buffer of `size` bytes: its result, the bytes written and how
+/// often `suspend` was called. Checks that nothing past the reported count was written.
+func readOnce(_ subscriber: EventSubscriber, size: Int = 4096,
+              sourceLocation: SourceLocation = #_sourceLocation) -> (result: EventSubscriber.ReadResult, bytes: [UInt8], suspends: Int) {
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 1)
+    defer { buffer.deallocate() }
+    buffer.initializeMemory(as: UInt8.self, repeating: sentinel)
+    var suspends = 0
+    let result = subscriber.read(into: buffer) { suspends += 1 }
+    var written = 0
+    if case .bytes(let count) = result {
+        #expect(count > 0 && count <= size, "read reported \(count) bytes for a buffer of \(size)",
+                sourceLocation: sourceLocation)
+        written = max(0, min(count, size))
+    }
+    #expect(buffer[written...].allSatisfy { $0 == sentinel }, "read wrote past the count it reported",
+            sourceLocation: sourceLocation)
+    return (result, Array(buffer[..<written]), suspends)
+}
+
+/// Reads until a read returns something other than `.bytes`: all the bytes, that last result,
+/// the number of reads that gave bytes and the calls of `suspend`. At most `limit` reads.
+func drain(_ subscriber: EventSubscriber, size: Int = 4096, limit: Int = 100_000,
+           sourceLocation: SourceLocation = #_sourceLocation)
+    -> (bytes: [UInt8], result: EventSubscriber.ReadResult, byteReads: Int, suspends: Int) {
+    var bytes: [UInt8] = []
+    var byteReads = 0
+    var suspends = 0
+    for _ in 0..<limit {
+        let step = readOnce(subscriber, size: size, sourceLocation: sourceLocation)
+        suspends += step.suspends
+        guard case .bytes = step.result else {
+            return (bytes, step.result, byteReads, suspends)
+        }
+        bytes += step.bytes
+        byteReads += 1
+    }
+    Issue.record("the subscriber never stopped giving bytes", sourceLocation: sourceLocation)
+    return (bytes, .abort, byteReads, suspends)
+}
+
+/// The ids of the complete events in an event-stream text, in order.
+func eventIDs(_ bytes: [UInt8]) -> [UInt64] {
+    string(bytes).components(separatedBy: "\n\n").compactMap { block -> UInt64? in
+        guard let line = block.split(separator: "\n").first(where: { $0.hasPrefix("id: ") }) else { return nil }
+        return UInt64(line.dropFirst(4))
+    }
+}
+
+/// The exact event of `token` at `version`.
+func expectedEvent(_ version: UInt64, _ token: String?) -> String {
+    let data = token.map { #"{"token":"\#($0)"}"# } ?? #"{"token":null}"#
+    return "id: \(version)\nevent: token\ndata: \(data)\n\n"
+}
+
+// MARK: - Waiting and threads
+
+/// Polls `condition` every millisecond until it holds or `timeout` passes; returns whether it held.
+func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) async throws -> Bool {
+    let clock = ContinuousClock()
+    let deadline = clock.now.advanced(by: timeout)
+    while !condition() {
+        if clock.now >= deadline { return condition() }
+        try await Task.sleep(for: .milliseconds(1))
+    }
+    return true
+}
+
+/// Runs `body(i)` for `i` in `0..<count`, each on its own new thread, and returns when all have
+/// finished, without blocking a cooperative thread.
+func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        let remaining = Locked(count)
+        for index in 0..<count {
+            let thread = Thread {
+                body(index)
+                if remaining.withLock({ $0 -= 1; return $0 }) == 0 {
+                    done.resume()
+                }
+            }
+            thread.start()
+        }
+    }
+}
