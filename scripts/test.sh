@@ -37,6 +37,8 @@ python3 bench/idle_subscribers.py --server "$server" -n 1000 --seconds 10 --max-
 
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   step "container checks"
+  # verify-runtime.sh builds with the Dockerfile's flags; in .build that is the build above.
+  export FORGE_PUSH_TOKEN_DOCKER_SCRATCH="$PWD/.build"
   for check in docker/lint.sh docker/verify-runtime.sh docker/verify-rootfs.sh; do
     if [ -f "$check" ]; then bash "$check"; else echo "missing $check" >&2; exit 1; fi
   done

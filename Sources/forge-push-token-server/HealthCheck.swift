@@ -31,7 +31,8 @@ enum HealthCheck {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         guard connect(fd, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 else { return false }
-        let request = Array("GET /healthz HTTP/1.1\r\nHost: \(host)\r\nConnection: close\r\n\r\n".utf8)
+        let authority = host.contains(":") ? "[\(host)]:\(configuration.port)" : "\(host):\(configuration.port)"
+        let request = Array("GET /healthz HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n".utf8)
         guard send(fd, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else { return false }
         var head: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 256)
