@@ -1,0 +1,307 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+#if canImport(os)
+import os
+#elseif canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Holds an app's APNs device token as lowercase hex text and publishes its changes.
+///
+/// Feed it the two outcomes of remote-notification registration, as delivered to the app
+/// delegate (see Apple's documentation for
+/// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)` and
+/// `application(_:didFailToRegisterForRemoteNotificationsWithError:)`):
+///
+/// ```swift
+/// manager.didRegister(deviceToken: deviceToken)   // success: Data from APNs
+/// manager.didFailToRegister(error: error)         // failure
+/// ```
+///
+/// Then read ``token`` or observe ``tokenStream``.
+///
+/// Behaviour (the numbered rules of the package's contract, `spec/manager.md`):
+/// - A token of N bytes becomes exactly 2N lowercase hex digits, byte order kept, whatever N is.
+/// - An empty token is rejected: logged, nothing changes, nothing is emitted.
+/// - Subscribers are told only about actual changes of ``token``, in the order ``token`` took
+///   them; each subscription first receives the value current when it subscribed.
+///
+/// Thread safety: every member may be used from any thread or task, concurrently (the two
+/// registration callbacks not from inside a task-cancellation handler). The state is behind a
+/// lock; ``token`` read after ``didRegister(deviceToken:)`` returns reflects that
+/// registration.
+///
+/// Lifetime: open ``tokenStream`` subscriptions do not keep the manager alive. When the manager is
+/// deinitialised, every open stream finishes, so `for await` loops over them end.
+public final class PushTokenManager: Sendable {
+    /// Receives the manager's log messages.
+    ///
+    /// Called synchronously on the thread that made the logged call, never while the manager's
+    /// lock is held, so it may call back into the manager. Must be thread-safe.
+    ///
+    /// - Parameters:
+    ///   - level: How serious the event is.
+    ///   - message: One line of English text without a trailing newline. It never contains a
+    ///     device token.
+    public typealias LogHandler = @Sendable (_ level: PushTokenManager.LogLevel, _ message: String) -> Void
+
+    /// The severity of a log message, from least (`debug`) to most (`error`) serious.
+    ///
+    /// What the manager logs:
+    /// - ``warning``: `"rejected an empty device token"` (``didRegister(deviceToken:)`` with no
+    ///   bytes).
+    /// - ``error``: `"registration failed: <description of the error>"`
+    ///   (``didFailToRegister(error:)``).
+    public enum LogLevel: String, Sendable, Comparable {
+        /// Diagnostic detail.
+        case debug
+        /// Normal events worth recording.
+        case info
+        /// An input was rejected; the manager's state is unchanged.
+        case warning
+        /// An operation failed.
+        case error
+
+        private var severity: Int {
+            switch self {
+            case .debug: 0
+            case .info: 1
+            case .warning: 2
+            case .error: 3
+            }
+        }
+
+        /// Whether `lhs` is less serious than `rhs`.
+        public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool {
+            lhs.severity < rhs.severity
+        }
+    }
+
+    /// Everything mutable, guarded by one lock.
+    struct State: Sendable {
+        /// The current token as lowercase hex, or `nil`.
+        var token: String?
+        /// The open subscriptions, by id.
+        var subscribers: [UInt64: AsyncStream<String?>.Continuation] = [:]
+        /// The id the next subscription gets.
+        var nextID: UInt64 = 0
+    }
+
+    // Locking. Two locks, always taken in this order: `delivery`, then `state`.
+    //
+    // - `state` guards `State`. Its critical sections are short and never call out: no `yield` to
+    //   a stream someone may be waiting on, no `finish()`, no logging. `onTermination` takes it to
+    //   remove its subscriber, and the Swift runtime may run `onTermination` synchronously while
+    //   holding the cancelled task's status-record lock (task cancellation runs the handlers of
+    //   `withTaskCancellationHandler`, and `AsyncStream`'s `next()` uses one).
+    // - Resuming a waiting consumer from `yield` takes that consumer task's status-record lock.
+    //   Yielding while holding `state` would therefore invert the order above and deadlock when a
+    //   change races with the cancellation of a consumer (seen in this package's stress tests;
+    //   see also the note on `onTermination` added by swiftlang/swift#87082).
+    // - `delivery` serialises the producers (`didRegister`, `didFailToRegister`) from their state
+    //   update through their last `yield`, so every subscriber receives changes in the order
+    //   `token` took them, without `yield` ever running under `state`. Nothing takes `delivery`
+    //   while holding `state` or a task's status-record lock (unless a caller invokes a producer
+    //   from inside a cancellation handler, which the producers' documentation forbids).
+    //
+    // A subscription's first value is yielded under `state`: the stream was created a moment
+    // before and has not been returned, so no consumer can be waiting and `yield` only buffers.
+
+    private let state: Locked<State>
+    /// Serialises delivery; holds a reusable list of the continuations being yielded to.
+    private let delivery: Locked<[AsyncStream<String?>.Continuation]>
+    private let log: LogHandler
+
+    /// Creates a manager with no token (``token`` is `nil`) that logs to the platform's default
+    /// destination.
+    ///
+    /// On Apple platforms messages go to `os.Logger` with subsystem `"ForgePushToken"` and
+    /// category `"PushTokenManager"`; elsewhere each message is one line on standard error, such as
+    /// `ForgePushToken warning: rejected an empty device token`.
+    public convenience init() {
+        self.init(logHandler: PushTokenManager.defaultLogHandler())
+    }
+
+    /// Creates a manager with no token (``token`` is `nil`) that sends its log messages to
+    /// `logHandler`.
+    ///
+    /// - Parameter logHandler: Receives every log message; see ``LogHandler`` and ``LogLevel`` for
+    ///   what is logged. Use it to route messages into a server's logger or to observe them in
+    ///   tests.
+    public init(logHandler: @escaping PushTokenManager.LogHandler) {
+        self.state = Locked(State())
+        self.delivery = Locked([])
+        self.log = logHandler
+    }
+
+    deinit {
+        // Take the continuations out under the lock, then finish them after releasing it:
+        // `finish()` runs `onTermination` synchronously, and that handler takes the same lock.
+        let continuations = state.withLock { state in
+            let subscribers = state.subscribers
+            state.subscribers = [:]
+            return subscribers
+        }
+        for continuation in continuations.values {
+            continuation.finish()
+        }
+    }
+
+    /// The current device token as lowercase hex, or `nil` if there is none.
+    ///
+    /// `nil` before the first accepted registration and after a failure that cleared the token.
+    /// Otherwise the token from the most recent ``didRegister(deviceToken:)`` with a non-empty
+    /// token: N bytes as exactly 2N characters `[0-9a-f]`.
+    ///
+    /// Thread-safe; a read made after ``didRegister(deviceToken:)`` or
+    /// ``didFailToRegister(error:)`` returned (on any thread that has synchronised with that call)
+    /// reflects it.
+    public var token: String? {
+        state.withLock { $0.token }
+    }
+
+    /// A new, independent subscription to the token: its current value, then every change.
+    ///
+    /// Every access returns a new stream with its own buffer; two `for await` loops over two
+    /// accesses both see every value, and values are never split between them.
+    ///
+    /// - The first element is the value of ``token`` at the moment of the access (`nil` included),
+    ///   read and subscribed in one atomic step: a change racing with the subscription is
+    ///   delivered exactly once, as the first element or as the second.
+    /// - Then one element per change of ``token``, in the order ``token`` took the values. A value
+    ///   equal to the previous one is never emitted.
+    /// - Each stream buffers at most one undelivered element, the newest: a consumer that falls
+    ///   behind skips intermediate values and receives the latest. Memory per subscription is
+    ///   bounded.
+    /// - The stream finishes when the manager is deinitialised. It does not keep the manager
+    ///   alive.
+    /// - When the consuming task is cancelled, its loop breaks, or the stream is dropped, the
+    ///   subscription is removed at once.
+    ///
+    /// Thread-safe; may be accessed and iterated from any task.
+    public var tokenStream: AsyncStream<String?> {
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: String?.self,
+            bufferingPolicy: .bufferingNewest(1)
+        )
+        let box = state
+        box.withLock { state in
+            let id = state.nextID
+            state.nextID &+= 1
+            // Setting the handler only stores it: nothing can terminate this stream before it is
+            // returned (we hold both ends and nobody iterates it yet), so it cannot run here.
+            // It captures the box weakly, so a stream does not keep the manager's state alive,
+            // and returns the removed continuation so that it is released outside the lock.
+            continuation.onTermination = { [weak box] _ in
+                _ = box?.withLock { state in state.subscribers.removeValue(forKey: id) }
+            }
+            state.subscribers[id] = continuation
+            // Safe under the lock: nobody can be waiting on this new stream, so this only buffers.
+            continuation.yield(state.token)
+        }
+        return stream
+    }
+
+    /// Records a successful registration with APNs.
+    ///
+    /// Call it from the app delegate's
+    /// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)` (UIKit; AppKit and
+    /// WatchKit have equivalents), passing the `deviceToken` unchanged.
+    ///
+    /// - Parameter deviceToken: The token bytes from APNs, of any non-zero length. N bytes become
+    ///   ``token`` as exactly 2N lowercase hex digits, byte order kept.
+    ///
+    /// An empty `deviceToken` is rejected: a ``LogLevel/warning`` `"rejected an empty device
+    /// token"` is logged and nothing changes. A token equal to the current one changes nothing and
+    /// emits nothing. Otherwise ``token`` takes the new value and every ``tokenStream``
+    /// subscription receives it.
+    ///
+    /// Thread-safe: callable from any thread or task, except from inside a task-cancellation
+    /// handler (`withTaskCancellationHandler`'s `onCancel`, or an `AsyncStream`'s
+    /// `onTermination`), where the Swift runtime holds a lock that delivering to a consumer may
+    /// need.
+    public func didRegister(deviceToken: Data) {
+        guard !deviceToken.isEmpty else {
+            log(.warning, "rejected an empty device token")
+            return
+        }
+        let hex = DeviceTokenHex.encode(deviceToken)
+        publish(hex)
+    }
+
+    /// Records a failed registration with APNs.
+    ///
+    /// Call it from the app delegate's
+    /// `application(_:didFailToRegisterForRemoteNotificationsWithError:)` (UIKit; AppKit and
+    /// WatchKit have equivalents).
+    ///
+    /// - Parameter error: The error from the system; only its description is used.
+    ///
+    /// Logs a ``LogLevel/error`` `"registration failed: <error>"`. If a token was set, ``token``
+    /// becomes `nil` and every ``tokenStream`` subscription receives `nil`; if there was none,
+    /// nothing changes and nothing is emitted.
+    ///
+    /// Thread-safe: callable from any thread or task, except from inside a task-cancellation
+    /// handler (see ``didRegister(deviceToken:)``).
+    public func didFailToRegister(error: any Error) {
+        log(.error, "registration failed: \(error)")
+        publish(nil)
+    }
+
+    /// Makes `newToken` the current token and sends it to every subscriber, unless it is the
+    /// current token already.
+    ///
+    /// Under `delivery`, so that concurrent calls deliver in the order they changed `token`; the
+    /// subscribers are yielded to outside `state` (see the comment on the stored properties).
+    private func publish(_ newToken: String?) {
+        delivery.withLock { recipients in
+            state.withLock { state in
+                guard state.token != newToken else { return }
+                state.token = newToken
+                recipients.append(contentsOf: state.subscribers.values)
+            }
+            for continuation in recipients {
+                continuation.yield(newToken)
+            }
+            // Released here, under `delivery` but not under `state`.
+            recipients.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// The number of open ``tokenStream`` subscriptions (for tests).
+    var subscriberCount: Int {
+        state.withLock { $0.subscribers.count }
+    }
+}
+
+extension PushTokenManager {
+    /// The handler used by ``init()``: `os.Logger` on Apple platforms, standard error elsewhere.
+    static func defaultLogHandler() -> LogHandler {
+        #if canImport(os)
+        let logger = Logger(subsystem: "ForgePushToken", category: "PushTokenManager")
+        return { level, message in
+            // Messages never contain a device token, so they are logged as public text.
+            switch level {
+            case .debug: logger.debug("\(message, privacy: .public)")
+            case .info: logger.info("\(message, privacy: .public)")
+            case .warning: logger.warning("\(message, privacy: .public)")
+            case .error: logger.error("\(message, privacy: .public)")
+            }
+        }
+        #else
+        return { level, message in
+            // One write(2) per line, so lines from concurrent calls do not interleave.
+            let line = Array("ForgePushToken \(level.rawValue): \(message)\n".utf8)
+            line.withUnsafeBytes { bytes in
+                _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count)
+            }
+        }
+        #endif
+    }
+}

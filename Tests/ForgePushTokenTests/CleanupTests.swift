@@ -1,0 +1,140 @@
+import Foundation
+import Testing
+
+@testable import ForgePushToken
+
+/// Rule 8: subscriptions are removed promptly; the manager's deinit finishes open streams; streams
+/// do not keep the manager alive.
+@Suite("Rule 8: cleanup", .timeLimit(.minutes(1)))
+struct CleanupTests {
+    @Test func cancelledConsumerIsRemovedByTheTimeItsTaskFinishes() async {
+        let manager = PushTokenManager(logHandler: silent)
+        let (received, signal) = AsyncStream.makeStream(of: Void.self)
+        let consumer = Task {
+            for await _ in manager.tokenStream {
+                signal.yield()
+            }
+        }
+        var iterator = received.makeAsyncIterator()
+        await iterator.next()  // subscribed and got the initial value
+        #expect(manager.subscriberCount == 1)
+        consumer.cancel()
+        await consumer.value
+        #expect(manager.subscriberCount == 0)
+    }
+
+    @Test func thousandSubscribeCancelCyclesLeaveNoSubscriber() async {
+        let manager = PushTokenManager(logHandler: silent)
+        for cycle in 0..<1000 {
+            let consumer = Task {
+                for await _ in manager.tokenStream {}
+            }
+            if cycle.isMultiple(of: 2) {
+                // Half the time, cancel once subscribed; otherwise possibly before it starts.
+                await waitUntil { manager.subscriberCount == 1 }
+            }
+            consumer.cancel()
+            await consumer.value
+            #expect(manager.subscriberCount == 0)
+        }
+        #expect(manager.subscriberCount == 0)
+    }
+
+    @Test func concurrentSubscribeCancelCyclesLeaveNoSubscriber() async {
+        let manager = PushTokenManager(logHandler: silent)
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<1000 {
+                group.addTask {
+                    for await value in manager.tokenStream where value == hex(UInt32(index)) {
+                        break
+                    }
+                }
+            }
+            for index in 0..<1000 {
+                manager.didRegister(deviceToken: token(UInt32(index)))
+            }
+            group.cancelAll()
+        }
+        #expect(manager.subscriberCount == 0)
+    }
+
+    @Test func streamDroppedWithoutIterationIsRemoved() {
+        let manager = PushTokenManager(logHandler: silent)
+        _ = manager.tokenStream
+        #expect(manager.subscriberCount == 0)
+        do {
+            let stream = manager.tokenStream
+            #expect(manager.subscriberCount == 1)
+            withExtendedLifetime(stream) {}
+        }
+        #expect(manager.subscriberCount == 0)
+    }
+
+    @Test func breakingOutOfTheLoopRemovesTheSubscription() async {
+        let manager = PushTokenManager(logHandler: silent)
+        for await value in manager.tokenStream {
+            #expect(value == nil)
+            #expect(manager.subscriberCount == 1)
+            break
+        }
+        #expect(manager.subscriberCount == 0)
+    }
+
+    @Test func deinitEndsAWaitingLoop() async {
+        var manager: PushTokenManager? = PushTokenManager(logHandler: silent)
+        weak let weakManager = manager
+        manager!.didRegister(deviceToken: token(1))
+        let stream = manager!.tokenStream
+        let (received, signal) = AsyncStream.makeStream(of: Void.self)
+        let loop = Task {
+            var seen: [String?] = []
+            for await value in stream {
+                seen.append(value)
+                signal.yield()
+            }
+            return seen
+        }
+        var iterator = received.makeAsyncIterator()
+        await iterator.next()
+        manager = nil
+        #expect(weakManager == nil)
+        #expect(await value(of: loop) == [hex(1)])
+    }
+
+    @Test func deinitDeliversTheBufferedValueThenEnds() async {
+        var manager: PushTokenManager? = PushTokenManager(logHandler: silent)
+        let stream = manager!.tokenStream
+        manager!.didRegister(deviceToken: token(2))
+        manager = nil
+        var seen: [String?] = []
+        for await value in stream {
+            seen.append(value)
+        }
+        #expect(seen == [hex(2)])
+    }
+
+    @Test func streamsDoNotKeepTheManagerAlive() async {
+        var manager: PushTokenManager? = PushTokenManager(logHandler: silent)
+        weak let weakManager = manager
+        let streams = (0..<3).map { _ in manager!.tokenStream }
+        #expect(weakManager?.subscriberCount == 3)
+        manager = nil
+        #expect(weakManager == nil)
+        for stream in streams {
+            var iterator = stream.makeAsyncIterator()
+            #expect(await iterator.next() == .some(nil))
+            #expect(await iterator.next() == nil)
+        }
+    }
+
+    @Test func streamOutlivingItsManagerCanBeDroppedAndCancelled() async {
+        var manager: PushTokenManager? = PushTokenManager(logHandler: silent)
+        let stream = manager!.tokenStream
+        let consumer = Task {
+            for await _ in stream {}
+        }
+        manager = nil
+        consumer.cancel()
+        await consumer.value
+    }
+}

@@ -1,0 +1,63 @@
+import Foundation
+import Testing
+
+@testable import ForgePushToken
+
+/// Rule 1: a token of N bytes becomes exactly 2N characters `[0-9a-f]`, byte order kept, any N.
+@Suite("Rule 1: hex encoding")
+struct HexEncodingTests {
+    @Test func encodesNibblesInByteOrder() {
+        #expect(DeviceTokenHex.encode([0x00, 0x0f, 0xa0, 0xff]) == "000fa0ff")
+        #expect(DeviceTokenHex.encode(Data([0x00, 0x0f, 0xa0, 0xff])) == "000fa0ff")
+        #expect(DeviceTokenHex.encode([UInt8]()) == "")
+    }
+
+    @Test func goldenValueForA32ByteToken() {
+        let bytes = (0..<32).map { UInt8($0 * 8 + 1) }
+        #expect(
+            DeviceTokenHex.encode(bytes)
+                == "0109111921293139414951596169717981899199a1a9b1b9c1c9d1d9e1e9f1f9"
+        )
+    }
+
+    @Test(arguments: [1, 32, 33, 100, 256])
+    func nBytesBecomeTwoNLowercaseHexDigits(count: Int) {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<50 {
+            let bytes = (0..<count).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+            let text = DeviceTokenHex.encode(bytes)
+            #expect(text.utf8.count == 2 * count)
+            #expect(text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) })
+            #expect(DeviceTokenHex.decode(text) == bytes)
+            #expect(DeviceTokenHex.decode(text.uppercased()) == bytes)
+        }
+    }
+
+    @Test func everyByteValueRoundTrips() {
+        let bytes = (0...255).map { UInt8($0) }
+        let text = DeviceTokenHex.encode(bytes)
+        #expect(text.hasPrefix("000102"))
+        #expect(text.hasSuffix("fdfeff"))
+        #expect(DeviceTokenHex.decode(text) == bytes)
+        #expect(DeviceTokenHex.decode(text[...]) == bytes)
+    }
+
+    @Test func managerPublishesTheEncodingOfAHundredByteToken() {
+        let bytes = (0..<100).map { UInt8(255 - $0) }
+        let manager = PushTokenManager(logHandler: silent)
+        manager.didRegister(deviceToken: Data(bytes))
+        #expect(manager.token == DeviceTokenHex.encode(bytes))
+        #expect(manager.token?.count == 200)
+        #expect(manager.token?.hasPrefix("fffefd") == true)
+    }
+
+    @Test func decodeAcceptsMixedCase() {
+        #expect(DeviceTokenHex.decode("0aF9") == [0x0a, 0xf9])
+        #expect(DeviceTokenHex.decode("ABCDEF") == [0xab, 0xcd, 0xef])
+    }
+
+    @Test(arguments: ["", "a", "abc", "0g", "zz", " 00", "00 ", "0x00", "é0", "00\n", "+1", "ab:cd"])
+    func decodeRejects(text: String) {
+        #expect(DeviceTokenHex.decode(text) == nil)
+    }
+}
