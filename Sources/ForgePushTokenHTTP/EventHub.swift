@@ -2,9 +2,12 @@ import ForgePushToken
 
 /// The subscribers of `GET /token/stream` and the fan-out of each new snapshot to them.
 ///
-/// One task (`run(service:)`) iterates the manager's `tokenStream`; on each emission it takes the
-/// service's current snapshot and offers it to every subscriber, which sends it only when its
-/// version is newer than the last one that subscriber was offered. A new subscriber gets the
+/// Each new snapshot is offered to every subscriber (`publish`), which sends it only when its
+/// version is newer than the last one that subscriber was offered. The `Responder` publishes the
+/// snapshot of every change it makes, on the thread that made it, right after the service's lock
+/// is released: no task hop or thread wake-up per change, and with no subscriber a publish costs
+/// one lock. (`run()` instead follows the manager's `tokenStream`, for a hub whose service is
+/// changed by other code; publishing the same version twice is harmless.) A new subscriber gets the
 /// current snapshot as its first event, taken in the same critical section that registers it, so
 /// no change is lost or sent twice.
 ///
@@ -26,7 +29,17 @@ public final class EventHub: Sendable {
         let wake: @Sendable () -> Void
     }
 
+    /// Events written to subscribers, and events skipped because a newer one replaced them unwritten.
+    public struct EventCounts: Sendable, Equatable {
+        /// Events started on a subscriber's connection.
+        public var sent: UInt64
+        /// Events a slow subscriber skipped (conflation).
+        public var skipped: UInt64
+    }
+
     struct State {
+        /// The counts of subscribers already removed.
+        var retired = EventCounts(sent: 0, skipped: 0)
         var entries: [UInt64: Entry] = [:]
         var nextID: UInt64 = 0
         var closing = false
@@ -65,9 +78,30 @@ public final class EventHub: Sendable {
         return try outcome.get()
     }
 
+    /// Each subscriber's `bufferedByteCount`, for tests that prove memory stays bounded.
+    package func bufferedByteCounts() -> [Int] {
+        state.withLock { $0.entries.values.map(\.subscriber.bufferedByteCount) }
+    }
+
     /// Removes a subscriber (its connection is gone). Unknown ids are ignored.
     public func remove(_ id: UInt64) {
-        _ = state.withLock { $0.entries.removeValue(forKey: id) }
+        state.withLock { state in
+            guard let entry = state.entries.removeValue(forKey: id) else { return }
+            let counts = entry.subscriber.eventCounts
+            state.retired.sent += counts.sent
+            state.retired.skipped += counts.skipped
+        }
+    }
+
+    /// Events sent and skipped since the hub was made, over every subscriber past and present.
+    public var eventCounts: EventCounts {
+        state.withLock { state in
+            state.entries.values.reduce(into: state.retired) { total, entry in
+                let counts = entry.subscriber.eventCounts
+                total.sent += counts.sent
+                total.skipped += counts.skipped
+            }
+        }
     }
 
     /// Offers `snapshot` to every subscriber and wakes those that were waiting.
@@ -98,7 +132,8 @@ public final class EventHub: Sendable {
     }
 
     /// Follows `service.manager.tokenStream` until the task is cancelled or the stream ends,
-    /// publishing the service's snapshot on each emission.
+    /// publishing the service's snapshot on each emission. Not needed when every change goes
+    /// through a `Responder`, which publishes them itself.
     public func run() async {
         for await _ in service.manager.tokenStream {
             publish(service.snapshot)

@@ -45,6 +45,9 @@ public final class EventSubscriber: Sendable {
         var heartbeatDue = false
         var ending: Ending?
         var suspended = false
+        /// Events this subscriber started to write, and events it skipped (replaced unwritten).
+        var sent: UInt64 = 0
+        var skipped: UInt64 = 0
 
         mutating func takeResume() -> Bool {
             guard suspended else { return false }
@@ -62,6 +65,18 @@ public final class EventSubscriber: Sendable {
         self.state = Locked(State(pending: first, lastOffered: first.version))
     }
 
+    /// The bytes this subscriber holds that the engine has not yet taken: the unwritten rest of the
+    /// event being written plus the pending event, if any. Bounded by two events whatever the
+    /// rate of changes; exposed so tests can prove it.
+    package var bufferedByteCount: Int {
+        state.withLock { ($0.output.count - $0.offset) + ($0.pending?.event.count ?? 0) }
+    }
+
+    /// Events sent to this subscriber and events it skipped (conflation), so far.
+    public var eventCounts: EventHub.EventCounts {
+        state.withLock { EventHub.EventCounts(sent: $0.sent, skipped: $0.skipped) }
+    }
+
     /// Offers `snapshot`; it replaces any unwritten older one, and is ignored when its version is
     /// not newer than the last one offered (so ids never repeat or go back).
     /// - Returns: `true` when the caller must resume the connection.
@@ -69,6 +84,7 @@ public final class EventSubscriber: Sendable {
         state.withLock { state in
             if let last = state.lastOffered, snapshot.version <= last { return false }
             guard state.ending == nil else { return false }
+            if state.pending != nil { state.skipped += 1 }
             state.pending = snapshot
             state.lastOffered = snapshot.version
             return state.takeResume()
@@ -108,6 +124,7 @@ public final class EventSubscriber: Sendable {
                 if let next = state.pending {
                     state.output = next.event
                     state.pending = nil
+                    state.sent += 1
                     state.heartbeatDue = false
                 } else if state.heartbeatDue, state.ending == nil {
                     state.output = ServerSentEvents.heartbeat

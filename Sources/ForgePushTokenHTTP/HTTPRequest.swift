@@ -19,7 +19,10 @@ public struct HTTPRequest: Sendable {
     /// it is split at the first `?`. A query string never changes routing.
     public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
         self.method = method
-        if let mark = target.firstIndex(of: "?") {
+        if !target.utf8.contains(UInt8(ascii: "?")) {  // the usual case, without a Character scan
+            self.path = target
+            self.query = nil
+        } else if let mark = target.firstIndex(of: "?") {
             self.path = String(target[..<mark])
             self.query = String(target[target.index(after: mark)...])
         } else {

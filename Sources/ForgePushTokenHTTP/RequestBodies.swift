@@ -16,6 +16,7 @@ public enum RequestBodies {
     /// (RFC 9110 §8.3.1: parameters such as `charset` do not change it). `nil` for no header.
     public static func mediaType(_ contentType: String?) -> String? {
         guard let contentType else { return nil }
+        if let ascii = asciiMediaType(contentType) { return ascii }
         let type = contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
         return String(type.trimmingASCIIWhitespace()).lowercased()
     }
@@ -47,6 +48,7 @@ public enum RequestBodies {
         case "multipart/form-data":
             throw invalidToken("multipart/form-data is not accepted; send the hex token with curl -d or --data-binary")
         default:
+            if let bytes = plainHexToken(body) { return bytes }
             guard let text = String(validating: body, as: UTF8.self) else {
                 throw invalidToken("the body is not UTF-8 text; send hex digits")
             }
@@ -83,6 +85,58 @@ public enum RequestBodies {
             throw ServiceError("invalid_request", "the body is not valid UTF-8 text")
         }
         return RegistrationFailure(message: text)
+    }
+
+    /// `mediaType` for an all-ASCII value, over its bytes (the common case, without the
+    /// `Character` machinery); `nil` when the value has a non-ASCII byte.
+    static func asciiMediaType(_ contentType: String) -> String? {
+        let result: String?? = contentType.utf8.withContiguousStorageIfAvailable { bytes -> String? in
+            guard !bytes.contains(where: { $0 >= 0x80 }) else { return nil }
+            var start = 0, end = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.count
+            while start < end, isASCIISpace(bytes[start]) { start += 1 }
+            while end > start, isASCIISpace(bytes[end - 1]) { end -= 1 }
+            if start == 0, end == bytes.count, !bytes.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) {
+                return contentType  // already a bare, lowercase media type
+            }
+            return String(decoding: bytes[start..<end].map(asciiLower), as: UTF8.self)
+        }
+        return result ?? nil
+    }
+
+    /// The token of a body that is nothing but hex text (ASCII whitespace at both ends allowed),
+    /// decoded straight from the bytes; `nil` for anything else (non-ASCII, a form, bad hex,
+    /// a bad length), which the general path then decodes or rejects with its message. For every
+    /// body it accepts, the result is the one the general path gives.
+    static func plainHexToken(_ body: [UInt8]) -> [UInt8]? {
+        body.withUnsafeBufferPointer { bytes -> [UInt8]? in
+            var start = 0, end = bytes.count
+            while start < end, isASCIISpace(bytes[start]) { start += 1 }
+            while end > start, isASCIISpace(bytes[end - 1]) { end -= 1 }
+            let count = end - start
+            guard count >= 2, count <= 2 * maxTokenBytes, count % 2 == 0 else { return nil }
+            var token = [UInt8](repeating: 0, count: count / 2)
+            for index in 0..<count / 2 {
+                guard let high = hexValue(bytes[start + 2 * index]),
+                      let low = hexValue(bytes[start + 2 * index + 1]) else { return nil }
+                token[index] = high << 4 | low
+            }
+            return token
+        }
+    }
+
+    @inline(__always)
+    static func isASCIISpace(_ byte: UInt8) -> Bool {
+        byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D || byte == 0x0C
+    }
+
+    @inline(__always)
+    static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte &- UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte &- UInt8(ascii: "a") &+ 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte &- UInt8(ascii: "A") &+ 10
+        default: nil
+        }
     }
 
     static func hexToken(_ text: Substring) throws(ServiceError) -> [UInt8] {

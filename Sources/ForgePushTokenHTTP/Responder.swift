@@ -20,6 +20,8 @@ public final class Responder: Sendable {
     public let service: TokenService
     /// The subscribers of the event stream.
     public let hub: EventHub
+    /// The service's counters, served at `GET /metrics`.
+    public let metrics = ServiceMetrics()
     /// Seconds a refused subscriber is told to wait (`Retry-After`).
     public let retryAfterSeconds = 5
     private let stopping = Locked(false)
@@ -57,16 +59,33 @@ public final class Responder: Sendable {
         case .fail:
             return .response(fail(request))
         case .token:
-            return .response(.json(200, service.snapshot.tokenBody, headers: ["Cache-Control": "no-store"]))
+            return .response(Self.tokenResponse(service.snapshot))
         case .stream:
             if method == "HEAD" { return .response(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders)) }
             return .eventStream
         case .healthz:
-            return .response(isStopping
-                ? .json(503, encoding: ["status": "shutting_down"])
-                : .json(200, encoding: ["status": "ok"]))
+            return .response(isStopping ? Self.shuttingDown : service.isDegraded ? Self.degraded : Self.healthy)
+        case .metrics:
+            let text = metrics.render(subscribers: hub.count, events: hub.eventCounts)
+            return .response(HTTPResponse(status: 200, headers: ["Content-Type": ServiceMetrics.contentType,
+                                                                 "Cache-Control": "no-store"],
+                                          body: Array(text.utf8)))
+        case .page:
+            return .response(HTTPResponse(status: 200, headers: ["Content-Type": LivePage.contentType],
+                                          body: LivePage.html))
         }
     }
+
+    /// The answer to `GET /token` at `snapshot`: 200, its pre-rendered body, `Cache-Control:
+    /// no-store`. The engine may build it once per version and reuse it for every request.
+    public static func tokenResponse(_ snapshot: TokenSnapshot) -> HTTPResponse {
+        .json(200, snapshot.tokenBody, headers: ["Cache-Control": "no-store"])
+    }
+
+    private static let healthy = HTTPResponse.json(200, encoding: ["status": "ok"])
+    private static let shuttingDown = HTTPResponse.json(503, encoding: ["status": "shutting_down"])
+    /// Serving, but the last change could not be saved to the state file.
+    private static let degraded = HTTPResponse.json(200, encoding: ["status": "degraded"])
 
     /// Registers an event-stream subscriber whose first event is the current token.
     /// - Parameter wake: resumes the subscriber's connection (see `EventSubscriber`).
@@ -90,8 +109,10 @@ public final class Responder: Sendable {
         do {
             let token = try RequestBodies.deviceToken(contentType: request.headers["Content-Type"], body: request.body)
             let change = service.register(deviceToken: token)
-            return .json(200, encoding: ChangeBody(token: change.snapshot.token, changed: change.changed))
+            metrics.increment(.registrationsAccepted)
+            return answer(change)
         } catch {
+            metrics.increment(.registrationsRejected)
             return .error(400, error)
         }
     }
@@ -101,10 +122,24 @@ public final class Responder: Sendable {
             let failure = try RequestBodies.registrationFailure(contentType: request.headers["Content-Type"],
                                                                 body: request.body)
             let change = service.fail(error: failure)
-            return .json(200, encoding: ChangeBody(token: change.snapshot.token, changed: change.changed))
+            metrics.increment(.failuresReported)
+            return answer(change)
         } catch {
             return .error(400, error)
         }
+    }
+
+    /// Publishes a change to the subscribers and answers it: 200 `{"changed":…,"token":…}`, or 503
+    /// `state_not_saved` when the state file could not be written (the change stays in memory and
+    /// is published all the same: it is the service's state now).
+    private func answer(_ change: TokenService.Change) -> HTTPResponse {
+        guard change.changed else { return .json(200, change.snapshot.changeBody(changed: false)) }
+        metrics.increment(.tokenChanges)
+        hub.publish(change.snapshot)
+        if let failure = change.saveFailure {
+            return .error(503, ServiceError("state_not_saved", "the change is in memory but was not saved: \(failure)"))
+        }
+        return .json(200, change.snapshot.changeBody(changed: true))
     }
 
     /// The 413 for a body over `limit` bytes (http-api.md: `payload_too_large`).

@@ -11,6 +11,10 @@ public enum Route: String, Sendable, CaseIterable {
     case stream = "/token/stream"
     /// `GET` / `HEAD /healthz`: liveness.
     case healthz = "/healthz"
+    /// `GET` / `HEAD /metrics`: Prometheus metrics.
+    case metrics = "/metrics"
+    /// `GET` / `HEAD /`: the live page.
+    case page = "/"
 
     /// The route of `path`, or `nil` (404).
     public init?(path: String) {
@@ -21,7 +25,7 @@ public enum Route: String, Sendable, CaseIterable {
     public var allowedMethods: [String] {
         switch self {
         case .register, .fail: ["POST"]
-        case .token, .stream, .healthz: ["GET", "HEAD"]
+        case .token, .stream, .healthz, .metrics, .page: ["GET", "HEAD"]
         }
     }
 }

@@ -30,6 +30,23 @@ public enum ServerSentEvents {
         return Array("id: \(id)\nevent: \(name)\ndata: \(data)\n\n".utf8)
     }
 
+    /// One event, as `event(id:name:data:)`, from a numeric id and data that are already UTF-8
+    /// bytes (a `TokenSnapshot` renders its event this way, once per version).
+    public static func event(id: UInt64, name: String, data: [UInt8]) -> [UInt8] {
+        precondition(!name.containsLineBreak && !data.contains { $0 == 0x0A || $0 == 0x0D },
+                     "SSE field values must not contain CR or LF")
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(40 + name.utf8.count + data.count)
+        bytes.append(contentsOf: "id: ".utf8)
+        bytes.append(contentsOf: String(id).utf8)
+        bytes.append(contentsOf: "\nevent: ".utf8)
+        bytes.append(contentsOf: name.utf8)
+        bytes.append(contentsOf: "\ndata: ".utf8)
+        bytes.append(contentsOf: data)
+        bytes.append(contentsOf: "\n\n".utf8)
+        return bytes
+    }
+
     /// A comment line followed by an empty line (`: <text>` LF LF); clients ignore it. Used as a
     /// heartbeat so that proxies keep an idle connection open.
     public static func comment(_ text: String) -> [UInt8] {

@@ -14,11 +14,22 @@ import ForgePushToken
 /// lock. The manager's own lock nests inside this one; the manager never calls back into the
 /// service, so the order cannot invert.
 ///
+/// With a `StateFile`, every change is written to it durably inside the same critical section,
+/// before the write returns (so before the request is answered): an acknowledged change is a
+/// durable one. A write that fails leaves the change in memory, reports `saved == false` and marks
+/// the service `degraded` until a later write succeeds.
+///
 /// Thread-safety: all members may be called from any thread.
 public final class TokenService: Sendable {
     /// The manager the service drives; its `tokenStream` feeds the event stream.
     public let manager: PushTokenManager
-    private let state: Locked<TokenSnapshot>
+    private let state: Locked<State>
+    private let stateFile: StateFile?
+
+    struct State: Sendable {
+        var snapshot: TokenSnapshot
+        var degraded = false
+    }
 
     /// The outcome of one write.
     public struct Change: Sendable, Equatable {
@@ -26,18 +37,44 @@ public final class TokenService: Sendable {
         public let snapshot: TokenSnapshot
         /// Whether the write changed the token (and so bumped the version).
         public let changed: Bool
+        /// The state file's error when the change could not be saved (it is kept in memory);
+        /// `nil` when it was saved, when nothing changed, or when there is no state file.
+        public var saveFailure: StateFile.Failure? = nil
     }
 
     /// Creates the service around `manager`, whose current token becomes version `version`
-    /// (0 for a fresh start).
-    public init(manager: PushTokenManager, version: UInt64 = 0) {
+    /// (0 for a fresh start), saving every change to `stateFile` when given.
+    public init(manager: PushTokenManager, version: UInt64 = 0, stateFile: StateFile? = nil) {
         self.manager = manager
-        self.state = Locked(TokenSnapshot(version: version, token: manager.token))
+        self.stateFile = stateFile
+        self.state = Locked(State(snapshot: TokenSnapshot(version: version, token: manager.token)))
+    }
+
+    /// Creates the service from a state file: the manager is given the saved token (if any) and
+    /// the service continues from the saved version, so ids keep growing across restarts. A
+    /// missing file is a first start (version 0, no token).
+    /// - Throws: `StateFile.Failure` when the file exists but cannot be read or parsed.
+    public convenience init(manager: PushTokenManager, restoringFrom stateFile: StateFile) throws(StateFile.Failure) {
+        let saved = try stateFile.load()
+        if let token = saved?.token, let bytes = DeviceTokenHex.decode(token) {
+            manager.didRegister(deviceToken: Data(bytes))
+        }
+        self.init(manager: manager, version: saved?.version ?? 0, stateFile: stateFile)
     }
 
     /// The current snapshot.
     public var snapshot: TokenSnapshot {
-        state.withLock { $0 }
+        state.withLock { $0.snapshot }
+    }
+
+    /// The current version alone (cheaper than `snapshot`: nothing is copied or retained).
+    public var version: UInt64 {
+        state.withLock { $0.snapshot.version }
+    }
+
+    /// Whether the last attempt to save a change to the state file failed (until one succeeds).
+    public var isDegraded: Bool {
+        state.withLock { $0.degraded }
     }
 
     /// Calls `didRegister(deviceToken:)` with `deviceToken` (1 or more bytes; the caller has
@@ -52,13 +89,23 @@ public final class TokenService: Sendable {
     }
 
     private func write(_ body: (PushTokenManager) -> Void) -> Change {
-        state.withLock { snapshot in
+        state.withLock { state in
             let before = manager.token
             body(manager)
             let after = manager.token
-            guard after != before else { return Change(snapshot: snapshot, changed: false) }
-            snapshot = TokenSnapshot(version: snapshot.version + 1, token: after)
-            return Change(snapshot: snapshot, changed: true)
+            guard after != before else { return Change(snapshot: state.snapshot, changed: false) }
+            state.snapshot = TokenSnapshot(version: state.snapshot.version + 1, token: after)
+            var change = Change(snapshot: state.snapshot, changed: true)
+            if let stateFile {
+                do throws(StateFile.Failure) {
+                    try stateFile.save(.init(token: after, version: state.snapshot.version))
+                    state.degraded = false
+                } catch {
+                    state.degraded = true
+                    change.saveFailure = error
+                }
+            }
+            return change
         }
     }
 }

@@ -9,11 +9,11 @@ import Musl
 
 /// The HTTP/1.1 server: one libmicrohttpd daemon in front of a `Responder`.
 ///
-/// libmicrohttpd runs one internal polling thread with epoll (`MHD_USE_INTERNAL_POLLING_THREAD |
-/// MHD_USE_EPOLL`) and `MHD_ALLOW_SUSPEND_RESUME`: an event-stream connection with nothing to send
-/// is suspended and costs no CPU until a new event, a heartbeat or its client's departure resumes
-/// it. Data walks one way: libmicrohttpd's thread → this adapter → `Responder` →
-/// `PushTokenManager` → `tokenStream` → `EventHub` → this adapter.
+/// `configuration.threads` libmicrohttpd daemons in epoll mode with `MHD_ALLOW_SUSPEND_RESUME`
+/// share the listening socket, each run by its own `DaemonLoop` thread: an event-stream connection
+/// with nothing to send is suspended and costs no CPU until a new event, a heartbeat or its
+/// client's departure resumes it. Data walks one way: libmicrohttpd's thread → this adapter → `Responder` → `TokenService`
+/// (→ `PushTokenManager`) → `EventHub` → each subscriber's connection, resumed by this adapter.
 ///
 /// Lifecycle: `start()` once, then `shutdown()` once; the server must stay alive in between
 /// (libmicrohttpd's callbacks hold an unretained reference to it).
@@ -26,15 +26,17 @@ public final class MicroHTTPDServer: Sendable {
     public let responder: Responder
     let log: ServerLog
     let watcher: SubscriberWatcher
+    /// The `GET /token` response of the current token version.
+    let tokenResponses = TokenResponseCache()
     /// Requests that reached the access handler and have not completed, streams included.
     let inFlight = Locked(0)
     private let running = Locked<Running?>(nil)
 
     /// What exists between `start()` and `shutdown()`.
     struct Running: Sendable {
-        let daemon: DaemonHandle
+        let daemons: [DaemonHandle]
+        let contexts: [DaemonContext]
         let logger: LoggerHandle
-        let broadcaster: Task<Void, Never>
         let authority: String
     }
 
@@ -59,27 +61,46 @@ public final class MicroHTTPDServer: Sendable {
         raiseFileLimit()
         let socket = try ListeningSocket.bind(host: configuration.host, port: configuration.port)
         let logger = LoggerHandle(log: log)
-        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
-            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
+        // No MHD_USE_INTERNAL_POLLING_THREAD: each daemon is driven by a DaemonLoop (see there why).
+        var flags = MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
         if socket.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
         var options = [
             MHD_OptionItem(option: .CONNECTION_LIMIT, value: configuration.connectionLimit, ptr_value: nil),
+            MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: configuration.connectionMemoryLimit, ptr_value: nil),
+            // Ordinary connections idle longer than this are closed; event streams opt out (see
+            // openStream), which also puts them on the list libmicrohttpd's epoll loop visits in full.
+            MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: configuration.idleTimeoutSeconds, ptr_value: nil),
             MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
         ]
-        let cls = Unmanaged.passUnretained(self).toOpaque()
-        let daemon = fpt_start_daemon(flags, mhdAccessHandler, cls, mhdRequestCompleted, cls,
-                                      socket.fd, logger.pointer, &options)
-        guard let daemon else {
+        // One daemon per thread, all taking connections from the one listening socket (which
+        // libmicrohttpd makes non-blocking), as libmicrohttpd's own thread pool does.
+        var daemons: [DaemonHandle] = []
+        var contexts: [DaemonContext] = []
+        do throws(ServerError) {
+            for _ in 0..<max(1, configuration.threads) {
+                let context = DaemonContext(server: self, loop: try DaemonLoop())
+                let cls = Unmanaged.passUnretained(context).toOpaque()
+                guard let daemon = fpt_start_daemon(flags, mhdAccessHandler, cls, mhdRequestCompleted, cls,
+                                                    socket.fd, logger.pointer, &options) else {
+                    throw .daemonStartFailed(socket.authority)
+                }
+                daemons.append(DaemonHandle(pointer: daemon))
+                contexts.append(context)
+                try context.loop.start(daemon: daemons[daemons.count - 1])
+            }
+        } catch {
+            for (index, daemon) in daemons.enumerated() {
+                _ = MHD_quiesce_daemon(daemon.pointer)  // so that stopping it leaves the shared socket open
+                if index < contexts.count { contexts[index].loop.stop() }
+                MHD_stop_daemon(daemon.pointer)
+            }
             close(socket.fd)
             logger.deallocate()
-            throw .daemonStartFailed(socket.authority)
+            throw error
         }
         watcher.start()
-        let hub = responder.hub
-        let broadcaster = Task.detached { await hub.run() }
         running.withLock {
-            $0 = Running(daemon: DaemonHandle(pointer: daemon), logger: logger, broadcaster: broadcaster,
-                         authority: socket.authority)
+            $0 = Running(daemons: daemons, contexts: contexts, logger: logger, authority: socket.authority)
         }
         log.log(.info, "listening on http://\(socket.authority)")
         return socket.authority
@@ -91,7 +112,8 @@ public final class MicroHTTPDServer: Sendable {
     /// Returns when the daemon has stopped. Does nothing when the server is not running.
     public func shutdown() {
         guard let run = running.withLock({ state in defer { state = nil }; return state }) else { return }
-        let listenFD = MHD_quiesce_daemon(run.daemon.pointer)
+        var listenFD: Int32 = -1
+        for daemon in run.daemons { listenFD = max(listenFD, MHD_quiesce_daemon(daemon.pointer)) }
         if listenFD >= 0 { close(listenFD) }
         responder.beginShutdown()
         let grace = configuration.shutdownGraceSeconds
@@ -102,9 +124,10 @@ public final class MicroHTTPDServer: Sendable {
         // subscriber (which resumes it) and let the daemon close them.
         responder.hub.abortAll()
         _ = waitUntil(seconds: 1) { responder.hub.count == 0 }
-        run.broadcaster.cancel()
         watcher.stop()
-        MHD_stop_daemon(run.daemon.pointer)
+        for context in run.contexts { context.loop.stop() }
+        for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }
+        tokenResponses.clear()
         run.logger.deallocate()
         log.log(.info, "stopped")
     }
@@ -137,7 +160,9 @@ public final class MicroHTTPDServer: Sendable {
 ///
 /// `@unchecked Sendable` is sound because the pointer is only passed to libmicrohttpd functions
 /// that its manual allows from any thread (`MHD_quiesce_daemon`, `MHD_stop_daemon`), and only by
-/// `shutdown()`, which takes it out of the server's lock so that it is used once.
+/// `shutdown()`, which takes it out of the server's lock so that it is used once, and to the
+/// functions that drive the daemon (`MHD_get_fdset2`, `MHD_get_timeout`, `MHD_run`), which only its
+/// `DaemonLoop`'s thread calls, and which `shutdown()` stops before `MHD_stop_daemon`.
 struct DaemonHandle: @unchecked Sendable {
     let pointer: OpaquePointer
 }
@@ -166,10 +191,17 @@ final class LogBox: Sendable {
     init(log: ServerLog) { self.log = log }
 }
 
-/// libmicrohttpd's own error messages, into the service's log at warning level.
+/// libmicrohttpd's own error messages, into the service's log at warning level; the one it writes
+/// for every event stream whose client has gone (the stream ends with
+/// `MHD_CONTENT_READER_END_WITH_ERROR`, which is how a departed subscriber is closed) at debug
+/// level, as it is routine, not a fault (10,000 departing subscribers made 10,000 warnings).
 private func mhdLog(_ cls: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {
     guard let cls, let message else { return }
+    let log = Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log
+    let routine = strncmp(message, "Closing connection (application error generating response)", 58) == 0
+    let level: PushTokenManager.LogLevel = routine ? .debug : .warning
+    guard level >= log.minimumLevel else { return }
     var text = String(cString: message)
     while let last = text.last, last.isWhitespace { text.removeLast() }
-    Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log.log(.warning, "libmicrohttpd: \(text)")
+    log.log(level, "libmicrohttpd: \(text)")
 }

@@ -17,6 +17,8 @@ final class RequestContext {
     let method: String
     let path: String
     let started = ContinuousClock.now
+    /// `GET` or `HEAD /token`: answered from the `TokenResponseCache`.
+    let isTokenRead: Bool
     var body: [UInt8] = []
     var tooLarge = false
     var responded = false
@@ -24,10 +26,27 @@ final class RequestContext {
     var bytes = 0
     var stream: EventStream?
 
-    init(method: String, path: String) {
+    init(method: String, path: String, isTokenRead: Bool) {
         self.method = method
         self.path = path
+        self.isTokenRead = isTokenRead
     }
+}
+
+/// `*con_cls` of a `GET /token` or `HEAD /token` without a body while the access log is off: a
+/// marker instead of a `RequestContext`, so that the commonest request allocates nothing (the
+/// completed callback needs nothing from it but to count the request out). The markers are the
+/// addresses 1 and 2, which no allocation can have; they are compared, never dereferenced.
+private var tokenGetMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 1)! }
+private var tokenHeadMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 2)! }
+
+/// Whether `method` and `url` (as libmicrohttpd passes them: the path without the query) are a
+/// `GET` or `HEAD` of `/token`. `strcmp` on the C strings: no `String` is made.
+private func tokenRead(_ method: UnsafePointer<CChar>, _ url: UnsafePointer<CChar>) -> UnsafeMutableRawPointer? {
+    guard strcmp(url, "/token") == 0 else { return nil }
+    if strcmp(method, "GET") == 0 { return tokenGetMarker }
+    if strcmp(method, "HEAD") == 0 { return tokenHeadMarker }
+    return nil
 }
 
 /// `MHD_AccessHandlerCallback`. libmicrohttpd calls it once with the headers (`*con_cls` still
@@ -41,18 +60,38 @@ func mhdAccessHandler(
     _ uploadSize: UnsafeMutablePointer<Int>?, _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
 ) -> MHD_Result {
     guard let cls, let connection, let url, let method, let uploadSize, let contextSlot else { return .NO }
-    let server = Unmanaged<MicroHTTPDServer>.fromOpaque(cls).takeUnretainedValue()
+    let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
+    let server = daemon.server
     let limit = server.configuration.maxBodyBytes
 
-    guard let existing = contextSlot.pointee else {
-        let context = RequestContext(method: String(cString: method), path: String(cString: url))
-        contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
+    guard var existing = contextSlot.pointee else {
+        let marker = tokenRead(method, url)
+        let length = header(connection, "Content-Length").flatMap { UInt64($0) }
         server.inFlight.withLock { $0 += 1 }
-        if let length = header(connection, "Content-Length").flatMap({ UInt64($0) }), length > UInt64(limit) {
+        if let marker, length == nil, !server.configuration.accessLog {
+            contextSlot.pointee = marker
+            return .YES
+        }
+        let context = RequestContext(method: String(cString: method), path: String(cString: url),
+                                     isTokenRead: marker != nil)
+        contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
+        if let length, length > UInt64(limit) {
             context.tooLarge = true
             return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
         }
         return .YES
+    }
+    if existing == tokenGetMarker || existing == tokenHeadMarker {
+        // The fast path: answered from the cache in this second call (which keeps the connection
+        // alive). A chunked body, the one kind not announced by Content-Length, turns it back into
+        // an ordinary request so that its size is checked as for any other.
+        if uploadSize.pointee == 0 {
+            return server.tokenResponses.queue(on: connection, service: server.responder.service).result
+        }
+        let context = RequestContext(method: existing == tokenGetMarker ? "GET" : "HEAD", path: "/token",
+                                     isTokenRead: true)
+        existing = Unmanaged.passRetained(context).toOpaque()
+        contextSlot.pointee = existing
     }
     let context = Unmanaged<RequestContext>.fromOpaque(existing).takeUnretainedValue()
 
@@ -75,6 +114,14 @@ func mhdAccessHandler(
     if context.tooLarge {
         return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
     }
+    if context.isTokenRead {
+        context.body = []
+        let (result, bytes) = server.tokenResponses.queue(on: connection, service: server.responder.service)
+        context.responded = true
+        context.status = 200
+        context.bytes = bytes
+        return result
+    }
 
     var headers = HTTPHeaders()
     if let type = header(connection, "Content-Type") { headers.add("Content-Type", type) }
@@ -84,7 +131,7 @@ func mhdAccessHandler(
     case .response(let response):
         return respond(response, on: connection, context: context)
     case .eventStream:
-        return openStream(on: connection, context: context, server: server)
+        return openStream(on: connection, context: context, daemon: daemon)
     }
 }
 
@@ -96,11 +143,21 @@ func mhdRequestCompleted(
 ) {
     guard let cls, let contextSlot, let raw = contextSlot.pointee else { return }
     contextSlot.pointee = nil
-    let server = Unmanaged<MicroHTTPDServer>.fromOpaque(cls).takeUnretainedValue()
+    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
+    if raw == tokenGetMarker || raw == tokenHeadMarker {
+        server.inFlight.withLock { $0 -= 1 }
+        // The fast path keeps no context, so no start time: counted, not timed.
+        server.responder.metrics.recordRequest(path: Route.token.rawValue, method: raw == tokenGetMarker ? "GET" : "HEAD",
+                                               status: 200, seconds: nil)
+        return
+    }
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
     server.inFlight.withLock { $0 -= 1 }
-    guard server.configuration.accessLog else { return }
     let elapsed = ContinuousClock.now - context.started
+    server.responder.metrics.recordRequest(
+        path: context.path, method: context.method, status: context.status,
+        seconds: context.stream == nil ? Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18 : nil)
+    guard server.configuration.accessLog else { return }
     let micros = elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000
     let bytes = context.stream?.bytesWritten ?? context.bytes
     let status = context.status == 0 ? "-" : String(context.status)
@@ -109,18 +166,12 @@ func mhdRequestCompleted(
 
 /// Queues a complete response (libmicrohttpd copies the body).
 func respond(_ response: HTTPResponse, on connection: OpaquePointer, context: RequestContext) -> MHD_Result {
-    let body = response.body
-    let mhdResponse = body.withUnsafeBytes {
-        MHD_create_response_from_buffer(body.count, UnsafeMutableRawPointer(mutating: $0.baseAddress),
-                                        .RESPMEM_MUST_COPY)
-    }
-    guard let mhdResponse else { return .NO }
-    addHeaders(response.headers, to: mhdResponse)
+    guard let mhdResponse = makeResponse(response) else { return .NO }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)
     context.responded = true
     context.status = response.status
-    context.bytes = body.count
+    context.bytes = response.body.count
     return result
 }
 

@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// How a `MicroHTTPDServer` listens and what it allows. Defaults follow http-api.md.
 public struct ServerConfiguration: Sendable, Equatable {
     /// The address to listen on: an IPv4 or IPv6 literal, or `localhost` (which means
@@ -15,6 +23,34 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var accessLog: Bool = true
     /// Seconds that graceful shutdown gives requests in flight before closing them. Default 3.
     public var shutdownGraceSeconds: Double = 3
+
+    /// Bytes of libmicrohttpd's per-connection memory pool (`MHD_OPTION_CONNECTION_MEMORY_LIMIT`),
+    /// which holds a request's line and header fields and the response's header block and chunk
+    /// buffer. libmicrohttpd touches all of it for every connection, so it is most of the memory of
+    /// an idle subscriber, and it zeroes all of it between two requests on one connection. A request
+    /// whose line and header fields do not fit is answered by libmicrohttpd itself (431 or 414).
+    /// Default 8192 (libmicrohttpd's own default is 32768). Not smaller: the response's header block
+    /// must fit beside the request's, and at 4096 a request with about 3.7 KB of header fields
+    /// (ordinary cookies) was carried out but its connection closed without an answer.
+    public var connectionMemoryLimit: Int = 8192
+
+    /// Seconds an ordinary connection may stay idle before libmicrohttpd closes it
+    /// (`MHD_OPTION_CONNECTION_TIMEOUT`), so idle sockets cannot hold the connection limit forever.
+    /// Event streams are exempt (they stay open while idle; a departed client is noticed by its
+    /// socket). Default 60.
+    public var idleTimeoutSeconds: Int = 60
+
+    /// Threads serving connections, each running one libmicrohttpd daemon with its own epoll set;
+    /// all take connections from the one listening socket (as libmicrohttpd's own thread pool
+    /// does). Idle event streams cost no thread (they are suspended); more threads spread request
+    /// handling and the fan-out of an event over the cores (on loopback, writing an event to a
+    /// subscriber's socket is most of a publish's cost). Default: the online cores, at most 8.
+    public var threads: Int = ServerConfiguration.defaultThreads
+
+    /// The online cores (`sysconf(_SC_NPROCESSORS_ONLN)`), at least 1 and at most 8.
+    public static var defaultThreads: Int {
+        min(8, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+    }
 
     /// Creates the default configuration.
     public init() {}

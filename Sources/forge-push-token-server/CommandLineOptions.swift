@@ -6,6 +6,8 @@ import MicroHTTPDServer
 struct CommandLineOptions: Equatable {
     var server = ServerConfiguration()
     var logLevel: PushTokenManager.LogLevel = .info
+    /// `--state-file PATH`: where the token and its version survive restarts; `nil` for none.
+    var stateFile: String?
     var action: Action = .run
 
     enum Action: Equatable { case run, help, version, healthCheck }
@@ -19,6 +21,7 @@ struct CommandLineOptions: Equatable {
         usage: forge-push-token-server [--host ADDR] [--port N] [--heartbeat SECONDS]
                                        [--max-body-bytes N] [--max-subscribers N]
                                        [--log-level debug|info|warning|error] [--access-log on|off]
+                                       [--state-file PATH]
                                        [--version] [--help] [--health-check]
 
           --host ADDR             IPv4 or IPv6 literal, or localhost (default 127.0.0.1)
@@ -28,6 +31,8 @@ struct CommandLineOptions: Equatable {
           --max-subscribers N     most event-stream subscribers at once (default 10000)
           --log-level LEVEL       debug, info, warning or error (default info)
           --access-log on|off     one log line per request (default on)
+          --state-file PATH       keep the token and its version in PATH across restarts (written
+                                  durably before each change is answered; default: none)
           --version               print the version and exit
           --help                  print this help and exit
           --health-check          ask GET /healthz of the service at --host/--port (a wildcard
@@ -38,7 +43,8 @@ struct CommandLineOptions: Equatable {
         """
 
     /// The flags that take a value, in the order of the usage text.
-    static let valueFlags = ["host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log"]
+    static let valueFlags = ["host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log",
+                             "state-file"]
 
     /// Parses `arguments` (without the program name) over `environment`.
     static func parse(_ arguments: [String], environment: [String: String]) throws(UsageError) -> CommandLineOptions {
@@ -106,6 +112,10 @@ struct CommandLineOptions: Equatable {
                 throw UsageError(description: "--log-level must be debug, info, warning or error, not \(level)")
             }
             logLevel = parsed
+        }
+        if let path = values["state-file"] {
+            guard !path.isEmpty else { throw UsageError(description: "--state-file needs a path") }
+            stateFile = path
         }
         if let access = values["access-log"] {
             switch access {

@@ -18,6 +18,15 @@ import ForgePushToken
 import ForgePushTokenHTTP
 import MicroHTTPDServer
 
+// First of all, so that a SIGTERM that arrives while the process is still starting is held until
+// the sigwait below (and then shuts down cleanly) instead of killing the process.
+var signals = sigset_t()
+sigemptyset(&signals)
+sigaddset(&signals, SIGTERM)
+sigaddset(&signals, SIGINT)
+pthread_sigmask(SIG_BLOCK, &signals, nil)
+signal(SIGPIPE, SIG_IGN)
+
 func printError(_ text: String) {
     ServerLog.standardError(text.hasSuffix("\n") ? text : text + "\n")
 }
@@ -43,16 +52,22 @@ case .run:
     break
 }
 
-var signals = sigset_t()
-sigemptyset(&signals)
-sigaddset(&signals, SIGTERM)
-sigaddset(&signals, SIGINT)
-pthread_sigmask(SIG_BLOCK, &signals, nil)
-signal(SIGPIPE, SIG_IGN)
 
 let log = ServerLog(minimumLevel: options.logLevel)
 let manager = PushTokenManager(logHandler: log.managerHandler)
-let responder = Responder(service: TokenService(manager: manager), maxSubscribers: options.server.maxSubscribers)
+let service: TokenService
+if let path = options.stateFile {
+    do {
+        service = try TokenService(manager: manager, restoringFrom: StateFile(path: path))
+    } catch {
+        printError("forge-push-token-server: \(error)")
+        exit(1)
+    }
+    log.log(.info, "state file \(path): version \(service.version)")
+} else {
+    service = TokenService(manager: manager)
+}
+let responder = Responder(service: service, maxSubscribers: options.server.maxSubscribers)
 let server: MicroHTTPDServer
 do {
     server = try MicroHTTPDServer(configuration: options.server, responder: responder, log: log)

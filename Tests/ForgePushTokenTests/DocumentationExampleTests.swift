@@ -11,7 +11,7 @@ import ForgePushToken
 /// Uploads the device token to your backend whenever it changes.
 ///
 /// Skips `nil` (no token) and a token that was already uploaded. Retries a failed upload with
-/// exponential backoff, and gives up on a token as soon as the manager holds another one.
+/// exponential backoff, and gives up on a token at its next retry once the manager holds another one.
 actor DeviceTokenUploader {
     private let manager: PushTokenManager
     private let upload: @Sendable (String) async throws -> Void

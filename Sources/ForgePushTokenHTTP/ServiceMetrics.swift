@@ -1,0 +1,155 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import ForgePushToken
+
+/// The service's metrics, rendered for `GET /metrics` in the Prometheus text exposition format,
+/// version 0.0.4 (Prometheus documentation, "Exposition formats").
+///
+/// Names follow Prometheus conventions: the `forge_push_token_` prefix, `_total` on counters,
+/// base units (seconds). Label values come from fixed sets (routes, methods), so the number of
+/// series is bounded whatever clients send.
+///
+/// Thread-safety: all members may be called from any thread; the counters live behind one lock.
+public final class ServiceMetrics: Sendable {
+    /// A plain counter of the service.
+    public enum Counter: Int, Sendable, CaseIterable {
+        /// Changes of the token (each bumps the version).
+        case tokenChanges
+        /// `POST /register` requests whose token was accepted (changed or not).
+        case registrationsAccepted
+        /// `POST /register` requests rejected with 400 or 413.
+        case registrationsRejected
+        /// `POST /fail` requests accepted (a failure reported to the manager).
+        case failuresReported
+
+        var name: String {
+            switch self {
+            case .tokenChanges: "forge_push_token_token_changes_total"
+            case .registrationsAccepted: "forge_push_token_registrations_accepted_total"
+            case .registrationsRejected: "forge_push_token_registrations_rejected_total"
+            case .failuresReported: "forge_push_token_failures_reported_total"
+            }
+        }
+
+        var help: String {
+            switch self {
+            case .tokenChanges: "Changes of the device token; each bumps the version."
+            case .registrationsAccepted: "POST /register requests whose device token was accepted."
+            case .registrationsRejected: "POST /register requests rejected (400 or 413)."
+            case .failuresReported: "POST /fail requests accepted: registration failures reported."
+            }
+        }
+    }
+
+    /// Upper bounds of the request-duration histogram's buckets, in seconds.
+    public static let durationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1]
+
+    struct RequestKey: Hashable, Sendable {
+        let route: String
+        let method: String
+        let status: Int
+    }
+
+    struct Histogram: Sendable {
+        var buckets = [UInt64](repeating: 0, count: ServiceMetrics.durationBuckets.count)
+        var sum = 0.0
+        var count: UInt64 = 0
+    }
+
+    struct State: Sendable {
+        var counters = [UInt64](repeating: 0, count: Counter.allCases.count)
+        var requests: [RequestKey: UInt64] = [:]
+        var durations: [String: Histogram] = [:]
+    }
+
+    private let state = Locked(State())
+    /// When the service started, in seconds since the Unix epoch.
+    public let startTime: Double
+
+    /// Creates metrics, all zero, with the start time now.
+    public init() {
+        startTime = Date.now.timeIntervalSince1970
+    }
+
+    /// Adds one to `counter`.
+    public func increment(_ counter: Counter) {
+        state.withLock { $0.counters[counter.rawValue] += 1 }
+    }
+
+    /// The value of `counter`.
+    public func value(_ counter: Counter) -> UInt64 {
+        state.withLock { $0.counters[counter.rawValue] }
+    }
+
+    /// Records one completed HTTP request.
+    /// - Parameters:
+    ///   - path: the request path; only the API's routes are kept as labels, anything else is
+    ///     counted as `route="other"`.
+    ///   - method: the method; other than GET, HEAD, POST, OPTIONS it is counted as `other`.
+    ///   - status: the status code sent.
+    ///   - seconds: from the request's arrival to its completion, or `nil` when not timed (event
+    ///     streams, whose duration is the connection's lifetime, and requests the engine answered
+    ///     on a fast path without a start time).
+    public func recordRequest(path: String, method: String, status: Int, seconds: Double?) {
+        let route = Route(path: path)?.rawValue ?? "other"
+        let method = ["GET", "HEAD", "POST", "OPTIONS"].contains(method) ? method : "other"
+        let key = RequestKey(route: route, method: method, status: status)
+        state.withLock { state in
+            state.requests[key, default: 0] += 1
+            guard let seconds else { return }
+            var histogram = state.durations[route] ?? Histogram()
+            if let bucket = Self.durationBuckets.firstIndex(where: { seconds <= $0 }) { histogram.buckets[bucket] += 1 }
+            histogram.sum += seconds
+            histogram.count += 1
+            state.durations[route] = histogram
+        }
+    }
+
+    /// The exposition text (`Content-Type: text/plain; version=0.0.4; charset=utf-8`).
+    /// - Parameters:
+    ///   - subscribers: event-stream subscribers connected now.
+    ///   - events: events sent to subscribers and skipped by conflation, since start.
+    public func render(subscribers: Int, events: EventHub.EventCounts) -> String {
+        let state = state.withLock { $0 }
+        var text = ""
+        func family(_ name: String, _ type: String, _ help: String) {
+            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+        }
+        family("forge_push_token_subscribers", "gauge", "Event-stream subscribers connected now.")
+        text += "forge_push_token_subscribers \(subscribers)\n"
+        for counter in Counter.allCases {
+            family(counter.name, "counter", counter.help)
+            text += "\(counter.name) \(state.counters[counter.rawValue])\n"
+        }
+        family("forge_push_token_events_sent_total", "counter", "Token events written to subscribers.")
+        text += "forge_push_token_events_sent_total \(events.sent)\n"
+        family("forge_push_token_events_skipped_total", "counter",
+               "Token events a slow subscriber skipped because a newer one replaced them (conflation).")
+        text += "forge_push_token_events_skipped_total \(events.skipped)\n"
+        family("forge_push_token_http_requests_total", "counter", "HTTP requests by route, method and status.")
+        for (key, count) in state.requests.sorted(by: { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }) {
+            text += "forge_push_token_http_requests_total{route=\"\(key.route)\",method=\"\(key.method)\",status=\"\(key.status)\"} \(count)\n"
+        }
+        let name = "forge_push_token_http_request_duration_seconds"
+        family(name, "histogram", "Time from a request's arrival to its completion, by route; not timed: event streams, and GET /token while the access log is off (an allocation-free path).")
+        for (route, histogram) in state.durations.sorted(by: { $0.key < $1.key }) {
+            var cumulative: UInt64 = 0
+            for (bound, count) in zip(Self.durationBuckets, histogram.buckets) {
+                cumulative += count
+                text += "\(name)_bucket{route=\"\(route)\",le=\"\(bound)\"} \(cumulative)\n"
+            }
+            text += "\(name)_bucket{route=\"\(route)\",le=\"+Inf\"} \(histogram.count)\n"
+            text += "\(name)_sum{route=\"\(route)\"} \(histogram.sum)\n"
+            text += "\(name)_count{route=\"\(route)\"} \(histogram.count)\n"
+        }
+        family("forge_push_token_start_time_seconds", "gauge", "When the service started, in seconds since the Unix epoch.")
+        text += "forge_push_token_start_time_seconds \(startTime)\n"
+        return text
+    }
+
+    /// The `Content-Type` of `render`'s text.
+    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+}

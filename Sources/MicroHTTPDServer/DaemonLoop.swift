@@ -1,0 +1,124 @@
+import CMicroHTTPD
+import Dispatch
+import ForgePushToken
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The thread that runs one libmicrohttpd daemon: waits on the daemon's epoll set and on its own
+/// wake-up signal, lets the daemon do all the work that is ready (`MHD_run`), and again.
+///
+/// Why not libmicrohttpd's own polling thread (`MHD_USE_INTERNAL_POLLING_THREAD`): libmicrohttpd
+/// 0.9.75 (Debian 12) drains its epoll set in rounds of 128 events, and when a round is exactly 128
+/// it waits again **with the full timeout**, which is "forever" when no connection has a timeout
+/// (ours have none: event streams are long-lived). So when 128 or more sockets become ready at once
+/// (say 256 subscribers connecting together), the thread blocks with the requests it has just
+/// read still unanswered, until some other socket event happens to wake it: the bench's fan-out
+/// client, which waits for every subscriber's first event before doing anything else, hung in
+/// half of its runs (src/microhttpd/daemon.c, `MHD_epoll`, the `while (MAX_EVENTS == num_events)`
+/// loop). Driven from outside, `MHD_run` never blocks (it passes a zero timeout to every
+/// `epoll_wait`), and this loop blocks only when the daemon says it has no work left
+/// (`MHD_get_timeout`).
+///
+/// Resuming: in this mode libmicrohttpd has no inter-thread channel, so `MHD_resume_connection`
+/// only marks the connection; whoever resumes one then calls `wake()`. Wake-ups are coalesced: the
+/// first since the loop last ran the daemon writes the eventfd, the others only see the flag. So a
+/// publish that resumes 10,000 subscribers costs one system call, not one per subscriber (as
+/// libmicrohttpd's own thread did, whose channel every resume wrote to).
+///
+/// Thread-safety: `start(daemon:)` once, then `stop()` once; `wake()` from any thread.
+final class DaemonLoop: Sendable {
+    private let signal: Int32
+    private let wakePending = Locked(false)
+    private let stopping = Locked(false)
+    private let finished = DispatchSemaphore(value: 0)
+    /// The longest the loop waits for a socket event before running the daemon anyway, in
+    /// milliseconds.
+    static let maximumWait: UInt64 = 500
+
+    /// - Throws: `ServerError.socket` when the wake-up eventfd cannot be made.
+    init() throws(ServerError) {
+        signal = eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
+        guard signal >= 0 else { throw .socket(call: "eventfd", address: "daemon loop", errno: errno) }
+    }
+
+    deinit {
+        close(signal)
+    }
+
+    /// Starts the thread that runs `daemon` (started without an internal polling thread).
+    /// - Throws: `ServerError.socket` when the daemon reports no epoll set.
+    func start(daemon: DaemonHandle) throws(ServerError) {
+        // In epoll mode, MHD_get_fdset2 reports the daemon's epoll fd, and only it.
+        var readSet = fd_set(), writeSet = fd_set(), exceptSet = fd_set()
+        var maxFD: Int32 = -1
+        guard MHD_get_fdset2(daemon.pointer, &readSet, &writeSet, &exceptSet, &maxFD, 1024 /* FD_SETSIZE */) == .YES,
+              maxFD >= 0 else {
+            throw .socket(call: "MHD_get_fdset2", address: "libmicrohttpd daemon", errno: EBADF)
+        }
+        let epollFD = maxFD
+        DispatchQueue(label: "forge-push-token.http").async { [self] in
+            run(daemon, epollFD: epollFD)
+            finished.signal()
+        }
+    }
+
+    /// Makes the loop run the daemon soon: call it after `MHD_resume_connection`.
+    func wake() {
+        let first = wakePending.withLock { pending in
+            defer { pending = true }
+            return !pending
+        }
+        if first { poke() }
+    }
+
+    /// Ends the loop and waits for its thread; the daemon may then be stopped.
+    func stop() {
+        stopping.withLock { $0 = true }
+        poke()
+        finished.wait()
+    }
+
+    private func poke() {
+        var one: UInt64 = 1
+        _ = write(signal, &one, 8)
+    }
+
+    private func run(_ daemon: DaemonHandle, epollFD: Int32) {
+        var fds = [pollfd(fd: epollFD, events: Int16(POLLIN), revents: 0),
+                   pollfd(fd: signal, events: Int16(POLLIN), revents: 0)]
+        while true {
+            // Never wait more than `maximumWait`, as a backstop: work that libmicrohttpd leaves for
+            // a later round (such as freeing a closed connection) must not wait for an unrelated
+            // socket event. Two idle wake-ups a second cost nothing measurable.
+            var timeout: UInt64 = 0
+            let wait: Int32 = MHD_get_timeout(daemon.pointer, &timeout) == .YES
+                ? Int32(clamping: min(timeout, Self.maximumWait)) : Int32(Self.maximumWait)
+            if poll(&fds, 2, wait) > 0, fds[1].revents != 0 {
+                var count: UInt64 = 0
+                _ = read(signal, &count, 8)
+                if stopping.withLock({ $0 }) { return }
+            }
+            // Cleared before the daemon runs: a resume from now on either is seen by this run or
+            // writes the eventfd again.
+            wakePending.withLock { $0 = false }
+            _ = MHD_run(daemon.pointer)
+        }
+    }
+}
+
+/// What one daemon's callbacks receive as their `cls`: the server, and the loop that runs that
+/// daemon (which a resumed connection must wake).
+///
+/// Retained by the server's running state until after `MHD_stop_daemon`.
+final class DaemonContext: Sendable {
+    let server: MicroHTTPDServer
+    let loop: DaemonLoop
+
+    init(server: MicroHTTPDServer, loop: DaemonLoop) {
+        self.server = server
+        self.loop = loop
+    }
+}

@@ -1,0 +1,86 @@
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+import ForgePushToken
+@testable import ForgePushTokenHTTP
+
+/// `GET /metrics`, `GET /` and the state file through the responder, without sockets.
+@Suite struct OperabilityTests {
+    @Test func metricsCountWhatHappened() throws {
+        let responder = makeResponder()
+        _ = try responder.send("POST", "/register", body: utf8("abcd"))
+        _ = try responder.send("POST", "/register", body: utf8("abcd"))
+        _ = try responder.send("POST", "/register", body: utf8("xyz"))
+        _ = try responder.send("POST", "/fail", body: utf8("denied"))
+        responder.metrics.recordRequest(path: "/token", method: "GET", status: 200, seconds: 0.0003)
+        responder.metrics.recordRequest(path: "/weird", method: "BREW", status: 404, seconds: 0.00001)
+        let response = try responder.send("GET", "/metrics")
+        #expect(response.status == 200)
+        #expect(response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8")
+        let text = string(response.body)
+        #expect(text.contains("\nforge_push_token_token_changes_total 2\n"))
+        #expect(text.contains("\nforge_push_token_registrations_accepted_total 2\n"))
+        #expect(text.contains("\nforge_push_token_registrations_rejected_total 1\n"))
+        #expect(text.contains("\nforge_push_token_failures_reported_total 1\n"))
+        #expect(text.contains(#"forge_push_token_http_requests_total{route="/token",method="GET",status="200"} 1"#))
+        #expect(text.contains(#"forge_push_token_http_requests_total{route="other",method="other",status="404"} 1"#))
+        #expect(text.contains(#"forge_push_token_http_request_duration_seconds_bucket{route="/token",le="0.0005"} 1"#))
+        #expect(text.contains(#"forge_push_token_http_request_duration_seconds_bucket{route="/token",le="0.00025"} 0"#))
+        #expect(text.contains(#"forge_push_token_http_request_duration_seconds_count{route="/token"} 1"#))
+    }
+
+    @Test func eventCountsIncludeRemovedSubscribers() throws {
+        let responder = makeResponder()
+        let (_, subscriber) = responder.openEventStream(wake: {})
+        let stream = try #require(subscriber)
+        _ = drain(stream)  // the first event: sent
+        _ = responder.service.register(deviceToken: [1])
+        responder.hub.publish(responder.service.snapshot)
+        _ = responder.service.register(deviceToken: [2])
+        responder.hub.publish(responder.service.snapshot)  // replaces the unwritten one: skipped
+        #expect(responder.hub.eventCounts == .init(sent: 1, skipped: 1))
+        responder.hub.remove(stream.id)
+        #expect(responder.hub.eventCounts == .init(sent: 1, skipped: 1))
+    }
+
+    @Test func livePageIsHTMLThatFollowsTheStream() throws {
+        let response = try makeResponder().send("GET", "/")
+        #expect(response.status == 200)
+        #expect(response.headers["Content-Type"] == "text/html; charset=utf-8")
+        let page = string(response.body)
+        #expect(page.contains(#"addEventListener("token""#))
+        #expect(page.contains("EventSource.CLOSED"), "reconnects after a non-200 answer")
+        #expect(!page.contains("http://") && !page.contains("https://"), "no outside assets")
+    }
+
+    @Test func stateFileRestoresTokenAndVersionAndDegradesOnFailure() throws {
+        var template = Array("/tmp/fpt-op-XXXXXX".utf8CString)
+        let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+        let file = StateFile(path: dir + "/state.json")
+        defer { unlink(file.path); rmdir(dir) }
+
+        let first = try TokenService(manager: PushTokenManager(logHandler: quiet), restoringFrom: file)
+        #expect(first.snapshot.version == 0)
+        _ = first.register(deviceToken: [0xab])
+        _ = first.register(deviceToken: [0xcd])
+        #expect(try file.load() == .init(token: "cd", version: 2))
+
+        let second = try TokenService(manager: PushTokenManager(logHandler: quiet), restoringFrom: file)
+        #expect(second.snapshot.version == 2 && second.snapshot.token == "cd")
+        #expect(second.manager.token == "cd")
+
+        // A write that cannot be saved: 503 state_not_saved, the change kept, healthz degraded.
+        let responder = Responder(service: second, maxSubscribers: 4)
+        unlink(file.path)
+        rmdir(dir)
+        let failed = try responder.send("POST", "/register", body: utf8("ef"))
+        #expect(failed.status == 503)
+        #expect(string(failed.body).contains("state_not_saved"))
+        #expect(second.snapshot.token == "ef" && second.snapshot.version == 3)
+        #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"degraded"}"#)
+        mkdir(dir, 0o700)
+        #expect(try responder.send("POST", "/register", body: utf8("0123")).status == 200)
+        #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"ok"}"#)
+    }
+}
