@@ -4,7 +4,9 @@
 #   2. the same tests under Thread Sanitizer (own scratch folder, so neither build evicts the other);
 #   3. the release build of the server (static Swift runtime, exactly as docker/Dockerfile builds
 #      it), checked by the conformance runner ../shared/conformance/run.py;
-#   4. the container checks: hadolint, the runtime-library check, and the debootstrap rootfs run.
+#   4. end-to-end tests of the release binary: /metrics parsed by prometheus_client, the state
+#      file across restarts and SIGKILLs, and the live page in headless Chromium (e2e/run.sh);
+#   5. the container checks: hadolint, the runtime-library check, and the debootstrap rootfs run.
 # Each configuration is built once and reused. Set SKIP_TSAN=1 or SKIP_DOCKER=1 to leave a step out
 # locally; CI runs everything.
 set -euo pipefail
@@ -13,6 +15,12 @@ scripts/setup.sh
 
 step() { printf '\n==> %s\n' "$*"; }
 started=$SECONDS
+conformance="${FORGE_CONFORMANCE:-../shared/conformance/run.py}"
+if [ ! -f "$conformance" ]; then
+  echo "test.sh: the conformance runner is not at $conformance;" >&2
+  echo "         set FORGE_CONFORMANCE=/path/to/shared/conformance/run.py" >&2
+  exit 2
+fi
 
 step "debug build (-warnings-as-errors) and tests"
 swift build --build-tests -Xswiftc -warnings-as-errors
@@ -29,11 +37,13 @@ step "release build (static Swift runtime) and conformance"
 release_flags=(-c release --static-swift-stdlib --product forge-push-token-server)
 swift build "${release_flags[@]}"
 server="$(swift build "${release_flags[@]}" --show-bin-path)/forge-push-token-server"
-conformance="${FORGE_CONFORMANCE:-../shared/conformance/run.py}"
 python3 "$conformance" --server "$server"
 
 step "1,000 idle subscribers cost under 2% of a core"
 python3 bench/idle_subscribers.py --server "$server" -n 1000 --seconds 10 --max-percent 2
+
+step "end-to-end: metrics (Prometheus parser), state file (restarts, SIGKILL), live page (Chromium)"
+bash e2e/run.sh --server "$server"
 
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   step "container checks"

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""End-to-end: the live page `GET /` in headless Chromium (Debian's chromium + chromium-driver).
+
+  1. Starts the server with a state file, opens http://127.0.0.1:PORT/ and waits for
+     #state[data-state=open]; #token shows `none`, #version `0`.
+  2. POST /register A: #token shows A within 1 s (#version 1, #changed filled in);
+     POST /fail: `none` within 1 s; POST /register B: B within 1 s.
+  3. SIGTERM: the page leaves `open`. The server is started again on the SAME port with the same
+     state file and --max-subscribers 1, and this test takes the one subscriber slot at once, so
+     the page's next EventSource gets a 503 (a non-200 answer, after which EventSource gives up):
+     the page must show data-state=closed, and once the slot is free it must reconnect by itself
+     and show open with B and version 3 within 10 s; then a POST C shows within 1 s.
+  4. Saves a screenshot (printed path: $E2E_ARTIFACTS or e2e/artifacts, browser.png), also on failure.
+
+    python3 e2e/browser_test.py --server PATH [--chromedriver /usr/bin/chromedriver]
+"""
+import argparse
+import os
+import tempfile
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from e2e_support import EventStream, Failure, Server, check, log, main, token_hex, wait_until
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def artifacts_dir():
+    path = os.environ.get("E2E_ARTIFACTS") or os.path.join(HERE, "artifacts")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def make_driver(chromedriver, chromium, workdir):
+    options = webdriver.ChromeOptions()
+    if chromium:
+        options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1000,700", "--no-first-run", "--no-default-browser-check",
+                 "--disable-extensions", "--disable-background-networking",
+                 "--user-data-dir=" + os.path.join(workdir, "chromium-profile")):
+        options.add_argument(flag)
+    service = Service(executable_path=chromedriver, log_output=os.path.join(workdir, "chromedriver.log"))
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(15)
+    driver.set_script_timeout(10)
+    return driver
+
+
+class Page:
+    def __init__(self, driver):
+        self.driver = driver
+
+    SNAPSHOT = """
+        const text = (id) => { const e = document.getElementById(id); return e ? e.textContent.trim() : null; };
+        const state = document.getElementById("state");
+        return {token: text("token"), version: text("version"), changed: text("changed"),
+                state: state ? state.getAttribute("data-state") : null, state_text: text("state")};
+    """
+
+    def text(self, element_id):
+        return self.driver.find_element(By.ID, element_id).text.strip()
+
+    def snapshot(self):
+        # One round trip for every field, so polling stays fine-grained.
+        return self.driver.execute_script(self.SNAPSHOT)
+
+    def wait(self, predicate, timeout, what):
+        last = {}
+
+        def probe():
+            last["snapshot"] = self.snapshot()
+            return predicate(last["snapshot"])
+        try:
+            wait_until(probe, timeout, interval=0.02, what=what)
+        except Failure as error:
+            raise Failure("%s; the page shows %r" % (error, last.get("snapshot")))
+        return time.monotonic()
+
+
+def post_and_see(server, page, action, expected_token, expected_version, limit=1.0):
+    """Does `action`, then waits (at most `limit` s after the answer) for the page to show it."""
+    status, _, body = action()
+    check(status == 200, "POST answered %s: %r" % (status, body))
+    answered = time.monotonic()
+    seen = page.wait(lambda s: s["token"] == expected_token and s["version"] == str(expected_version),
+                     limit, "#token %r, #version %s" % (expected_token, expected_version))
+    log("  page shows %s (version %s) %.0f ms after the answer"
+        % (expected_token[:16] + "…" if len(expected_token) > 16 else expected_token,
+           expected_version, (seen - answered) * 1000))
+
+
+def run():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    args = parser.parse_args()
+    os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager go online
+
+    workdir = tempfile.mkdtemp(prefix="e2e-browser-")
+    state_file = os.path.join(workdir, "state.json")
+    screenshot = os.path.join(artifacts_dir(), "browser.png")
+    server = Server(args.server, ["--host", "127.0.0.1", "--port", "0", "--access-log", "off",
+                                  "--state-file", state_file], workdir=workdir).start()
+    port = server.port
+    log("server pid %d on port %d, state file %s" % (server.proc.pid, port, state_file))
+    servers = [server]
+    driver = None
+    holder = None
+    try:
+        status, headers, body = server.request("GET", "/")
+        check(status == 200, "GET / answered %s" % status)
+        check(headers.get("content-type", "").startswith("text/html"), "GET / Content-Type %r" % headers.get("content-type"))
+        for element in ('id="token"', 'id="version"', 'id="changed"', 'id="state"'):
+            check(element.encode() in body, "GET / has no element %s" % element)
+
+        started = time.monotonic()
+        driver = make_driver(args.chromedriver, args.chromium, workdir)
+        log("chromium %s via %s started in %.1f s" % (driver.capabilities.get("browserVersion"),
+                                                      args.chromedriver, time.monotonic() - started))
+        page = Page(driver)
+        driver.get("http://127.0.0.1:%d/" % port)
+        page.wait(lambda s: s["state"] == "open" and s["token"] == "none" and s["version"] == "0", 10,
+                  "the page to open its stream and show token none, version 0")
+        log("page open: %r" % page.snapshot())
+
+        a, b, c = token_hex(0xB0, 1), token_hex(0xB0, 2), token_hex(0xB0, 3)
+        post_and_see(server, page, lambda: server.register(a), a, 1)
+        check(page.text("changed") not in ("", "…"), "#changed is not filled in after a change")
+        post_and_see(server, page, lambda: server.fail(), "none", 2)
+        post_and_see(server, page, lambda: server.register(b), b, 3)
+
+        # Stop: the page notices.
+        code = server.stop()
+        check(code == 0, "server exited %s on SIGTERM" % code)
+        page.wait(lambda s: s["state"] != "open", 5, "the page to leave 'open' after the server stopped")
+        log("server stopped; page: %r" % page.snapshot())
+
+        # Restart on the same port, full at once: the page's next EventSource gets a 503.
+        restarted = time.monotonic()
+        for attempt in range(1, 4):
+            server = Server(args.server, ["--host", "127.0.0.1", "--port", str(port), "--access-log", "off",
+                                          "--state-file", state_file, "--max-subscribers", "1"],
+                            workdir=workdir)
+            servers.append(server)
+            deadline = time.monotonic() + 10
+            while True:  # the port may still be held for a moment; bounded retry
+                try:
+                    server.start()
+                    break
+                except Failure:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+                    server = Server(server.binary, server.args, workdir=workdir)
+                    servers.append(server)
+            holder = EventStream(port)
+            if holder.status == 200:
+                break
+            # The page won the race for the one slot: try again so that it meets a 503.
+            log("  attempt %d: the page took the slot first (%s); restarting" % (attempt, holder.status))
+            holder.close()
+            holder = None
+            check(server.stop() == 0, "server did not exit 0 on SIGTERM")
+        check(holder is not None, "could not take the subscriber slot before the page in 3 attempts")
+        event = holder.next_token_event()
+        check(event == (3, b), "after restart the stream starts with %r, expected (3, B): the state file "
+              "did not keep the token" % (event,))
+        log("restarted on port %d (pid %d) holding the only subscriber slot" % (port, server.proc.pid))
+        page.wait(lambda s: s["state"] == "closed", 15,
+                  "the page to show data-state=closed after a 503 on its stream")
+        log("page after the 503: %r" % page.snapshot())
+
+        # Free the slot: the page must reconnect by itself.
+        holder.close()
+        holder = None
+        freed = time.monotonic()
+        recovered = page.wait(lambda s: s["state"] == "open" and s["token"] == b and s["version"] == "3", 10,
+                              "the page to reconnect by itself and show B, version 3")
+        log("page recovered %.1f s after the slot was freed, %.1f s after the restart: %r"
+            % (recovered - freed, recovered - restarted, page.snapshot()))
+        post_and_see(server, page, lambda: server.register(c), c, 4)
+
+        driver.save_screenshot(screenshot)
+        log("screenshot: %s" % screenshot)
+        check(server.stop() == 0, "server did not exit 0 on SIGTERM")
+    except BaseException:
+        if driver is not None:
+            try:
+                failed = os.path.join(artifacts_dir(), "browser-failure.png")
+                driver.save_screenshot(failed)
+                log("screenshot of the failure: %s" % failed)
+                log("page at failure: %r" % Page(driver).snapshot())
+            except Exception as error:  # the driver may be gone already (urllib3 errors too)
+                log("no failure screenshot: %s" % str(error).splitlines()[0][:200])
+        for s in servers:
+            tail = s.stderr()[-1500:]
+            if tail:
+                log("server pid %s stderr tail:\n%s" % (s.proc.pid if s.proc else "-", tail))
+        raise
+    finally:
+        if holder is not None:
+            holder.close()
+        if driver is not None:
+            try:
+                driver.quit()
+            except Exception:
+                pass
+        for s in servers:
+            s.kill()
+
+
+if __name__ == "__main__":
+    main(run)

@@ -1,0 +1,289 @@
+"""Shared helpers of the end-to-end tests: start and stop the server, plain HTTP, SSE, checks.
+
+Everything here is bounded: every wait has a deadline, every socket a timeout, and every server
+process that a test starts is remembered by its PID and killed (SIGKILL) at exit if the test did
+not stop it itself. Loopback only.
+"""
+import atexit
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HOST = "127.0.0.1"
+LISTENING = "listening on http://"
+
+_started = {}  # pid -> Popen, every server process not yet reaped
+_started_lock = threading.Lock()
+
+
+def _kill_leftovers():
+    with _started_lock:
+        procs = list(_started.values())
+        _started.clear()
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _on_sigterm(signum, frame):
+    # `timeout` (run.sh) sends SIGTERM: unwind through the finally blocks, then atexit kills.
+    raise SystemExit("terminated by signal %d" % signum)
+
+
+atexit.register(_kill_leftovers)
+signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+class Failure(AssertionError):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+def log(message):
+    print("[%s] %s" % (time.strftime("%H:%M:%S"), message), flush=True)
+
+
+def wait_until(predicate, timeout, interval=0.02, what="condition"):
+    """Polls `predicate` until it returns a truthy value or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise Failure("timed out after %.1f s waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+class Server:
+    """One forge-push-token-server process; standard error goes to a file (never a full pipe)."""
+
+    def __init__(self, binary, args=(), env=None, workdir=None):
+        self.binary = binary
+        self.args = list(args)
+        self.env = env
+        self.workdir = workdir or tempfile.mkdtemp(prefix="e2e-server-")
+        self.proc = None
+        self.port = None
+        self.stderr_path = None
+        self.started_at = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def spawn(self):
+        """Starts the process without waiting for it to listen."""
+        fd, self.stderr_path = tempfile.mkstemp(prefix="stderr-", suffix=".log", dir=self.workdir)
+        os.close(fd)
+        environment = dict(os.environ)
+        for key in list(environment):
+            if key.startswith("FORGE_PUSH_TOKEN_"):
+                del environment[key]
+        if self.env:
+            environment.update(self.env)
+        self.started_at = time.time()
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen([self.binary] + self.args, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=err, env=environment)
+        with _started_lock:
+            _started[self.proc.pid] = self.proc
+        return self
+
+    def start(self, timeout=10):
+        """Starts the process and waits for `listening on http://HOST:PORT`; sets `port`."""
+        self.spawn()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.stderr()
+            if LISTENING in text:
+                line = text[text.index(LISTENING) + len(LISTENING):].split()[0]
+                self.port = int(line.rsplit(":", 1)[1].rstrip("/"))
+                return self
+            if self.proc.poll() is not None:
+                self._reap()
+                raise Failure("server exited with %s before listening; stderr:\n%s"
+                              % (self.proc.returncode, text[-2000:]))
+            time.sleep(0.01)
+        self.kill()
+        raise Failure("server did not log '%s' within %.0f s; stderr:\n%s"
+                      % (LISTENING, timeout, self.stderr()[-2000:]))
+
+    def stderr(self):
+        try:
+            with open(self.stderr_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except (OSError, TypeError):
+            return ""
+
+    def wait(self, timeout):
+        """Waits for the process to exit; returns its exit code or None on timeout."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._reap()
+        return code
+
+    def stop(self, timeout=8):
+        """SIGTERM, then waits; SIGKILL when it does not exit in time. Returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._reap()
+            return None if self.proc is None else self.proc.returncode
+        os.kill(self.proc.pid, signal.SIGTERM)
+        code = self.wait(timeout)
+        if code is None:
+            self.kill()
+            raise Failure("server did not exit within %.0f s of SIGTERM" % timeout)
+        return code
+
+    def kill(self):
+        """SIGKILL (the crash test's kill, or the last resort)."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._reap()
+
+    def _reap(self):
+        if self.proc is not None and self.proc.poll() is not None:
+            with _started_lock:
+                _started.pop(self.proc.pid, None)
+
+    # -- HTTP -------------------------------------------------------------------------------
+    def request(self, method, path, body=None, headers=None, timeout=5):
+        return request(self.port, method, path, body=body, headers=headers, timeout=timeout)
+
+    def register(self, token_hex, timeout=5):
+        return self.request("POST", "/register", body=token_hex.encode(),
+                            headers={"Content-Type": "application/x-www-form-urlencoded"},
+                            timeout=timeout)
+
+    def fail(self, message="no valid aps-environment entitlement", timeout=5):
+        return self.request("POST", "/fail", body=message.encode(),
+                            headers={"Content-Type": "text/plain"}, timeout=timeout)
+
+    def token(self):
+        status, _, body = self.request("GET", "/token")
+        check(status == 200, "GET /token answered %s: %r" % (status, body))
+        return json.loads(body)["token"]
+
+
+def request(port, method, path, body=None, headers=None, timeout=5):
+    """One request on a fresh connection: (status, headers as a lower-case dict, body bytes)."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        data = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+    finally:
+        conn.close()
+
+
+class EventStream:
+    """A `GET /token/stream` subscriber: `next_event()` returns (id, event, data) tuples."""
+
+    def __init__(self, port, timeout=5, last_event_id=None):
+        self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+        headers = {"Accept": "text/event-stream"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
+        self.conn.request("GET", "/token/stream", headers=headers)
+        self.sock = self.conn.sock  # http.client drops conn.sock when the response will close
+        self.response = self.conn.getresponse()
+        self.status = self.response.status
+        self.headers = {k.lower(): v for k, v in self.response.getheaders()}
+        if self.status != 200:
+            self.body = self.response.read()
+
+    def next_event(self, timeout=5):
+        """The next event (comments and `retry:` skipped); raises Failure on timeout or end."""
+        self.sock.settimeout(timeout)
+        fields = {}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                raw = self.response.readline()
+            except (TimeoutError, OSError) as error:
+                raise Failure("no event within %.1f s (%s)" % (timeout, error))
+            if not raw:
+                raise Failure("the event stream ended")
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if line == "":
+                if "data" in fields or "event" in fields:
+                    return fields.get("id"), fields.get("event"), fields.get("data")
+                fields = {}
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            if value.startswith(" "):
+                value = value[1:]
+            if name == "data" and "data" in fields:
+                fields["data"] += "\n" + value
+            else:
+                fields[name] = value
+        raise Failure("no complete event within %.1f s" % timeout)
+
+    def next_token_event(self, timeout=5):
+        """(id as int, token) of the next `token` event."""
+        event_id, name, data = self.next_event(timeout)
+        check(name == "token", "expected a 'token' event, got %r" % name)
+        check(event_id is not None and event_id.isdigit(), "event without a numeric id: %r" % event_id)
+        return int(event_id), json.loads(data)["token"]
+
+    def close(self):
+        try:
+            self.sock.shutdown(2)
+        except OSError:
+            pass
+        self.response.close()
+        self.conn.close()
+        self.sock.close()
+
+
+def token_hex(*parts):
+    """A distinct 32-byte token (64 lower-case hex digits) made from small integers."""
+    text = "".join("%08x" % (p & 0xFFFFFFFF) for p in parts)
+    return (text + "a1b2c3d4e5f60718" * 8)[:64]
+
+
+def main(run):
+    """Runs `run()`; prints PASS/FAIL; exits 0 or 1. Any exception is a failure."""
+    name = os.path.basename(sys.argv[0])
+    started = time.monotonic()
+    try:
+        run()
+    except Failure as error:
+        log("FAIL %s: %s" % (name, error))
+        _kill_leftovers()
+        sys.exit(1)
+    except BaseException as error:  # includes SystemExit from SIGTERM and KeyboardInterrupt
+        import traceback
+        traceback.print_exc()
+        log("FAIL %s: %s: %s" % (name, type(error).__name__, error))
+        _kill_leftovers()
+        sys.exit(1)
+    log("PASS %s in %.1f s" % (name, time.monotonic() - started))
+    _kill_leftovers()
+    sys.exit(0)

@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""End-to-end: --state-file / FORGE_PUSH_TOKEN_STATE_FILE.
+
+  (a) restart: register A then B, stop (SIGTERM), start again with the same file (the second time
+      through the environment variable): GET /token is B and the stream's first id is the old last
+      id; the file is already up to date when each POST is answered.
+  (b) unparsable file (garbage, truncated JSON, empty, an invalid token): the server exits 1 within
+      a few seconds, never listens, and one line of standard error names the file.
+  (c) unwritable: after start the state file's folder is replaced by a regular file (root ignores
+      permission bits, so chmod cannot make it unwritable): a change gets 503 `state_not_saved`
+      and /healthz answers 200 {"status":"degraded"}; once the folder is back, the next change
+      gets 200, lands in the file, and /healthz is {"status":"ok"} again.
+  (d) crash: ITERATIONS times start the server on the file left by the previous kill, check that
+      GET /token and the stream agree with the file, let several threads POST distinct tokens,
+      SIGKILL at a random moment 50-400 ms in; the file must parse and hold a token that was in
+      flight or one acknowledged after every acknowledged request was sent (never one older than
+      the last acknowledged), with a version between the acknowledged and the sent counts.
+
+    python3 e2e/state_file_test.py --server PATH [--iterations 30] [--seed N] [--only a,b,c,d]
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+import http.client
+
+from e2e_support import HOST, EventStream, Failure, Server, check, log, main, token_hex
+
+BASE_ARGS = ["--host", "127.0.0.1", "--port", "0", "--access-log", "off"]
+
+
+def read_state(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        state = json.loads(raw)
+    except ValueError as error:
+        raise Failure("state file %s does not parse (%s): %r" % (path, error, raw[:200]))
+    check(isinstance(state, dict) and set(state) == {"token", "version"},
+          "state file %s is not {\"token\":…,\"version\":N}: %r" % (path, state))
+    check(state["token"] is None or isinstance(state["token"], str), "state token %r" % state["token"])
+    check(isinstance(state["version"], int) and state["version"] >= 0, "state version %r" % state["version"])
+    return state
+
+
+def first_stream_event(server):
+    stream = EventStream(server.port)
+    try:
+        check(stream.status == 200, "GET /token/stream answered %s" % stream.status)
+        return stream.next_token_event()
+    finally:
+        stream.close()
+
+
+def health(server):
+    status, _, body = server.request("GET", "/healthz")
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+# -- (a) ----------------------------------------------------------------------------------------
+def restart_keeps_token(binary, workdir):
+    log("(a) restart keeps token and version")
+    path = os.path.join(workdir, "a", "state.json")
+    os.makedirs(os.path.dirname(path))
+    server = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).start()
+    try:
+        check(server.token() is None, "a fresh state file should start with no token")
+        check(first_stream_event(server) == (0, None), "a fresh start's first event is not (0, null)")
+        a, b = token_hex(0xA, 1), token_hex(0xB, 2)
+        for version, token in ((1, a), (2, b)):
+            status, _, body = server.register(token)
+            check(status == 200, "register answered %s: %r" % (status, body))
+            # Written before the answer: the file holds it the moment the 200 arrives.
+            state = read_state(path)
+            check(state == {"token": token, "version": version},
+                  "right after the 200 the file holds %r, expected token %s version %d" % (state, token, version))
+        last_id, _ = first_stream_event(server)
+        check(last_id == 2, "stream id before restart is %d, expected 2" % last_id)
+        code = server.stop()
+        check(code == 0, "SIGTERM exit code %s, expected 0" % code)
+    finally:
+        server.kill()
+
+    # Restart with the same file through the environment variable.
+    again = Server(binary, BASE_ARGS, env={"FORGE_PUSH_TOKEN_STATE_FILE": path}, workdir=workdir).start()
+    try:
+        check(again.token() == b, "after restart GET /token is %r, expected B %s" % (again.token(), b))
+        event = first_stream_event(again)
+        check(event == (last_id, b), "after restart the first event is %r, expected (%d, B)" % (event, last_id))
+        c = token_hex(0xC, 3)
+        status, _, _ = again.register(c)
+        check(status == 200, "register C after restart answered %s" % status)
+        check(first_stream_event(again) == (3, c), "the version does not go on from 2 to 3 after restart")
+        check(read_state(path) == {"token": c, "version": 3}, "file after C: %r" % read_state(path))
+        check(again.stop() == 0, "second server did not exit 0 on SIGTERM")
+    finally:
+        again.kill()
+
+    # A flag wins over the variable (the documented rule for every flag).
+    other = os.path.join(workdir, "a", "other.json")
+    flag = Server(binary, BASE_ARGS + ["--state-file", other],
+                  env={"FORGE_PUSH_TOKEN_STATE_FILE": path}, workdir=workdir).start()
+    try:
+        check(flag.token() is None, "--state-file did not win over FORGE_PUSH_TOKEN_STATE_FILE")
+    finally:
+        flag.stop()
+        flag.kill()
+    log("(a) ok: token B and id %d survived a restart; version continued to 3" % last_id)
+
+
+# -- (b) ----------------------------------------------------------------------------------------
+def unparsable_exits_1(binary, workdir):
+    log("(b) unparsable state file")
+    cases = {
+        "garbage": b"this is not json\n",
+        "truncated": b'{"token":"a1b2","vers',
+        "empty": b"",
+        "invalid-token": b'{"token":"not hex","version":1}\n',
+        "wrong-shape": b'[1,2,3]\n',
+    }
+    for name, content in cases.items():
+        path = os.path.join(workdir, "b", "bad-%s.json" % name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(content)
+        server = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).spawn()
+        started = time.monotonic()
+        code = server.wait(5)
+        elapsed = time.monotonic() - started
+        try:
+            check(code is not None, "%s: the server still runs 5 s after starting with %s" % (name, path))
+            err = server.stderr()
+            check(code == 1, "%s: exit code %s, expected 1; stderr: %r" % (name, code, err))
+            check("listening on" not in err, "%s: the server listened before failing" % name)
+            naming = [line for line in err.splitlines() if path in line]
+            check(len(naming) == 1, "%s: expected one stderr line naming %s, got %r" % (name, path, err))
+            with open(path, "rb") as f:
+                check(f.read() == content, "%s: the server changed the unparsable file" % name)
+            log("  %s: exit 1 in %.2f s: %s" % (name, elapsed, naming[0].strip()))
+        finally:
+            server.kill()
+    log("(b) ok")
+
+
+# -- (c) ----------------------------------------------------------------------------------------
+def unwritable_degrades(binary, workdir):
+    log("(c) unwritable state file")
+    folder = os.path.join(workdir, "c", "state-folder")
+    os.makedirs(folder)
+    path = os.path.join(folder, "state.json")
+    server = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).start()
+    try:
+        a, b, c = token_hex(0xCA, 1), token_hex(0xCB, 2), token_hex(0xCC, 3)
+        check(server.register(a)[0] == 200, "register A failed")
+        check(read_state(path)["token"] == a, "file does not hold A")
+        check(health(server) == (200, {"status": "ok"}), "healthz before the break: %r" % (health(server),))
+
+        # Break it: the folder becomes a regular file, so neither a temporary file beside the
+        # target nor a rename into it can succeed, whatever the process's privileges.
+        shutil.rmtree(folder)
+        with open(folder, "w") as f:
+            f.write("not a folder\n")
+
+        status, _, body = server.register(b)
+        check(status == 503, "register B with the folder gone answered %s, expected 503: %r" % (status, body))
+        error = json.loads(body)
+        check(error.get("error") == "state_not_saved", "503 body %r, expected error state_not_saved" % error)
+        check(isinstance(error.get("message"), str) and error["message"], "503 without a message: %r" % error)
+        check(health(server) == (200, {"status": "degraded"}),
+              "healthz after a failed write: %r, expected 200 degraded" % (health(server),))
+        after_b = server.token()
+        log("  register B: 503 state_not_saved; GET /token is now %s (the interface leaves open whether "
+            "an unsaved change is kept in memory)" % ("B" if after_b == b else "A" if after_b == a else repr(after_b)))
+        status, _, body = server.fail("while broken")
+        check(status == 503 and json.loads(body).get("error") == "state_not_saved",
+              "POST /fail with the folder gone answered %s %r, expected 503 state_not_saved" % (status, body))
+        check(health(server)[1] == {"status": "degraded"}, "healthz not degraded after the second failure")
+        log("  POST /fail: 503 state_not_saved, healthz still degraded; GET /token is now %r" % server.token())
+
+        # Fix it: the next change is written and health is ok again.
+        os.unlink(folder)
+        os.makedirs(folder)
+        status, _, body = server.register(c)
+        check(status == 200, "register C after the fix answered %s: %r" % (status, body))
+        state = read_state(path)
+        check(state["token"] == c, "after the fix the file holds %r, expected C" % state)
+        check(health(server) == (200, {"status": "ok"}),
+              "healthz after a successful write: %r, expected 200 ok" % (health(server),))
+        check(server.token() == c, "GET /token after the fix is not C")
+        version = state["version"]
+        check(server.stop() == 0, "server did not exit 0 on SIGTERM")
+    finally:
+        server.kill()
+    again = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).start()
+    try:
+        check(again.token() == c, "restart after the fix: GET /token is not C")
+        check(first_stream_event(again)[0] == version, "restart after the fix: stream id != file version")
+    finally:
+        again.stop()
+        again.kill()
+    log("(c) ok")
+
+
+# -- (d) ----------------------------------------------------------------------------------------
+class Poster(threading.Thread):
+    """POSTs distinct tokens on one keep-alive connection until the server dies or `stop` is set."""
+
+    def __init__(self, port, iteration, index, stop, records, lock):
+        super().__init__(daemon=True)
+        self.port, self.iteration, self.index = port, iteration, index
+        self.stop, self.records, self.lock = stop, records, lock
+        self.unexpected = None
+
+    def run(self):
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=3)
+        n = 0
+        try:
+            while not self.stop.is_set() and n < 100000:
+                n += 1
+                token = token_hex(0xD0000000 | self.iteration, self.index, n)
+                record = {"token": token, "sent": time.monotonic(), "acked": None}
+                with self.lock:
+                    self.records.append(record)
+                try:
+                    conn.request("POST", "/register", body=token.encode(),
+                                 headers={"Content-Type": "application/x-www-form-urlencoded"})
+                    response = conn.getresponse()
+                    body = response.read()
+                except (OSError, http.client.HTTPException):
+                    return  # the server was killed: this request stays "in flight"
+                if response.status != 200:
+                    self.unexpected = "POST answered %s: %r" % (response.status, body[:200])
+                    return
+                record["acked"] = time.monotonic()
+        finally:
+            conn.close()
+
+
+def crash_iterations(binary, workdir, iterations, rng, threads):
+    log("(d) SIGKILL crash test: %d iterations, %d posting threads" % (iterations, threads))
+    path = os.path.join(workdir, "d", "state.json")
+    os.makedirs(os.path.dirname(path))
+    expected = None  # the file's contents after the previous kill
+    totals = {"acked": 0, "sent": 0, "in_flight_kept": 0}
+    for iteration in range(1, iterations + 1):
+        server = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).start()
+        records, lock, stop = [], threading.Lock(), threading.Event()
+        posters = []
+        try:
+            # Restart must succeed and agree with the file.
+            current = server.token()
+            if expected is not None:
+                check(current == expected["token"], "iteration %d: after restart GET /token is %r, the file "
+                      "held %r" % (iteration, current, expected["token"]))
+                event = first_stream_event(server)
+                check(event == (expected["version"], expected["token"]),
+                      "iteration %d: first stream event %r, the file held %r" % (iteration, event, expected))
+            before = read_state(path) if os.path.exists(path) else {"token": None, "version": 0}
+            posters = [Poster(server.port, iteration, i, stop, records, lock) for i in range(threads)]
+            for poster in posters:
+                poster.start()
+            delay = rng.uniform(0.050, 0.400)
+            time.sleep(delay)
+            server.kill()
+            killed = time.monotonic()
+        finally:
+            stop.set()
+            server.kill()
+            for poster in posters:
+                poster.join(10)
+                check(not poster.is_alive(), "a posting thread did not end within 10 s")
+        for poster in posters:
+            check(poster.unexpected is None, "iteration %d: %s" % (iteration, poster.unexpected))
+
+        state = read_state(path)
+        with lock:
+            done = list(records)
+        acked = [r for r in done if r["acked"] is not None]
+        unacked = [r for r in done if r["acked"] is None]
+        by_token = {r["token"]: r for r in done}
+        if acked:
+            latest_send = max(r["sent"] for r in acked)
+            last_acked = max(acked, key=lambda r: r["acked"])
+            # An acknowledged token is still allowed only if no other acknowledged request was
+            # sent after its answer came (that one was then certainly applied after it).
+            allowed_acked = {r["token"] for r in acked if r["acked"] > latest_send}
+            check(last_acked["token"] in allowed_acked, "internal: the last acknowledged token is not allowed")
+        else:
+            last_acked, allowed_acked = None, set()
+        allowed = allowed_acked | {r["token"] for r in unacked}
+        if not acked:
+            allowed.add(before["token"])  # nothing acknowledged: the old state may remain
+        check(state["token"] in allowed,
+              "iteration %d: after SIGKILL at %.0f ms the file holds %r (%s); the last acknowledged was %r, "
+              "%d were in flight" % (iteration, delay * 1000, state["token"],
+                                     "acknowledged at %.1f ms" % ((by_token[state["token"]]["acked"] - killed) * 1000)
+                                     if state["token"] in by_token and by_token[state["token"]]["acked"]
+                                     else "never sent" if state["token"] not in by_token else "in flight",
+                                     last_acked and last_acked["token"], len(unacked)))
+        low, high = before["version"] + len(acked), before["version"] + len(done)
+        check(low <= state["version"] <= high,
+              "iteration %d: file version %d outside [%d acknowledged, %d sent]" % (iteration, state["version"], low, high))
+        kept_in_flight = state["token"] in {r["token"] for r in unacked}
+        totals["acked"] += len(acked)
+        totals["sent"] += len(done)
+        totals["in_flight_kept"] += kept_in_flight
+        log("  %2d: kill at %3.0f ms, %3d acknowledged, %d in flight, file v%d holds %s" % (
+            iteration, delay * 1000, len(acked), len(unacked), state["version"],
+            "an in-flight token" if kept_in_flight else
+            "the last acknowledged" if last_acked and state["token"] == last_acked["token"] else
+            "an acknowledged token" if acked else "the previous token"))
+        expected = state
+
+    final = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).start()
+    try:
+        check(final.token() == expected["token"], "final restart: GET /token differs from the file")
+        check(first_stream_event(final) == (expected["version"], expected["token"]),
+              "final restart: the first event differs from the file")
+        check(final.stop() == 0, "final server did not exit 0 on SIGTERM")
+    finally:
+        final.kill()
+    check(totals["acked"] > 0, "no POST was ever acknowledged: the crash test tested nothing")
+    log("(d) ok: %d POSTs acknowledged of %d sent; the file held an in-flight token %d times"
+        % (totals["acked"], totals["sent"], totals["in_flight_kept"]))
+
+
+def run():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("E2E_SEED", "0")) or None)
+    parser.add_argument("--only", default="a,b,c,d")
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1, 1 << 30)
+    log("seed %d (rerun with --seed %d)" % (seed, seed))
+    rng = random.Random(seed)
+    parts = set(args.only.split(","))
+    workdir = tempfile.mkdtemp(prefix="e2e-state-")
+    try:
+        if "a" in parts:
+            restart_keeps_token(args.server, workdir)
+        if "b" in parts:
+            unparsable_exits_1(args.server, workdir)
+        if "c" in parts:
+            unwritable_degrades(args.server, workdir)
+        if "d" in parts:
+            crash_iterations(args.server, workdir, args.iterations, rng, args.threads)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(run)
