@@ -94,18 +94,26 @@ public final class ServiceMetrics: Sendable {
     ///     streams, whose duration is the connection's lifetime, and requests the engine answered
     ///     on a fast path without a start time).
     public func recordRequest(path: String, method: String, status: Int, seconds: Double?) {
+        // Once per request: no array literal, the bucket found outside the lock, the histogram
+        // updated in place (copying it out of the dictionary and back copied its buckets).
         let route = Route(path: path)?.rawValue ?? "other"
-        let method = ["GET", "HEAD", "POST", "OPTIONS"].contains(method) ? method : "other"
+        let method = switch method {
+        case "GET", "HEAD", "POST", "OPTIONS": method
+        default: "other"
+        }
         let key = RequestKey(route: route, method: method, status: status)
+        let bucket = seconds.flatMap { seconds in Self.durationBuckets.firstIndex { seconds <= $0 } }
         state.withLock { state in
             state.requests[key, default: 0] += 1
             guard let seconds else { return }
-            var histogram = state.durations[route] ?? Histogram()
-            if let bucket = Self.durationBuckets.firstIndex(where: { seconds <= $0 }) { histogram.buckets[bucket] += 1 }
-            histogram.sum += seconds
-            histogram.count += 1
-            state.durations[route] = histogram
+            Self.add(seconds, bucket: bucket, to: &state.durations[route, default: Histogram()])
         }
+    }
+
+    private static func add(_ seconds: Double, bucket: Int?, to histogram: inout Histogram) {
+        if let bucket { histogram.buckets[bucket] += 1 }
+        histogram.sum += seconds
+        histogram.count += 1
     }
 
     /// The exposition text (`Content-Type: text/plain; version=0.0.4; charset=utf-8`).

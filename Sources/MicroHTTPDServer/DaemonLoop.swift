@@ -34,6 +34,9 @@ final class DaemonLoop: Sendable {
     private let wakePending = Locked(false)
     private let stopping = Locked(false)
     private let finished = DispatchSemaphore(value: 0)
+    /// Loops to wake once the daemon run in progress on this loop's thread returns (see
+    /// `wakeAfterRun`). Only this loop's thread uses it; the lock is uncontended.
+    private let deferred = Locked<[DaemonLoop]>([])
     /// The longest the loop waits for a socket event before running the daemon anyway, in
     /// milliseconds.
     static let maximumWait: UInt64 = 500
@@ -74,6 +77,24 @@ final class DaemonLoop: Sendable {
         if first { poke() }
     }
 
+    /// The loop whose thread is the calling thread, or `nil` on any other thread.
+    static var current: DaemonLoop? {
+        pthread_getspecific(currentLoopKey).map { Unmanaged<DaemonLoop>.fromOpaque($0).takeUnretainedValue() }
+    }
+
+    /// Wakes `loop` when the daemon run in progress on this loop's thread returns; only from this
+    /// loop's own thread. A publish runs inside the daemon run that handles its `POST`, and resumes
+    /// the subscribers of every daemon: woken at once, another daemon's thread would scan all its
+    /// suspended connections (libmicrohttpd walks the whole list on each resume round, under the lock
+    /// that `MHD_resume_connection` needs) again and again while the publish goes on, so all
+    /// threads' scans and the publisher would contend. Woken after it, each daemon scans once and
+    /// the threads send in parallel.
+    func wakeAfterRun(_ loop: DaemonLoop) {
+        deferred.withLock { loops in
+            if !loops.contains(where: { $0 === loop }) { loops.append(loop) }
+        }
+    }
+
     /// Ends the loop and waits for its thread; the daemon may then be stopped.
     func stop() {
         stopping.withLock { $0 = true }
@@ -87,6 +108,8 @@ final class DaemonLoop: Sendable {
     }
 
     private func run(_ daemon: DaemonHandle, epollFD: Int32) {
+        pthread_setspecific(currentLoopKey, Unmanaged.passUnretained(self).toOpaque())
+        defer { pthread_setspecific(currentLoopKey, nil) }
         var fds = [pollfd(fd: epollFD, events: Int16(POLLIN), revents: 0),
                    pollfd(fd: signal, events: Int16(POLLIN), revents: 0)]
         while true {
@@ -105,9 +128,22 @@ final class DaemonLoop: Sendable {
             // writes the eventfd again.
             wakePending.withLock { $0 = false }
             _ = MHD_run(daemon.pointer)
+            let woken = deferred.withLock { loops in
+                defer { loops.removeAll(keepingCapacity: true) }
+                return loops
+            }
+            for loop in woken { loop.wake() }
         }
     }
 }
+
+/// The thread-specific key under which a loop's thread finds its `DaemonLoop`.
+private let currentLoopKey: pthread_key_t = {
+    var key = pthread_key_t()
+    let created = pthread_key_create(&key, nil)
+    precondition(created == 0, "pthread_key_create failed: \(created)")
+    return key
+}()
 
 /// What one daemon's callbacks receive as their `cls`: the server, and the loop that runs that
 /// daemon (which a resumed connection must wake).

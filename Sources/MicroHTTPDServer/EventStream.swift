@@ -33,10 +33,16 @@ struct ConnectionHandle: @unchecked Sendable {
     let pointer: OpaquePointer
     let loop: DaemonLoop
 
-    /// Resumes the connection and wakes its daemon's loop (which runs the daemon, which sends).
+    /// Resumes the connection and wakes its daemon's loop (which runs the daemon, which sends): at
+    /// once from any thread but a loop's, after the loop's current daemon run from a loop's thread
+    /// (see `DaemonLoop.wakeAfterRun`).
     func resume() {
         MHD_resume_connection(pointer)
-        loop.wake()
+        if let current = DaemonLoop.current {
+            current.wakeAfterRun(loop)
+        } else {
+            loop.wake()
+        }
     }
 }
 
