@@ -48,6 +48,7 @@ public struct StateFile: Sendable {
             version = try container.decode(UInt64.self, forKey: .version)
         }
 
+        /// Encodes both keys, `token` as `null` when there is none.
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
             try container.encode(token, forKey: .token)

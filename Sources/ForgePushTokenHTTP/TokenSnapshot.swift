@@ -39,6 +39,7 @@ public struct TokenSnapshot: Sendable, Equatable {
         return body
     }
 
+    /// Equal when version and token are (the rendered bytes follow from them).
     public static func == (lhs: TokenSnapshot, rhs: TokenSnapshot) -> Bool {
         lhs.version == rhs.version && lhs.token == rhs.token
     }
