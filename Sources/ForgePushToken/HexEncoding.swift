@@ -41,7 +41,12 @@ package enum DeviceTokenHex {
     ///   `nil` if `text` is empty, has an odd number of characters, or contains anything that is
     ///   not a hex digit.
     package static func decode<Text: StringProtocol>(_ text: Text) -> [UInt8]? {
-        let utf8 = text.utf8
+        decode(utf8: text.utf8)
+    }
+
+    /// ``decode(_:)`` over the UTF-8 bytes of the text, for callers that hold bytes (a request
+    /// body) and need no `String`.
+    package static func decode<UTF8Bytes: Collection>(utf8: UTF8Bytes) -> [UInt8]? where UTF8Bytes.Element == UInt8 {
         let count = utf8.count
         guard count > 0, count % 2 == 0 else { return nil }
         var bytes: [UInt8] = []

@@ -108,35 +108,16 @@ public enum RequestBodies {
     /// a bad length), which the general path then decodes or rejects with its message. For every
     /// body it accepts, the result is the one the general path gives.
     static func plainHexToken(_ body: [UInt8]) -> [UInt8]? {
-        body.withUnsafeBufferPointer { bytes -> [UInt8]? in
-            var start = 0, end = bytes.count
-            while start < end, isASCIISpace(bytes[start]) { start += 1 }
-            while end > start, isASCIISpace(bytes[end - 1]) { end -= 1 }
-            let count = end - start
-            guard count >= 2, count <= 2 * maxTokenBytes, count % 2 == 0 else { return nil }
-            var token = [UInt8](repeating: 0, count: count / 2)
-            for index in 0..<count / 2 {
-                guard let high = hexValue(bytes[start + 2 * index]),
-                      let low = hexValue(bytes[start + 2 * index + 1]) else { return nil }
-                token[index] = high << 4 | low
-            }
-            return token
-        }
+        var start = body.startIndex, end = body.endIndex
+        while start < end, isASCIISpace(body[start]) { start += 1 }
+        while end > start, isASCIISpace(body[end - 1]) { end -= 1 }
+        guard (2...2 * maxTokenBytes).contains(end - start) else { return nil }
+        return DeviceTokenHex.decode(utf8: body[start..<end])
     }
 
     @inline(__always)
     static func isASCIISpace(_ byte: UInt8) -> Bool {
         byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D || byte == 0x0C
-    }
-
-    @inline(__always)
-    static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte &- UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte &- UInt8(ascii: "a") &+ 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte &- UInt8(ascii: "A") &+ 10
-        default: nil
-        }
     }
 
     static func hexToken(_ text: Substring) throws(ServiceError) -> [UInt8] {
@@ -176,7 +157,7 @@ public enum RequestBodies {
                 bytes.append(UInt8(ascii: " "))
             case UInt8(ascii: "%"):
                 guard let high = input.next(), let low = input.next(),
-                      let decoded = DeviceTokenHex.decode(String(decoding: [high, low], as: UTF8.self)) else { return nil }
+                      let decoded = DeviceTokenHex.decode(utf8: [high, low]) else { return nil }
                 bytes.append(contentsOf: decoded)
             default:
                 bytes.append(byte)

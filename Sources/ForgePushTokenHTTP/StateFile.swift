@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import ForgePushToken
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -99,8 +100,9 @@ public struct StateFile: Sendable {
             throw Failure(description: #"state file \#(path) cannot be parsed: expected {"token":"<hex>"|null,"version":N}"#)
         }
         if let token = contents.token {
-            let valid = (2...512).contains(token.utf8.count) && token.utf8.count % 2 == 0
-                && token.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+            // Canonical: what the service itself writes, 1 to 256 bytes as lowercase hex.
+            let valid = token.utf8.count <= 2 * RequestBodies.maxTokenBytes
+                && DeviceTokenHex.decode(token).map(DeviceTokenHex.encode) == token
             guard valid else { throw Failure(description: "state file \(path) holds an invalid token") }
         }
         return contents
