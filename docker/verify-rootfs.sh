@@ -295,15 +295,22 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 }
 
 # Starts a container from the image (layer over root) running COMMAND..., with its output in LOG.
-# Sets CONTAINER_PID (the unshare process, whose exit status is the command's) and SERVICE_PID (the
-# command, PID 1 in its namespace).
+# Sets CONTAINER_PID (the unshare process, whose exit status is the command's). Returns at once:
+# a short command may be over before its PID could be read, so only start_service waits for it.
 start_container() {
     local log="$1"; shift
     unshare --mount --net --pid --ipc --uts --fork --kill-child -- /bin/bash "$WORK/container.sh" "$@" >"$log" 2>&1 9>&- &
     CONTAINER_PID=$!
     STARTED_PIDS+=("$CONTAINER_PID")
+}
+
+# start_container for a command that keeps running (the service): also sets SERVICE_PID (the
+# command, PID 1 in its namespace), waiting up to 10 s for it; fails if the container ends first.
+start_service() {
+    local log="$1"
+    start_container "$@"
     SERVICE_PID=""
-    for _ in $(seq 50); do
+    for _ in $(seq 100); do
         SERVICE_PID="$(cat "/proc/$CONTAINER_PID/task/$CONTAINER_PID/children" 2>/dev/null | awk '{ print $1 }')" || true
         [[ -n "$SERVICE_PID" ]] && return 0
         kill -0 "$CONTAINER_PID" 2>/dev/null || break
@@ -313,7 +320,6 @@ start_container() {
     fail "the container did not start"
 }
 
-# Waits up to SECONDS for the unshare process to end; sets CONTAINER_STATUS ("timeout" if not).
 wait_container() {
     local seconds="$1"
     for _ in $(seq $((seconds * 20))); do
@@ -535,7 +541,7 @@ SCRIPT
     pass "HEALTHCHECK ${health_cmd[*]} exits 1 when nothing listens"
 
     local server_log="$WORK/server.log"
-    start_container "$server_log" "${entrypoint[@]}"
+    start_service "$server_log" "${entrypoint[@]}"
     local server_container=$CONTAINER_PID server_pid=$SERVICE_PID
     wait_for_log "$server_log" "listening on http://0.0.0.0:$port" 10 \
         || { cat "$server_log"; fail "no 'listening on http://0.0.0.0:$port' within 10 s"; }
@@ -608,7 +614,7 @@ SCRIPT
     # service would run on; a real fault (a trap, a bad access) is forced and does end it. Hence
     # the check reads the report, then ends the service with SIGKILL.
     local crash_log="$WORK/crash.log"
-    start_container "$crash_log" "${entrypoint[@]}"
+    start_service "$crash_log" "${entrypoint[@]}"
     wait_for_log "$crash_log" "listening on" 10 || { cat "$crash_log"; fail "the second instance did not start"; }
     kill -SEGV "$SERVICE_PID"
     if ! wait_for_log "$crash_log" 'Backtrace took' 20; then
