@@ -38,24 +38,45 @@ static inline void fpt_log_trampoline(void *cls, const char *fmt, va_list ap) {
 }
 
 /*
- * MHD_start_daemon with fixed arguments: the access handler, the request-completed callback,
- * an already listening socket (the caller binds it, so it can report bind errors precisely),
- * an error logger, and any further options as an MHD_OPTION_END-terminated array.
+ * MHD_start_daemon with fixed arguments: the accept policy (may be NULL), the access handler, the
+ * request-completed callback, the connection-notification callback, the URI-log callback (whose
+ * result becomes the request's first *con_cls), an already listening socket (the caller binds it,
+ * so it can report bind errors precisely), an error logger, and any further options as an
+ * MHD_OPTION_END-terminated array.
  */
 static inline struct MHD_Daemon *fpt_start_daemon(unsigned int flags,
+                                                  MHD_AcceptPolicyCallback accept_policy,
+                                                  void *accept_policy_cls,
                                                   MHD_AccessHandlerCallback handler,
                                                   void *handler_cls,
                                                   MHD_RequestCompletedCallback completed,
-                                                  void *completed_cls,
+                                                  MHD_NotifyConnectionCallback notify_connection,
+                                                  void *(*uri_log)(void *cls, const char *uri,
+                                                                   struct MHD_Connection *connection),
+                                                  void *callbacks_cls,
                                                   int listen_fd,
                                                   const struct fpt_logger *logger,
                                                   const struct MHD_OptionItem *options) {
-    return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
+    return MHD_start_daemon(flags, 0, accept_policy, accept_policy_cls, handler, handler_cls,
                             MHD_OPTION_EXTERNAL_LOGGER, fpt_log_trampoline, (void *)logger,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, callbacks_cls,
+                            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, callbacks_cls,
+                            MHD_OPTION_URI_LOG_CALLBACK, uri_log, callbacks_cls,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_ARRAY, options,
                             MHD_OPTION_END);
+}
+
+/* The client's address of a connection (MHD_CONNECTION_INFO_CLIENT_ADDRESS), or NULL. */
+static inline const struct sockaddr *fpt_connection_address(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return info == NULL ? NULL : info->client_addr;
+}
+
+/* Whether this libmicrohttpd was built with HTTPS support (GnuTLS). */
+static inline int fpt_supports_tls(void) {
+    return MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES;
 }
 
 /* The socket of a connection (MHD_CONNECTION_INFO_CONNECTION_FD), or -1. */

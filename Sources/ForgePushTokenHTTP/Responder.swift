@@ -26,10 +26,28 @@ public final class Responder: Sendable {
     public let retryAfterSeconds = 5
     private let stopping = Locked(false)
 
+    /// Who may call which route; `nil` when the service runs without a token.
+    public let authentication: BearerAuthentication?
+    /// Which other origins' browser pages may read the responses.
+    public let crossOrigin: CrossOriginPolicy
+
     /// Creates a responder over `service`, admitting at most `maxSubscribers` event streams.
-    public init(service: TokenService, maxSubscribers: Int) {
+    /// - Parameters:
+    ///   - authentication: the bearer token and its scope, or `nil` for an open service.
+    ///   - crossOrigin: the origins allowed to read responses from a browser (default none).
+    public init(service: TokenService, maxSubscribers: Int, authentication: BearerAuthentication? = nil,
+                crossOrigin: CrossOriginPolicy = CrossOriginPolicy()) {
         self.service = service
         self.hub = EventHub(service: service, maxSubscribers: maxSubscribers)
+        self.authentication = authentication
+        self.crossOrigin = crossOrigin
+    }
+
+    /// Whether `GET /token` may be answered without looking at the request's header fields: no
+    /// token protects it and no CORS header field depends on its `Origin`. The engine's
+    /// allocation-free path for that request is only taken when this holds.
+    public var answersTokenReadsBlindly: Bool {
+        authentication?.protects(.token) != true && !crossOrigin.isEnabled
     }
 
     /// Marks the service as stopping: `/healthz` answers 503 and the hub ends every stream and
@@ -42,17 +60,49 @@ public final class Responder: Sendable {
     /// Whether `beginShutdown()` was called.
     public var isStopping: Bool { stopping.withLock { $0 } }
 
-    /// The reply to `request`. Never throws: every failure is an error response.
-    public func respond(to request: HTTPRequest) -> Reply {
+    /// The answer that a request's head (method, target, header fields) alone decides, before its
+    /// body is read: 404 for an unknown path, the answer to `OPTIONS`, 405 for a method the path
+    /// does not take, 401 when the route needs the bearer token and the request lacks it; `nil`
+    /// when the request goes on. The engine calls it as soon as the header fields have arrived,
+    /// so that a refused request's body is never kept; `respond(to:)` checks the same again.
+    public func headResponse(to request: HTTPRequest) -> HTTPResponse? {
         guard let route = Route(path: request.path) else {
-            return .response(.error(404, ServiceError("not_found", "no route for \(request.path)")))
+            return .error(404, ServiceError("not_found", "no route for \(request.path)"))
         }
         let method = request.method
+        if method == "OPTIONS" { return crossOrigin.options(for: route, request: request) }
         guard route.allowedMethods.contains(method) else {
             let allow = route.allowedMethods.joined(separator: ", ")
-            return .response(.error(405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
-                                    headers: ["Allow": allow]))
+            return .error(405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
+                          headers: ["Allow": allow])
         }
+        if let authentication, authentication.protects(route) {
+            let outcome = authentication.check(authorization: request.headers["Authorization"], query: request.query,
+                                               method: method)
+            if outcome != .authorized {
+                metrics.increment(.unauthorizedRequests)
+                return BearerAuthentication.unauthorized(outcome)
+            }
+        }
+        return nil
+    }
+
+    /// The reply to `request`. Never throws: every failure is an error response. A response to an
+    /// allowed cross-origin request carries the CORS header fields.
+    public func respond(to request: HTTPRequest) -> Reply {
+        let origin = request.headers["Origin"]
+        if let early = headResponse(to: request) {
+            return .response(crossOrigin.decorate(early, origin: origin))
+        }
+        switch reply(to: request) {
+        case .response(let response): return .response(crossOrigin.decorate(response, origin: origin))
+        case .eventStream: return .eventStream
+        }
+    }
+
+    private func reply(to request: HTTPRequest) -> Reply {
+        guard let route = Route(path: request.path) else { preconditionFailure("headResponse answers unknown paths") }
+        let method = request.method
         switch route {
         case .register:
             return .response(register(request))
@@ -88,10 +138,18 @@ public final class Responder: Sendable {
     private static let degraded = HTTPResponse.json(200, encoding: ["status": "degraded"])
 
     /// Registers an event-stream subscriber whose first event is the current token.
-    /// - Parameter wake: resumes the subscriber's connection (see `EventSubscriber`).
+    /// - Parameters:
+    ///   - origin: the request's `Origin` field, for the CORS header fields of the answer.
+    ///   - wake: resumes the subscriber's connection (see `EventSubscriber`).
     /// - Returns: the response head (200 with the SSE header fields) and the subscriber, or a 503
     ///   (`too_many_subscribers` with `Retry-After`, or `shutting_down`) and `nil`.
-    public func openEventStream(wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
+    public func openEventStream(origin: String? = nil,
+                                wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
+        let (head, subscriber) = subscribe(wake: wake)
+        return (crossOrigin.decorate(head, origin: origin), subscriber)
+    }
+
+    private func subscribe(wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
         do {
             let subscriber = try hub.subscribe(wake: wake)
             return (HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), subscriber)
@@ -140,6 +198,11 @@ public final class Responder: Sendable {
             return .error(503, ServiceError("state_not_saved", "the change is in memory but was not saved: \(failure)"))
         }
         return .json(200, change.snapshot.changeBody(changed: true))
+    }
+
+    /// The 414 for a request target over `limit` bytes (RFC 9110 §15.5.15: `uri_too_long`).
+    public static func uriTooLong(limit: Int) -> HTTPResponse {
+        .error(414, ServiceError("uri_too_long", "the request target is over \(limit) bytes"))
     }
 
     /// The 413 for a body over `limit` bytes (http-api.md: `payload_too_large`).

@@ -22,10 +22,11 @@ public enum Route: String, Sendable, CaseIterable {
     }
 
     /// The methods the route accepts, as listed in a 405's `Allow` header (RFC 9110 §10.2.1).
+    /// Every route also answers `OPTIONS` (RFC 9110 §9.3.7; CORS preflight requests).
     public var allowedMethods: [String] {
         switch self {
-        case .register, .fail: ["POST"]
-        case .token, .stream, .healthz, .metrics, .page: ["GET", "HEAD"]
+        case .register, .fail: ["POST", "OPTIONS"]
+        case .token, .stream, .healthz, .metrics, .page: ["GET", "HEAD", "OPTIONS"]
         }
     }
 }

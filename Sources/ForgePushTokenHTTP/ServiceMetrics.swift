@@ -24,6 +24,12 @@ public final class ServiceMetrics: Sendable {
         case registrationsRejected
         /// `POST /fail` requests accepted (a failure reported to the manager).
         case failuresReported
+        /// Requests refused with 401 for a missing or wrong bearer token.
+        case unauthorizedRequests
+        /// Connections closed at once because the service had `--max-connections` open.
+        case connectionsRefusedTotalLimit
+        /// Connections closed at once because their client address had `--max-connections-per-ip`.
+        case connectionsRefusedPerAddressLimit
 
         var name: String {
             switch self {
@@ -31,6 +37,9 @@ public final class ServiceMetrics: Sendable {
             case .registrationsAccepted: "forge_push_token_registrations_accepted_total"
             case .registrationsRejected: "forge_push_token_registrations_rejected_total"
             case .failuresReported: "forge_push_token_failures_reported_total"
+            case .unauthorizedRequests: "forge_push_token_unauthorized_requests_total"
+            case .connectionsRefusedTotalLimit: "forge_push_token_connections_refused_total{limit=\"total\"}"
+            case .connectionsRefusedPerAddressLimit: "forge_push_token_connections_refused_total{limit=\"per_ip\"}"
             }
         }
 
@@ -40,6 +49,9 @@ public final class ServiceMetrics: Sendable {
             case .registrationsAccepted: "POST /register requests whose device token was accepted."
             case .registrationsRejected: "POST /register requests rejected (400 or 413)."
             case .failuresReported: "POST /fail requests accepted: registration failures reported."
+            case .unauthorizedRequests: "Requests refused with 401: missing or wrong bearer token."
+            case .connectionsRefusedTotalLimit, .connectionsRefusedPerAddressLimit:
+                "Connections closed on accept because a connection limit was reached."
             }
         }
     }
@@ -128,8 +140,12 @@ public final class ServiceMetrics: Sendable {
         }
         family("forge_push_token_subscribers", "gauge", "Event-stream subscribers connected now.")
         text += "forge_push_token_subscribers \(subscribers)\n"
+        var previousFamily = ""
         for counter in Counter.allCases {
-            family(counter.name, "counter", counter.help)
+            // A labelled series shares its family's HELP and TYPE with the series before it.
+            let familyName = String(counter.name.prefix { $0 != "{" })
+            if familyName != previousFamily { family(familyName, "counter", counter.help) }
+            previousFamily = familyName
             text += "\(counter.name) \(state.counters[counter.rawValue])\n"
         }
         family("forge_push_token_events_sent_total", "counter", "Token events written to subscribers.")

@@ -51,7 +51,8 @@ struct ConnectionHandle: @unchecked Sendable {
 func openStream(on connection: OpaquePointer, context: RequestContext, daemon: DaemonContext) -> MHD_Result {
     let server = daemon.server
     let handle = ConnectionHandle(pointer: connection, loop: daemon.loop)
-    let (head, subscriber) = server.responder.openEventStream(wake: { handle.resume() })
+    let (head, subscriber) = server.responder.openEventStream(origin: context.head.headers["Origin"],
+                                                                  wake: { handle.resume() })
     guard let subscriber else { return respond(head, on: connection, context: context) }
     let fd = fpt_connection_fd(connection)
     let stream = EventStream(subscriber: subscriber, connection: handle, fd: fd, server: server)

@@ -30,6 +30,10 @@ public final class MicroHTTPDServer: Sendable {
     let tokenResponses = TokenResponseCache()
     /// Requests that reached the access handler and have not completed, streams included.
     let inFlight = Locked(0)
+    /// Open connections, in all and per client address, against the configured limits.
+    let limiter: ConnectionLimiter
+    /// When a refused connection was last logged, so that a flood of them logs one line per 10 s.
+    private let lastRefusalWarning = Locked<ContinuousClock.Instant?>(nil)
     private let running = Locked<Running?>(nil)
 
     /// What exists between `start()` and `shutdown()`.
@@ -37,6 +41,7 @@ public final class MicroHTTPDServer: Sendable {
         let daemons: [DaemonHandle]
         let contexts: [DaemonContext]
         let logger: LoggerHandle
+        let credentials: TLSMemory?
         let authority: String
     }
 
@@ -47,10 +52,23 @@ public final class MicroHTTPDServer: Sendable {
         self.responder = responder
         self.log = log
         self.watcher = try SubscriberWatcher(hub: responder.hub, heartbeatSeconds: configuration.heartbeatSeconds)
+        self.limiter = ConnectionLimiter(maxTotal: configuration.connectionLimit,
+                                         maxPerAddress: configuration.maxConnectionsPerAddress)
+    }
+
+    /// Logs that connections are being refused because `reason`, at most once per 10 seconds.
+    func warnOfRefusals(_ reason: String) {
+        let now = ContinuousClock.now
+        let due = lastRefusalWarning.withLock { last in
+            guard last.map({ now - $0 >= .seconds(10) }) ?? true else { return false }
+            last = now
+            return true
+        }
+        if due { log.log(.warning, "refusing new connections: \(reason)") }
     }
 
     /// Binds the address, starts libmicrohttpd and the stream machinery, and logs
-    /// `listening on http://HOST:PORT` with the real port.
+    /// `listening on http://HOST:PORT` (`https://` with TLS credentials) with the real port.
     ///
     /// Raises the process's soft `RLIMIT_NOFILE` to its hard limit first, so that the connection
     /// limit is not cut short by file descriptors.
@@ -65,13 +83,28 @@ public final class MicroHTTPDServer: Sendable {
         var flags = MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
         if socket.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
         var options = [
-            MHD_OptionItem(option: .CONNECTION_LIMIT, value: configuration.connectionLimit, ptr_value: nil),
+            // The limiter (mhdAcceptPolicy) enforces the limit across all daemons; libmicrohttpd's
+            // own per-daemon limit is set above it so that it never refuses first.
+            MHD_OptionItem(option: .CONNECTION_LIMIT, value: configuration.connectionLimit + 16, ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: configuration.connectionMemoryLimit, ptr_value: nil),
             // Ordinary connections idle longer than this are closed; event streams opt out (see
             // openStream), which also puts them on the list libmicrohttpd's epoll loop visits in full.
             MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: configuration.idleTimeoutSeconds, ptr_value: nil),
-            MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
         ]
+        // The PEM texts stay allocated until the daemons have stopped (libmicrohttpd keeps the
+        // pointers it is given).
+        let credentials = configuration.tls.map { TLSMemory($0) }
+        if let credentials {
+            guard fpt_supports_tls() != 0 else {
+                close(socket.fd)
+                credentials.deallocate()
+                throw .tlsUnsupported
+            }
+            flags |= MHD_USE_TLS.rawValue
+            options.append(MHD_OptionItem(option: .HTTPS_MEM_CERT, value: 0, ptr_value: UnsafeMutableRawPointer(credentials.certificate)))
+            options.append(MHD_OptionItem(option: .HTTPS_MEM_KEY, value: 0, ptr_value: UnsafeMutableRawPointer(credentials.key)))
+        }
+        options.append(MHD_OptionItem(option: .END, value: 0, ptr_value: nil))
         // One daemon per thread, all taking connections from the one listening socket (which
         // libmicrohttpd makes non-blocking), as libmicrohttpd's own thread pool does.
         var daemons: [DaemonHandle] = []
@@ -80,9 +113,10 @@ public final class MicroHTTPDServer: Sendable {
             for _ in 0..<max(1, configuration.threads) {
                 let context = DaemonContext(server: self, loop: try DaemonLoop())
                 let cls = Unmanaged.passUnretained(context).toOpaque()
-                guard let daemon = fpt_start_daemon(flags, mhdAccessHandler, cls, mhdRequestCompleted, cls,
+                guard let daemon = fpt_start_daemon(flags, mhdAcceptPolicy, cls, mhdAccessHandler, cls,
+                                                    mhdRequestCompleted, mhdConnectionNotify, mhdURILog, cls,
                                                     socket.fd, logger.pointer, &options) else {
-                    throw .daemonStartFailed(socket.authority)
+                    throw credentials == nil ? .daemonStartFailed(socket.authority) : .tlsCredentialsRejected(socket.authority)
                 }
                 daemons.append(DaemonHandle(pointer: daemon))
                 contexts.append(context)
@@ -96,13 +130,15 @@ public final class MicroHTTPDServer: Sendable {
             }
             close(socket.fd)
             logger.deallocate()
+            credentials?.deallocate()
             throw error
         }
         watcher.start()
         running.withLock {
-            $0 = Running(daemons: daemons, contexts: contexts, logger: logger, authority: socket.authority)
+            $0 = Running(daemons: daemons, contexts: contexts, logger: logger, credentials: credentials,
+                         authority: socket.authority)
         }
-        log.log(.info, "listening on http://\(socket.authority)")
+        log.log(.info, "listening on \(credentials == nil ? "http" : "https")://\(socket.authority)")
         return socket.authority
     }
 
@@ -129,6 +165,7 @@ public final class MicroHTTPDServer: Sendable {
         for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }
         tokenResponses.clear()
         run.logger.deallocate()
+        run.credentials?.deallocate()
         log.log(.info, "stopped")
     }
 
@@ -165,6 +202,27 @@ public final class MicroHTTPDServer: Sendable {
 /// `DaemonLoop`'s thread calls, and which `shutdown()` stops before `MHD_stop_daemon`.
 struct DaemonHandle: @unchecked Sendable {
     let pointer: OpaquePointer
+}
+
+/// The PEM texts of `TLSCredentials` as C strings that libmicrohttpd may keep pointers to.
+///
+/// `@unchecked Sendable` is sound because the memory is written once before the daemons start,
+/// only read by libmicrohttpd afterwards, and freed after every daemon has stopped.
+struct TLSMemory: @unchecked Sendable {
+    let certificate: UnsafeMutablePointer<CChar>
+    let key: UnsafeMutablePointer<CChar>
+
+    init(_ credentials: TLSCredentials) {
+        certificate = strdup(credentials.certificatePEM)
+        key = strdup(credentials.privateKeyPEM)
+    }
+
+    func deallocate() {
+        free(certificate)
+        // The key is secret: overwrite it before giving the memory back.
+        memset(key, 0, strlen(key))
+        free(key)
+    }
 }
 
 /// The heap-allocated logger libmicrohttpd calls (`MHD_OPTION_EXTERNAL_LOGGER`).

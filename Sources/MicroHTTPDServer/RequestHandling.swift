@@ -20,16 +20,22 @@ final class RequestContext {
     /// `GET` or `HEAD /token`: answered from the `TokenResponseCache`.
     let isTokenRead: Bool
     var body: [UInt8] = []
+    /// The request's head: method, target and the header fields the responder reads.
+    var head: HTTPRequest
+    /// The answer its head alone decided (404, 405, 401, 414, `OPTIONS`): sent once the body (if
+    /// any) has been read and dropped.
+    var early: HTTPResponse?
     var tooLarge = false
     var responded = false
     var status = 0
     var bytes = 0
     var stream: EventStream?
 
-    init(method: String, path: String, isTokenRead: Bool) {
+    init(method: String, path: String, isTokenRead: Bool, head: HTTPRequest) {
         self.method = method
         self.path = path
         self.isTokenRead = isTokenRead
+        self.head = head
     }
 }
 
@@ -64,18 +70,26 @@ func mhdAccessHandler(
     let server = daemon.server
     let limit = server.configuration.maxBodyBytes
 
-    guard var existing = contextSlot.pointee else {
-        let marker = tokenRead(method, url)
+    let first = contextSlot.pointee
+    guard var existing = first, existing != uriTooLongMarker else {
+        // The first call: the header fields have arrived, the body (if any) has not.
+        let marker = server.responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
         server.inFlight.withLock { $0 += 1 }
-        if let marker, length == nil, !server.configuration.accessLog {
+        if let marker, first == nil, length == nil, !server.configuration.accessLog {
             contextSlot.pointee = marker
             return .YES
         }
-        let context = RequestContext(method: String(cString: method), path: String(cString: url),
-                                     isTokenRead: marker != nil)
+        let head = requestHead(connection, method: String(cString: method), path: String(cString: url))
+        let context = RequestContext(method: head.method, path: head.path, isTokenRead: marker != nil, head: head)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
-        if let length, length > UInt64(limit) {
+        let responder = server.responder
+        if first == uriTooLongMarker {
+            context.early = responder.crossOrigin.decorate(Responder.uriTooLong(limit: server.configuration.maxURLBytes),
+                                                           origin: head.headers["Origin"])
+        } else if let early = responder.headResponse(to: head) {
+            context.early = responder.crossOrigin.decorate(early, origin: head.headers["Origin"])
+        } else if let length, length > UInt64(limit) {
             context.tooLarge = true
             return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
         }
@@ -88,8 +102,9 @@ func mhdAccessHandler(
         if uploadSize.pointee == 0 {
             return server.tokenResponses.queue(on: connection, service: server.responder.service).result
         }
-        let context = RequestContext(method: existing == tokenGetMarker ? "GET" : "HEAD", path: "/token",
-                                     isTokenRead: true)
+        let method = existing == tokenGetMarker ? "GET" : "HEAD"
+        let context = RequestContext(method: method, path: "/token", isTokenRead: true,
+                                     head: HTTPRequest(method: method, target: "/token"))
         existing = Unmanaged.passRetained(context).toOpaque()
         contextSlot.pointee = existing
     }
@@ -97,7 +112,7 @@ func mhdAccessHandler(
 
     if uploadSize.pointee > 0 {
         let count = uploadSize.pointee
-        if !context.tooLarge, let uploadData {
+        if !context.tooLarge, context.early == nil, let uploadData {
             if context.body.count + count > limit {
                 context.tooLarge = true
                 context.body = []
@@ -111,6 +126,9 @@ func mhdAccessHandler(
         return .YES
     }
     if context.responded { return .YES }
+    if let early = context.early {
+        return respond(early, on: connection, context: context)
+    }
     if context.tooLarge {
         return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
     }
@@ -123,9 +141,8 @@ func mhdAccessHandler(
         return result
     }
 
-    var headers = HTTPHeaders()
-    if let type = header(connection, "Content-Type") { headers.add("Content-Type", type) }
-    let request = HTTPRequest(method: context.method, target: context.path, headers: headers, body: context.body)
+    var request = context.head
+    request.body = context.body
     context.body = []
     switch server.responder.respond(to: request) {
     case .response(let response):
@@ -179,6 +196,41 @@ func addHeaders(_ headers: HTTPHeaders, to response: OpaquePointer) {
     for field in headers {
         _ = MHD_add_response_header(response, field.name, field.value)
     }
+}
+
+/// The header fields the responder reads, in the order it may need them.
+private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method"]
+
+/// The head of a request as the responder sees it: `method`, `path` (libmicrohttpd has split off
+/// the query), the header fields the responder reads, and as the query the `access_token`
+/// parameter alone (re-encoded from libmicrohttpd's decoded value), as no other one matters.
+func requestHead(_ connection: OpaquePointer, method: String, path: String) -> HTTPRequest {
+    var headers = HTTPHeaders()
+    for name in headFields {
+        if let value = header(connection, name) { headers.add(name, value) }
+    }
+    var request = HTTPRequest(method: method, target: path, headers: headers)
+    if let token = MHD_lookup_connection_value(connection, .GET_ARGUMENT_KIND, "access_token") {
+        request.query = "access_token=" + percentEncoded(UnsafeRawBufferPointer(start: token, count: strlen(token)))
+    }
+    return request
+}
+
+/// `bytes` with every byte but the unreserved ones of RFC 3986 §2.3 written as `%XX`.
+func percentEncoded(_ bytes: UnsafeRawBufferPointer) -> String {
+    let digits = Array("0123456789ABCDEF".utf8)
+    var encoded: [UInt8] = []
+    encoded.reserveCapacity(bytes.count)
+    for byte in bytes {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+            encoded.append(byte)
+        default:
+            encoded += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0xF)]]
+        }
+    }
+    return String(decoding: encoded, as: UTF8.self)
 }
 
 /// The value of request header `name`, or `nil`.

@@ -55,8 +55,47 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// Creates the default configuration.
     public init() {}
 
-    /// The connection limit given to libmicrohttpd (`MHD_OPTION_CONNECTION_LIMIT`): room for every
-    /// subscriber plus 1,024 ordinary connections, so plain requests get through at the
-    /// subscriber limit (subscribers over the limit are refused by the service with a 503).
-    public var connectionLimit: Int { maxSubscribers + 1024 }
+    /// The most connections open at once, event streams included (`--max-connections`); a
+    /// connection over it is closed as soon as it is accepted. `nil` (the default) means room for
+    /// every subscriber plus 1,024 ordinary connections, so plain requests get through at the
+    /// subscriber limit (subscribers over that limit are refused by the service with a 503).
+    public var maxConnections: Int?
+
+    /// The most connections open at once from one client IP address (`--max-connections-per-ip`);
+    /// 0 (the default) means no such limit, since behind a reverse proxy or Docker's port mapping
+    /// every client has the same address.
+    public var maxConnectionsPerAddress: Int = 0
+
+    /// The longest request target (path and query, as sent) in bytes (`--max-url-bytes`); a
+    /// longer one gets 414 `uri_too_long`. Default 2048. A target that does not even fit in the
+    /// connection's memory pool gets libmicrohttpd's own 414 page.
+    public var maxURLBytes: Int = 2048
+
+    /// The certificate and private key for HTTPS, or `nil` for plain HTTP (the default).
+    public var tls: TLSCredentials?
+
+    /// The connection limit in force: `maxConnections`, or `maxSubscribers + 1024`.
+    public var connectionLimit: Int { maxConnections ?? maxSubscribers + 1024 }
+}
+
+/// A certificate chain and its private key, each PEM text (RFC 7468), for libmicrohttpd's
+/// HTTPS support through GnuTLS (`MHD_USE_TLS`, `MHD_OPTION_HTTPS_MEM_CERT`,
+/// `MHD_OPTION_HTTPS_MEM_KEY`; libmicrohttpd manual, "microhttpd-init"). The key must not be
+/// encrypted. Its `description` never shows the key.
+public struct TLSCredentials: Sendable, Equatable, CustomStringConvertible {
+    /// The server's certificate, then any intermediate certificates, PEM.
+    public var certificatePEM: String
+    /// The certificate's private key, PEM, unencrypted.
+    public var privateKeyPEM: String
+
+    /// Creates credentials from PEM texts.
+    public init(certificatePEM: String, privateKeyPEM: String) {
+        self.certificatePEM = certificatePEM
+        self.privateKeyPEM = privateKeyPEM
+    }
+
+    /// `TLSCredentials(certificate: N bytes, key: <redacted>)`.
+    public var description: String {
+        "TLSCredentials(certificate: \(certificatePEM.utf8.count) bytes, key: <redacted>)"
+    }
 }

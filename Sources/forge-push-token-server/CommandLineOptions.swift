@@ -1,4 +1,10 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import ForgePushToken
+import ForgePushTokenHTTP
 import MicroHTTPDServer
 
 /// The command line and `FORGE_PUSH_TOKEN_*` environment variables of the service
@@ -8,6 +14,13 @@ struct CommandLineOptions: Equatable {
     var logLevel: PushTokenManager.LogLevel = .info
     /// `--state-file PATH`: where the token and its version survive restarts; `nil` for none.
     var stateFile: String?
+    /// `--auth-token` or the content of `--auth-token-file`: the bearer token writers (or, with
+    /// scope `all`, every client but `/healthz`) must send; `nil` for an open service.
+    var authToken: String?
+    /// `--auth-scope writes|all`.
+    var authScope: BearerAuthentication.Scope = .writes
+    /// `--cors-origin`, in order (`*` allows every origin).
+    var corsOrigins: [String] = []
     var action: Action = .run
 
     enum Action: Equatable { case run, help, version, healthCheck }
@@ -22,6 +35,10 @@ struct CommandLineOptions: Equatable {
                                        [--max-body-bytes N] [--max-subscribers N]
                                        [--log-level debug|info|warning|error] [--access-log on|off]
                                        [--state-file PATH]
+                                       [--auth-token TOKEN | --auth-token-file PATH] [--auth-scope writes|all]
+                                       [--tls-cert PATH --tls-key PATH] [--cors-origin ORIGIN ...]
+                                       [--max-connections N] [--max-connections-per-ip N]
+                                       [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
                                        [--version] [--help] [--health-check]
 
           --host ADDR             IPv4 or IPv6 literal, or localhost (default 127.0.0.1)
@@ -33,26 +50,62 @@ struct CommandLineOptions: Equatable {
           --access-log on|off     one log line per request (default on)
           --state-file PATH       keep the token and its version in PATH across restarts (written
                                   durably before each change is answered; default: none)
+          --auth-token TOKEN      require 'Authorization: Bearer TOKEN' (RFC 6750) on POST /register
+                                  and POST /fail; TOKEN is A-Z a-z 0-9 - . _ ~ + / (default: none)
+          --auth-token-file PATH  the same, read from PATH (a container secret); whitespace at
+                                  either end is ignored
+          --auth-scope SCOPE      writes (default): only the POSTs need the token; all: every route
+                                  but /healthz, and GET/HEAD also take ?access_token=TOKEN
+          --tls-cert PATH         serve HTTPS with this PEM certificate (chain); needs --tls-key
+          --tls-key PATH          the certificate's PEM private key, unencrypted
+          --cors-origin ORIGIN    let browser pages of ORIGIN (scheme://host[:port], or * for any)
+                                  read responses; repeatable (default: none)
+          --max-connections N     most connections open at once, streams included; more are
+                                  closed on accept (default: --max-subscribers + 1024)
+          --max-connections-per-ip N
+                                  most connections open at once from one client address; 0 = no
+                                  limit (default 0: behind a proxy every client has one address)
+          --max-header-bytes N    memory per connection for the request line and header fields;
+                                  larger requests get 431 (default 8192, at least 8192)
+          --max-url-bytes N       longest request target (path and query); longer gets 414
+                                  (default 2048)
+          --idle-timeout SECONDS  close an idle ordinary connection after SECONDS; event streams
+                                  are exempt (default 60)
           --version               print the version and exit
           --help                  print this help and exit
           --health-check          ask GET /healthz of the service at --host/--port (a wildcard
                                   host means loopback); exit 0 when it answers 200, else 1
 
         Every flag has an environment variable: FORGE_PUSH_TOKEN_ and the flag in upper case with
-        - as _ (FORGE_PUSH_TOKEN_PORT=9000). A flag wins over its variable.
+        - as _ (FORGE_PUSH_TOKEN_PORT=9000). A flag wins over its variable. The variable of a
+        repeatable flag takes a comma-separated list (FORGE_PUSH_TOKEN_CORS_ORIGIN=https://a,https://b).
         """
 
     /// The flags that take a value, in the order of the usage text.
     static let valueFlags = ["host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log",
-                             "state-file"]
+                             "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
+                             "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
+                             "max-url-bytes", "idle-timeout"]
+    /// The value flags that may be given more than once; their values accumulate.
+    static let repeatableFlags: Set = ["cors-origin"]
 
     /// Parses `arguments` (without the program name) over `environment`.
-    static func parse(_ arguments: [String], environment: [String: String]) throws(UsageError) -> CommandLineOptions {
+    /// - Parameter readFile: reads a file named by a flag (`--auth-token-file`, `--tls-cert`,
+    ///   `--tls-key`) as UTF-8 text; its error's description goes into the usage error.
+    static func parse(_ arguments: [String], environment: [String: String],
+                      readFile: (String) throws -> String = Self.readTextFile) throws(UsageError) -> CommandLineOptions {
         var values: [String: String] = [:]
+        var lists: [String: [String]] = [:]
         for flag in valueFlags {
             let variable = "FORGE_PUSH_TOKEN_" + String(flag.uppercased().map { $0 == "-" ? "_" : $0 })
-            if let value = environment[variable] { values[flag] = value }
+            guard let value = environment[variable] else { continue }
+            if repeatableFlags.contains(flag) {
+                lists[flag] = value.split(separator: ",").map { String($0).trimmingASCIISpaces() }.filter { !$0.isEmpty }
+            } else {
+                values[flag] = value
+            }
         }
+        var listsFromFlags: Set<String> = []
         var options = CommandLineOptions()
         var index = 0
         while index < arguments.count {
@@ -72,19 +125,151 @@ struct CommandLineOptions: Equatable {
                     options.action = name == "help" ? .help : name == "version" ? .version : .healthCheck
                 }
             case _ where valueFlags.contains(name):
+                let value: String
                 if let inline {
-                    values[name] = inline
+                    value = inline
                 } else {
                     guard index < arguments.count else { throw UsageError(description: "--\(name) needs a value") }
-                    values[name] = arguments[index]
+                    value = arguments[index]
                     index += 1
+                }
+                if repeatableFlags.contains(name) {
+                    // Flags replace the variable's list, then accumulate.
+                    if listsFromFlags.insert(name).inserted { lists[name] = [] }
+                    lists[name, default: []].append(value)
+                } else {
+                    values[name] = value
                 }
             default:
                 throw UsageError(description: "unknown option \(argument)")
             }
         }
         try options.apply(values)
+        try options.applySecurity(values, lists: lists, readFile: readFile)
         return options
+    }
+
+    /// Reads `path` (at most 1 MiB) as UTF-8 text; the error says why not, as `strerror(3)` does.
+    static func readTextFile(_ path: String) throws -> String {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw UsageError(description: String(cString: strerror(errno))) }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        while true {
+            let count = read(fd, &buffer, buffer.count)
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw UsageError(description: String(cString: strerror(errno)))
+            }
+            if count == 0 { break }
+            bytes += buffer[..<count]
+            guard bytes.count <= 1 << 20 else { throw UsageError(description: "it is over 1 MiB") }
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw UsageError(description: "it is not UTF-8 text")
+        }
+        return text
+    }
+
+    private static func readFlagFile(_ path: String, flag: String, readFile: (String) throws -> String) throws(UsageError) -> String {
+        guard !path.isEmpty else { throw UsageError(description: "--\(flag) needs a path") }
+        do {
+            return try readFile(path)
+        } catch {
+            throw UsageError(description: "--\(flag): cannot read \(path): \(error)")
+        }
+    }
+
+    /// Authentication, TLS, CORS and the connection limits.
+    private mutating func applySecurity(_ values: [String: String], lists: [String: [String]],
+                                        readFile: (String) throws -> String) throws(UsageError) {
+        switch (values["auth-token"], values["auth-token-file"]) {
+        case (.some, .some):
+            throw UsageError(description: "--auth-token and --auth-token-file exclude each other: give one")
+        case (.some(let token), nil):
+            authToken = token
+        case (nil, .some(let path)):
+            authToken = try Self.readFlagFile(path, flag: "auth-token-file", readFile: readFile).trimmingASCIISpaces()
+        case (nil, nil):
+            break
+        }
+        if let token = authToken {
+            // Never echo the token: it is a secret.
+            guard !token.isEmpty else { throw UsageError(description: "the auth token is empty") }
+            guard BearerAuthentication.isValidToken(token) else {
+                throw UsageError(description: "the auth token may hold only A-Z a-z 0-9 - . _ ~ + / (then any '='), "
+                                 + "as a Bearer token must (RFC 6750 §2.1); try: openssl rand -hex 32")
+            }
+        }
+        if let scope = values["auth-scope"] {
+            guard let parsed = BearerAuthentication.Scope(rawValue: scope) else {
+                throw UsageError(description: "--auth-scope must be writes or all, not \(scope)")
+            }
+            guard authToken != nil else {
+                throw UsageError(description: "--auth-scope needs --auth-token or --auth-token-file")
+            }
+            authScope = parsed
+        }
+        switch (values["tls-cert"], values["tls-key"]) {
+        case (.some(let certificate), .some(let key)):
+            server.tls = TLSCredentials(certificatePEM: try Self.readFlagFile(certificate, flag: "tls-cert", readFile: readFile),
+                                        privateKeyPEM: try Self.readFlagFile(key, flag: "tls-key", readFile: readFile))
+        case (.some, nil):
+            throw UsageError(description: "--tls-cert needs --tls-key")
+        case (nil, .some):
+            throw UsageError(description: "--tls-key needs --tls-cert")
+        case (nil, nil):
+            break
+        }
+        if let origins = lists["cors-origin"] {
+            do {
+                corsOrigins = try CrossOriginPolicy(origins: origins).origins
+            } catch {
+                throw UsageError(description: "--cors-origin: \(error.message)")
+            }
+        }
+        if let count = values["max-connections"] {
+            server.maxConnections = try Self.whole(count, flag: "max-connections", in: 1...1_000_000, unit: "connections")
+        }
+        if let count = values["max-connections-per-ip"] {
+            server.maxConnectionsPerAddress = try Self.whole(count, flag: "max-connections-per-ip", in: 0...1_000_000,
+                                                             unit: "connections")
+        }
+        if let bytes = values["max-header-bytes"] {
+            server.connectionMemoryLimit = try Self.whole(bytes, flag: "max-header-bytes", in: 8192...(1 << 20), unit: "bytes")
+        }
+        if let bytes = values["max-url-bytes"] {
+            server.maxURLBytes = try Self.whole(bytes, flag: "max-url-bytes", in: 16...(1 << 20), unit: "bytes")
+        }
+        if let seconds = values["idle-timeout"] {
+            server.idleTimeoutSeconds = try Self.whole(seconds, flag: "idle-timeout", in: 1...86_400, unit: "seconds")
+        }
+    }
+
+    /// What the operator should hear at start: a non-loopback address without `--auth-token`
+    /// (anyone who reaches it can change the token), a short token. Never the token itself.
+    var startupWarnings: [String] {
+        var warnings: [String] = []
+        let loopback = ["127.0.0.1", "::1", "localhost"].contains(server.host) || server.host.hasPrefix("127.")
+        if authToken == nil && !loopback {
+            warnings.append("listening on \(server.host), which is not loopback, without --auth-token:"
+                            + " anyone who reaches the port can change the device token")
+        }
+        if let token = authToken, token.utf8.count < 16 {
+            warnings.append("the auth token has only \(token.utf8.count) characters; use at least 32 random ones"
+                            + " (openssl rand -hex 32)")
+        }
+        if server.tls == nil && authToken != nil && !loopback {
+            warnings.append("the auth token travels in clear text over plain HTTP on \(server.host);"
+                            + " use --tls-cert/--tls-key or a TLS-terminating proxy")
+        }
+        return warnings
+    }
+
+    /// The authentication policy the options ask for, or `nil` without a token.
+    var authentication: BearerAuthentication? {
+        authToken.flatMap { BearerAuthentication(token: $0, scope: authScope) }
     }
 
     private mutating func apply(_ values: [String: String]) throws(UsageError) {
@@ -131,5 +316,13 @@ struct CommandLineOptions: Equatable {
             throw UsageError(description: "--\(flag) must be a whole number of \(unit) from \(range.lowerBound) to \(range.upperBound), not \(text)")
         }
         return value
+    }
+}
+
+extension String {
+    /// The string without ASCII spaces, tabs, CR and LF at either end.
+    func trimmingASCIISpaces() -> String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
+        return String(drop(while: isSpace).reversed().drop(while: isSpace).reversed())
     }
 }

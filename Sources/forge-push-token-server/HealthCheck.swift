@@ -11,8 +11,11 @@ import MicroHTTPDServer
 /// The address is the configured one, with a wildcard host (`0.0.0.0`, `::`) replaced by the
 /// loopback address of its family. Connect, send and receive are each bounded by `timeout`
 /// seconds.
+///
+/// With HTTPS (`--tls-cert`) the check is the TCP connection alone: a TLS client would take a TLS
+/// library into the executable, and libmicrohttpd accepts only on a running daemon.
 enum HealthCheck {
-    /// `true` when `GET /healthz` answered with status 200.
+    /// `true` when `GET /healthz` answered with status 200 (with HTTPS: when the port accepted).
     static func run(_ configuration: ServerConfiguration, timeout: Int = 2) -> Bool {
         var host = configuration.host == "localhost" ? "127.0.0.1" : configuration.host
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
@@ -31,6 +34,7 @@ enum HealthCheck {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         guard connect(fd, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 else { return false }
+        if configuration.tls != nil { return true }
         let authority = host.contains(":") ? "[\(host)]:\(configuration.port)" : "\(host):\(configuration.port)"
         let request = Array("GET /healthz HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n".utf8)
         guard send(fd, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else { return false }

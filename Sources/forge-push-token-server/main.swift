@@ -67,7 +67,18 @@ if let path = options.stateFile {
 } else {
     service = TokenService(manager: manager)
 }
-let responder = Responder(service: service, maxSubscribers: options.server.maxSubscribers)
+let crossOrigin: CrossOriginPolicy
+do {
+    crossOrigin = try CrossOriginPolicy(origins: options.corsOrigins)  // validated by the parser already
+} catch {
+    printError("forge-push-token-server: \(error.message)")
+    exit(64)
+}
+let responder = Responder(service: service, maxSubscribers: options.server.maxSubscribers,
+                          authentication: options.authentication, crossOrigin: crossOrigin)
+for warning in options.startupWarnings {
+    log.log(.warning, warning)
+}
 let server: MicroHTTPDServer
 do {
     server = try MicroHTTPDServer(configuration: options.server, responder: responder, log: log)
