@@ -249,14 +249,17 @@ final class LogBox: Sendable {
     init(log: ServerLog) { self.log = log }
 }
 
-/// libmicrohttpd's own error messages, into the service's log at warning level; the one it writes
+/// libmicrohttpd's own error messages, into the service's log at warning level; the ones it writes
 /// for every event stream whose client has gone (the stream ends with
-/// `MHD_CONTENT_READER_END_WITH_ERROR`, which is how a departed subscriber is closed) at debug
-/// level, as it is routine, not a fault (10,000 departing subscribers made 10,000 warnings).
+/// `MHD_CONTENT_READER_END_WITH_ERROR`, which is how a departed subscriber is closed) and for a
+/// response whose client left before it was sent ("Failed to send the ...") at debug level, as
+/// they are routine, not faults (10,000 departing subscribers made 10,000 warnings).
 private func mhdLog(_ cls: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {
     guard let cls, let message else { return }
     let log = Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log
+    // A client that leaves mid-response: routine for event streams (and not the service's fault).
     let routine = strncmp(message, "Closing connection (application error generating response)", 58) == 0
+        || strncmp(message, "Failed to send the", 18) == 0
     let level: PushTokenManager.LogLevel = routine ? .debug : .warning
     guard level >= log.minimumLevel else { return }
     var text = String(cString: message)

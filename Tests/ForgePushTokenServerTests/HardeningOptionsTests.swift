@@ -1,0 +1,120 @@
+import Testing
+import ForgePushTokenHTTP
+import MicroHTTPDServer
+@testable import forge_push_token_server
+
+/// The hardening flags of issue 5: authentication, TLS, CORS and limits.
+@Suite struct HardeningOptionsTests {
+    static let token = "Zm9yZ2UtcHVzaC10b2tlbi1zZWNyZXQ"
+
+    /// Files a test pretends exist: path → content; any other path fails as a missing file does.
+    func parse(_ arguments: [String], _ environment: [String: String] = [:],
+               files: [String: String] = [:]) throws -> CommandLineOptions {
+        try CommandLineOptions.parse(arguments, environment: environment) { path in
+            guard let text = files[path] else { throw CommandLineOptions.UsageError(description: "No such file or directory") }
+            return text
+        }
+    }
+
+    func usageError(_ arguments: [String], _ environment: [String: String] = [:],
+                    files: [String: String] = [:]) -> String? {
+        do {
+            _ = try parse(arguments, environment, files: files)
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test func defaultsAreOpenPlainAndBounded() throws {
+        let options = try parse([])
+        #expect(options.authToken == nil && options.authentication == nil && options.authScope == .writes)
+        #expect(options.server.tls == nil && options.corsOrigins.isEmpty)
+        #expect(options.server.connectionLimit == 10_000 + 1024 && options.server.maxConnectionsPerAddress == 0)
+        #expect(options.server.connectionMemoryLimit == 8192 && options.server.maxURLBytes == 2048)
+        #expect(options.server.idleTimeoutSeconds == 60)
+        #expect(options.startupWarnings.isEmpty)
+    }
+
+    @Test func authTokenFromFlagVariableOrFile() throws {
+        #expect(try parse(["--auth-token", Self.token]).authToken == Self.token)
+        #expect(try parse([], ["FORGE_PUSH_TOKEN_AUTH_TOKEN": Self.token]).authToken == Self.token)
+        let fromFile = try parse(["--auth-token-file=/run/secrets/token"], files: ["/run/secrets/token": " \(Self.token)\n"])
+        #expect(fromFile.authToken == Self.token)
+        let scoped = try parse(["--auth-token", Self.token, "--auth-scope", "all"])
+        #expect(scoped.authentication?.scope == .all)
+        #expect(scoped.authentication?.protects(.token) == true)
+    }
+
+    @Test("bad authentication options are usage errors that never show the token")
+    func badAuthentication() throws {
+        let secret = "not a valid token"
+        let cases: [([String], [String: String], String)] = [
+            (["--auth-token", secret], [:], "may hold only"),
+            (["--auth-token", ""], [:], "empty"),
+            (["--auth-token", Self.token, "--auth-token-file", "/t"], [:], "exclude each other"),
+            (["--auth-token-file", "/missing"], [:], "cannot read /missing: No such file"),
+            (["--auth-token-file", "/blank"], [:], "empty"),
+            (["--auth-scope", "all"], [:], "needs --auth-token"),
+            (["--auth-token", Self.token, "--auth-scope", "some"], [:], "writes or all"),
+            ([], ["FORGE_PUSH_TOKEN_AUTH_TOKEN": secret], "may hold only"),
+        ]
+        for (arguments, environment, expected) in cases {
+            let message = try #require(usageError(arguments, environment, files: ["/t": Self.token, "/blank": "\n"]),
+                                       "\(arguments) should fail")
+            #expect(message.contains(expected), "\(message)")
+            #expect(!message.contains(secret) && !message.contains(Self.token), "\(message)")
+        }
+    }
+
+    @Test func startupWarnings() throws {
+        let open = try parse(["--host", "0.0.0.0"]).startupWarnings
+        #expect(open.count == 1 && open[0].contains("without --auth-token"))
+        let short = try parse(["--auth-token", "abc123"]).startupWarnings
+        #expect(short.count == 1 && short[0].contains("only 6 characters") && !short[0].contains("abc123"))
+        let clear = try parse(["--host", "::", "--auth-token", Self.token]).startupWarnings
+        #expect(clear.count == 1 && clear[0].contains("clear text"))
+        #expect(try parse(["--host", "127.0.0.2"]).startupWarnings.isEmpty)
+    }
+
+    @Test func tlsNeedsBothFilesAndReadsThem() throws {
+        let files = ["/c.pem": "-----BEGIN CERTIFICATE-----\n", "/k.pem": "-----BEGIN PRIVATE KEY-----\n"]
+        let options = try parse(["--tls-cert", "/c.pem", "--tls-key=/k.pem"], files: files)
+        #expect(options.server.tls == TLSCredentials(certificatePEM: files["/c.pem"]!, privateKeyPEM: files["/k.pem"]!))
+        #expect(!"\(options.server.tls!)".contains("PRIVATE"))
+        #expect(usageError(["--tls-cert", "/c.pem"], files: files)?.contains("needs --tls-key") == true)
+        #expect(usageError(["--tls-key", "/k.pem"], files: files)?.contains("needs --tls-cert") == true)
+        #expect(usageError(["--tls-cert", "/c.pem", "--tls-key", "/nope"], files: files)?.contains("cannot read /nope") == true)
+    }
+
+    @Test func corsOriginsRepeatAndTheVariableTakesAList() throws {
+        #expect(try parse(["--cors-origin", "https://a.example", "--cors-origin=http://localhost:3000"]).corsOrigins
+            == ["https://a.example", "http://localhost:3000"])
+        let environment = ["FORGE_PUSH_TOKEN_CORS_ORIGIN": "https://a.example, https://b.example"]
+        #expect(try parse([], environment).corsOrigins == ["https://a.example", "https://b.example"])
+        #expect(try parse(["--cors-origin", "*"], environment).corsOrigins == ["*"])
+        #expect(usageError(["--cors-origin", "https://a.example/"])?.contains("is not an origin") == true)
+    }
+
+    @Test func limits() throws {
+        let options = try parse(["--max-connections", "50", "--max-connections-per-ip", "4", "--max-header-bytes", "16384",
+                                 "--max-url-bytes", "512", "--idle-timeout", "5"])
+        #expect(options.server.connectionLimit == 50 && options.server.maxConnectionsPerAddress == 4)
+        #expect(options.server.connectionMemoryLimit == 16384 && options.server.maxURLBytes == 512)
+        #expect(options.server.idleTimeoutSeconds == 5)
+        let environment = ["FORGE_PUSH_TOKEN_MAX_CONNECTIONS_PER_IP": "2", "FORGE_PUSH_TOKEN_IDLE_TIMEOUT": "9"]
+        let fromEnvironment = try parse([], environment)
+        #expect(fromEnvironment.server.maxConnectionsPerAddress == 2 && fromEnvironment.server.idleTimeoutSeconds == 9)
+        for (flag, value) in [("max-connections", "0"), ("max-connections-per-ip", "-1"), ("max-header-bytes", "4096"),
+                              ("max-url-bytes", "8"), ("idle-timeout", "0"), ("max-connections", "many")] {
+            let message = usageError(["--\(flag)", value])
+            #expect(message?.contains("--\(flag) must be a whole number") == true, "\(flag) \(value): \(message ?? "accepted")")
+        }
+    }
+
+    @Test func usageListsEveryFlag() {
+        for flag in CommandLineOptions.valueFlags {
+            #expect(CommandLineOptions.usage.contains("--\(flag) "), "--\(flag) is missing from the usage text")
+        }
+    }
+}

@@ -1,0 +1,79 @@
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+@testable import MicroHTTPDServer
+
+/// `ConnectionLimiter` and `ClientAddress`: the bookkeeping behind `--max-connections` and
+/// `--max-connections-per-ip`.
+@Suite struct ConnectionLimiterTests {
+    static let first = ClientAddress(high: 0, low: 0xFFFF_7F00_0001)   // 127.0.0.1
+    static let second = ClientAddress(high: 0, low: 0xFFFF_7F00_0002)  // 127.0.0.2
+
+    @Test func totalLimitRefusesOverItAndAdmitsAgainAfterARelease() {
+        let limiter = ConnectionLimiter(maxTotal: 3, maxPerAddress: 0)
+        for _ in 0..<3 { #expect(limiter.admit(Self.first) == .admitted) }
+        #expect(limiter.admit(Self.second) == .refusedTotal)
+        #expect(limiter.openCount == 3)
+        limiter.release(Self.first)
+        #expect(limiter.admit(Self.second) == .admitted)
+        #expect(limiter.openCount == 3)
+    }
+
+    @Test func perAddressLimitCountsEachAddressApart() {
+        let limiter = ConnectionLimiter(maxTotal: 100, maxPerAddress: 2)
+        #expect(limiter.admit(Self.first) == .admitted)
+        #expect(limiter.admit(Self.first) == .admitted)
+        #expect(limiter.admit(Self.first) == .refusedPerAddress)
+        #expect(limiter.admit(Self.second) == .admitted)
+        #expect(limiter.addressCount == 2)
+        limiter.release(Self.first)
+        #expect(limiter.admit(Self.first) == .admitted)
+        for _ in 0..<2 { limiter.release(Self.first) }
+        limiter.release(Self.second)
+        #expect(limiter.openCount == 0 && limiter.addressCount == 0)
+    }
+
+    @Test func unknownAddressesCountOnlyInTheTotal() {
+        let limiter = ConnectionLimiter(maxTotal: 2, maxPerAddress: 1)
+        #expect(limiter.admit(nil) == .admitted)
+        #expect(limiter.admit(nil) == .admitted)
+        #expect(limiter.admit(nil) == .refusedTotal)
+        limiter.release(nil)
+        limiter.release(nil)
+        limiter.release(nil)  // more releases than admissions never go below zero
+        #expect(limiter.openCount == 0)
+    }
+
+    @Test func concurrentAdmissionsNeverExceedTheLimit() async {
+        let limiter = ConnectionLimiter(maxTotal: 50, maxPerAddress: 0)
+        let admitted = await withTaskGroup(of: Int.self) { group in
+            for _ in 0..<8 {
+                group.addTask { (0..<100).filter { _ in limiter.admit(Self.first) == .admitted }.count }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(admitted == 50 && limiter.openCount == 50)
+    }
+
+    @Test func ipv4AndItsMappedIPv6FormAreOneAddress() throws {
+        var ipv4 = sockaddr_in()
+        ipv4.sin_family = sa_family_t(AF_INET)
+        inet_pton(AF_INET, "127.0.0.1", &ipv4.sin_addr)
+        var ipv6 = sockaddr_in6()
+        ipv6.sin6_family = sa_family_t(AF_INET6)
+        inet_pton(AF_INET6, "::ffff:127.0.0.1", &ipv6.sin6_addr)
+        var loopback6 = sockaddr_in6()
+        loopback6.sin6_family = sa_family_t(AF_INET6)
+        inet_pton(AF_INET6, "::1", &loopback6.sin6_addr)
+        let a = withUnsafePointer(to: &ipv4) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) } }
+        let b = withUnsafePointer(to: &ipv6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) } }
+        let c = withUnsafePointer(to: &loopback6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) } }
+        #expect(a == Self.first)
+        #expect(a == b)
+        #expect(c == ClientAddress(high: 0, low: 1))
+        var unix = sockaddr()
+        unix.sa_family = sa_family_t(AF_UNIX)
+        #expect(ClientAddress(&unix) == nil)
+    }
+}
