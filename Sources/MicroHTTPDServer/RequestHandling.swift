@@ -93,6 +93,12 @@ func mhdAccessHandler(
             context.tooLarge = true
             return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
         }
+        // A refused request with a body is answered now, unread (no 100 Continue; libmicrohttpd
+        // then closes the connection), so that an unauthorized client cannot make the service
+        // take in bodies. One without a body is answered in the next call, keeping the connection.
+        if let early = context.early, (length ?? 0) > 0 || header(connection, "Transfer-Encoding") != nil {
+            return respond(early, on: connection, context: context)
+        }
         return .YES
     }
     if existing == tokenGetMarker || existing == tokenHeadMarker {

@@ -12,7 +12,8 @@ final class LiveServer {
     let responder: Responder
     let lines = Locked<[String]>([])
 
-    init(_ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
+    init(authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
+         _ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
         var configuration = ServerConfiguration()
         configuration.host = "127.0.0.1"
         configuration.port = 0
@@ -20,7 +21,8 @@ final class LiveServer {
         let lines = self.lines
         let log = ServerLog(minimumLevel: .debug) { line in lines.withLock { $0.append(line) } }
         responder = Responder(service: TokenService(manager: PushTokenManager(logHandler: log.managerHandler)),
-                              maxSubscribers: configuration.maxSubscribers)
+                              maxSubscribers: configuration.maxSubscribers, authentication: authentication,
+                              crossOrigin: crossOrigin)
         server = try MicroHTTPDServer(configuration: configuration, responder: responder, log: log)
         let authority = try server.start()
         port = UInt16(authority.split(separator: ":").last!)!

@@ -1,0 +1,86 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+import ForgePushToken
+import ForgePushTokenHTTP
+@testable import MicroHTTPDServer
+
+extension LiveServerTests {
+    /// Issue 5 through a live server: authentication before the body, limits at the socket.
+    @Suite struct HardeningLiveTests {
+        static let token = "live-test-token-0123456789"
+
+        @Test("an unauthorized POST is refused on its head: no 100 Continue, body never kept, state unchanged")
+        func unauthorizedPostIsRefusedBeforeItsBody() throws {
+            let live = try LiveServer(authentication: BearerAuthentication(token: Self.token))
+            let client = try live.client()
+            defer { client.close() }
+            try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 64\r\n"
+                            + "Expect: 100-continue\r\n\r\n")
+            let response = try client.readResponse(method: "POST")
+            #expect(response.status == 401)
+            #expect(response.headers["www-authenticate"] == "Bearer realm=\"forge-push-token\"")
+            #expect(live.responder.service.snapshot.version == 0)
+            let accepted = try live.request("POST", "/register", body: Array("abcd".utf8),
+                                            headers: ["Authorization": "Bearer \(Self.token)", "Content-Type": "text/plain"])
+            #expect(accepted.status == 200)
+            #expect(!live.lines.withLock { $0 }.contains { $0.contains(Self.token) })
+        }
+
+        @Test("a wrong token of the right length is refused")
+        func wrongTokenOfTheRightLength() throws {
+            let live = try LiveServer(authentication: BearerAuthentication(token: Self.token))
+            let wrong = String(Self.token.dropLast()) + "X"
+            for _ in 0..<2 {
+                let response = try live.request("POST", "/register", body: Array("abcd".utf8),
+                                                headers: ["Authorization": "Bearer \(wrong)", "Content-Type": "text/plain"])
+                #expect(response.status == 401)
+                #expect(response.headers["www-authenticate"]?.contains("invalid_token") == true)
+            }
+            #expect(live.responder.service.snapshot.token == nil)
+        }
+
+        @Test("a refused request without a body keeps its connection; the access_token query is accepted")
+        func refusedReadKeepsTheConnection() throws {
+            let live = try LiveServer(authentication: BearerAuthentication(token: Self.token, scope: .all))
+            let client = try live.client()
+            defer { client.close() }
+            #expect(try client.request("GET", "/token").status == 401)
+            #expect(try client.request("GET", "/token?access_token=wrong").status == 401)
+            #expect(try client.request("GET", "/token?access_token=\(Self.token)").status == 200)
+            #expect(try client.request("GET", "/healthz").status == 200)
+            #expect(!live.lines.withLock { $0 }.contains { $0.contains(Self.token) })
+        }
+
+        @Test("a target over --max-url-bytes gets 414 uri_too_long; one at the limit is served")
+        func uriTooLong() throws {
+            let live = try LiveServer { $0.maxURLBytes = 64 }
+            let long = "/token?" + String(repeating: "a", count: 58)  // 65 bytes
+            let response = try live.request("GET", long)
+            #expect(response.status == 414)
+            #expect(response.text.contains("\"uri_too_long\""))
+            #expect(try live.request("GET", String(long.dropLast())).status == 200)
+        }
+
+        @Test("--max-connections-per-ip closes the connection over the limit; others are served")
+        func perAddressLimit() throws {
+            let live = try LiveServer { $0.maxConnectionsPerAddress = 2 }
+            let held = try (0..<2).map { _ in try live.client() }
+            defer { held.forEach { $0.close() } }
+            for client in held { #expect(try client.request("GET", "/token").status == 200) }
+            let refused = try live.client()
+            defer { refused.close() }
+            #expect(throws: (any Error).self) { try refused.request("GET", "/token") }
+            held[0].close()
+            var served = false
+            for _ in 0..<50 where !served {  // the close reaches the server shortly
+                usleep(20_000)
+                served = (try? live.request("GET", "/token").status) == 200
+            }
+            #expect(served)
+            #expect(live.responder.metrics.render(subscribers: 0, events: live.responder.hub.eventCounts)
+                .contains("forge_push_token_connections_refused_total{limit=\"per_ip\"} 1"))
+        }
+    }
+}
