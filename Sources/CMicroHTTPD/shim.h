@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <strings.h>
 #include <sys/types.h>
 #include <sys/socket.h>
 #if defined(__linux__)
@@ -72,6 +73,36 @@ static inline const struct sockaddr *fpt_connection_address(struct MHD_Connectio
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     return info == NULL ? NULL : info->client_addr;
+}
+
+/* How many times each header field that frames a request occurs. */
+struct fpt_framing_counts {
+    unsigned int host;
+    unsigned int content_length;
+    unsigned int transfer_encoding;
+};
+
+static enum MHD_Result fpt_framing_iterator(void *cls, enum MHD_ValueKind kind, const char *key,
+                                            const char *value) {
+    (void)kind;
+    (void)value;
+    struct fpt_framing_counts *counts = (struct fpt_framing_counts *)cls;
+    if (key == NULL) return MHD_YES;
+    if (strcasecmp(key, "Host") == 0) counts->host++;
+    else if (strcasecmp(key, "Content-Length") == 0) counts->content_length++;
+    else if (strcasecmp(key, "Transfer-Encoding") == 0) counts->transfer_encoding++;
+    return MHD_YES;
+}
+
+/*
+ * Counts the Host, Content-Length and Transfer-Encoding fields of a request in one pass.
+ * MHD_lookup_connection_value returns only the first of a name; a repeated one must be seen to be
+ * refused (RFC 9112 §3.2, §6.3).
+ */
+static inline struct fpt_framing_counts fpt_count_framing_fields(struct MHD_Connection *connection) {
+    struct fpt_framing_counts counts = {0, 0, 0};
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, fpt_framing_iterator, &counts);
+    return counts;
 }
 
 /* Whether this libmicrohttpd was built with HTTPS support (GnuTLS). */

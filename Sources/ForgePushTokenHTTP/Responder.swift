@@ -191,13 +191,14 @@ public final class Responder: Sendable {
     /// `state_not_saved` when the state file could not be written (the change stays in memory and
     /// is published all the same: it is the service's state now).
     private func answer(_ change: TokenService.Change) -> HTTPResponse {
-        guard change.changed else { return .json(200, change.snapshot.changeBody(changed: false)) }
-        metrics.increment(.tokenChanges)
-        hub.publish(change.snapshot)
+        if change.changed {
+            metrics.increment(.tokenChanges)
+            hub.publish(change.snapshot)
+        }
         if let failure = change.saveFailure {
             return .error(503, ServiceError("state_not_saved", "the change is in memory but was not saved: \(failure)"))
         }
-        return .json(200, change.snapshot.changeBody(changed: true))
+        return .json(200, change.snapshot.changeBody(changed: change.changed))
     }
 
     /// The 414 for a request target over `limit` bytes (RFC 9110 §15.5.15: `uri_too_long`).

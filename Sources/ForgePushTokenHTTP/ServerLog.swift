@@ -18,6 +18,10 @@ import ForgePushToken
 /// Thread-safety: `Sendable`; lines from different threads never interleave (each is one
 /// `write(2)` of the whole line by the default sink).
 public struct ServerLog: Sendable {
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+    }
+
     /// The lowest level written.
     public var minimumLevel: PushTokenManager.LogLevel
     private let sink: @Sendable (String) -> Void
@@ -31,12 +35,28 @@ public struct ServerLog: Sendable {
     }
 
     /// Writes `message` at `level` when `level >= minimumLevel`. Line breaks inside `message`
-    /// are replaced by spaces so that one message is one line.
+    /// are replaced by spaces so that one message is one line, and every other control character
+    /// (C0, DEL, C1: text a client sent, such as a `POST /fail` message, must not drive the
+    /// operator's terminal) by `\u{…}` escapes.
     public func log(_ level: PushTokenManager.LogLevel, _ message: @autoclosure () -> String) {
         guard level >= minimumLevel else { return }
         var text = message()
-        if text.utf8.containsByte(where: { $0 == 0x0A || $0 == 0x0D }) {
-            text = String(text.map { $0 == "\n" || $0 == "\r" || $0 == "\r\n" ? " " : $0 })
+        if text.unicodeScalars.contains(where: Self.isControl) {
+            var cleaned = ""
+            for character in text {
+                if character == "\n" || character == "\r" || character == "\r\n" {
+                    cleaned.append(" ")
+                    continue
+                }
+                for scalar in character.unicodeScalars {
+                    if Self.isControl(scalar) {
+                        cleaned += "\\u{" + String(scalar.value, radix: 16) + "}"
+                    } else {
+                        cleaned.unicodeScalars.append(scalar)
+                    }
+                }
+            }
+            text = cleaned
         }
         sink("\(Self.timestamp()) \(level.rawValue) \(text)\n")
     }

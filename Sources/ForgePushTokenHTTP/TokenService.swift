@@ -16,8 +16,10 @@ import ForgePushToken
 ///
 /// With a `StateFile`, every change is written to it durably inside the same critical section,
 /// before the write returns (so before the request is answered): an acknowledged change is a
-/// durable one. A write that fails leaves the change in memory, reports `saved == false` and marks
-/// the service `degraded` until a later write succeeds.
+/// durable one. A write that fails leaves the change in memory, reports `saveFailure` and marks
+/// the service `degraded` until a later write succeeds; while degraded, a write that changes
+/// nothing (a client retrying the same token) saves the current state again and reports the
+/// outcome the same way.
 ///
 /// Thread-safety: all members may be called from any thread.
 public final class TokenService: Sendable {
@@ -37,8 +39,9 @@ public final class TokenService: Sendable {
         public let snapshot: TokenSnapshot
         /// Whether the write changed the token (and so bumped the version).
         public let changed: Bool
-        /// The state file's error when the change could not be saved (it is kept in memory);
-        /// `nil` when it was saved, when nothing changed, or when there is no state file.
+        /// The state file's error when the state could not be saved (the change is kept in
+        /// memory); `nil` when it was saved, when nothing needed saving, or when there is no
+        /// state file.
         public var saveFailure: StateFile.Failure? = nil
     }
 
@@ -93,7 +96,20 @@ public final class TokenService: Sendable {
             let before = manager.token
             body(manager)
             let after = manager.token
-            guard after != before else { return Change(snapshot: state.snapshot, changed: false) }
+            guard after != before else {
+                // Unchanged, but the last change was never saved: a client retrying after a 503
+                // state_not_saved must not hear that all is well while it is not. Try again.
+                var change = Change(snapshot: state.snapshot, changed: false)
+                if state.degraded, let stateFile {
+                    do throws(StateFile.Failure) {
+                        try stateFile.save(.init(token: after, version: state.snapshot.version))
+                        state.degraded = false
+                    } catch {
+                        change.saveFailure = error
+                    }
+                }
+                return change
+            }
             state.snapshot = TokenSnapshot(version: state.snapshot.version + 1, token: after)
             var change = Change(snapshot: state.snapshot, changed: true)
             if let stateFile {

@@ -149,12 +149,38 @@ func mhdConnectionNotify(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePo
 /// `*con_cls` of a request whose target is longer than `ServerConfiguration.maxURLBytes`, set by
 /// `mhdURILog` before the first access-handler call: a marker (address 3, never dereferenced).
 var uriTooLongMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 3)! }
+/// `*con_cls` of a request whose path holds `%00`, which libmicrohttpd would decode into a NUL that
+/// ends the path it hands over (`/token%00x` would be served as `/token`): address 4.
+var encodedNULMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 4)! }
+/// `*con_cls` of a request whose path holds `%2F`, an encoded slash, which is data and not a
+/// path separator (RFC 3986 §2.2), so `/token%2Fstream` names no route; libmicrohttpd would
+/// decode it into `/token/stream`: address 5.
+var encodedSlashMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 5)! }
+
+/// Whether `pointer` is one of the markers `mhdURILog` sets.
+func isTargetMarker(_ pointer: UnsafeMutableRawPointer?) -> Bool {
+    pointer == uriTooLongMarker || pointer == encodedNULMarker || pointer == encodedSlashMarker
+}
 
 /// libmicrohttpd's URI-log callback (`MHD_OPTION_URI_LOG_CALLBACK`): sees each request target as
 /// sent (path and query, still percent-encoded) before it is parsed. Its result is the request's
-/// first `*con_cls`: the marker for a target over the limit, else `NULL`.
+/// first `*con_cls`: a marker for a target over the limit or with `%00` or `%2F` in its path,
+/// else `NULL`.
 func mhdURILog(_ cls: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?, _ connection: OpaquePointer?) -> UnsafeMutableRawPointer? {
     guard let cls, let uri else { return nil }
     let limit = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server.configuration.maxURLBytes
-    return strnlen(uri, limit + 1) > limit ? uriTooLongMarker : nil
+    let length = strnlen(uri, limit + 1)
+    if length > limit { return uriTooLongMarker }
+    return uri.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
+        var index = 0
+        while index < length, bytes[index] != UInt8(ascii: "?") {
+            if bytes[index] == UInt8(ascii: "%"), index + 2 < length {
+                let high = bytes[index + 1], low = bytes[index + 2] | 0x20
+                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { return encodedNULMarker }
+                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { return encodedSlashMarker }
+            }
+            index += 1
+        }
+        return nil
+    }
 }

@@ -71,12 +71,13 @@ func mhdAccessHandler(
     let limit = server.configuration.maxBodyBytes
 
     let first = contextSlot.pointee
-    guard var existing = first, existing != uriTooLongMarker else {
+    guard var existing = first, !isTargetMarker(existing) else {
         // The first call: the header fields have arrived, the body (if any) has not.
         let marker = server.responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
+        let framing = framingRefusal(connection, version: version)
         server.inFlight.withLock { $0 += 1 }
-        if let marker, first == nil, length == nil, !server.configuration.accessLog {
+        if let marker, first == nil, framing == nil, length == nil, !server.configuration.accessLog {
             contextSlot.pointee = marker
             return .YES
         }
@@ -84,9 +85,9 @@ func mhdAccessHandler(
         let context = RequestContext(method: head.method, path: head.path, isTokenRead: marker != nil, head: head)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         let responder = server.responder
-        if first == uriTooLongMarker {
-            context.early = responder.crossOrigin.decorate(Responder.uriTooLong(limit: server.configuration.maxURLBytes),
-                                                           origin: head.headers["Origin"])
+        if let refusal = targetRefusal(first, path: head.path, limit: server.configuration.maxURLBytes)
+            ?? framing {
+            context.early = responder.crossOrigin.decorate(refusal, origin: head.headers["Origin"])
         } else if let early = responder.headResponse(to: head) {
             context.early = responder.crossOrigin.decorate(early, origin: head.headers["Origin"])
         } else if let length, length > UInt64(limit) {
@@ -96,7 +97,8 @@ func mhdAccessHandler(
         // A refused request with a body is answered now, unread (no 100 Continue; libmicrohttpd
         // then closes the connection), so that an unauthorized client cannot make the service
         // take in bodies. One without a body is answered in the next call, keeping the connection.
-        if let early = context.early, (length ?? 0) > 0 || header(connection, "Transfer-Encoding") != nil {
+        if let early = context.early,
+           (length ?? 0) > 0 || header(connection, "Transfer-Encoding") != nil || early.status == 400 || early.status == 501 {
             return respond(early, on: connection, context: context)
         }
         return .YES
@@ -202,6 +204,49 @@ func addHeaders(_ headers: HTTPHeaders, to response: OpaquePointer) {
     for field in headers {
         _ = MHD_add_response_header(response, field.name, field.value)
     }
+}
+
+/// The answer to a request whose target `mhdURILog` marked: 414, 400 (`%00`) or 404 (`%2F`).
+private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, limit: Int) -> HTTPResponse? {
+    switch marker {
+    case uriTooLongMarker:
+        Responder.uriTooLong(limit: limit)
+    case encodedNULMarker:
+        .error(400, ServiceError("invalid_request", "the request target's path holds %00, a NUL byte"))
+    case encodedSlashMarker:
+        .error(404, ServiceError("not_found", "no route for a path with an encoded slash (%2F)"))
+    default:
+        nil
+    }
+}
+
+/// The answer to a request whose body framing is ambiguous (RFC 9112 §6.1, §6.3), which must not
+/// be carried out lest the rest of the connection be read as another request (request smuggling):
+/// more than one `Content-Length` (libmicrohttpd reads the first), both `Transfer-Encoding` and
+/// `Content-Length` (400), or a transfer coding other than `chunked` (501). Sent at once, so that
+/// libmicrohttpd closes the connection.
+///
+/// Also an HTTP/1.1 request without exactly one `Host` field (RFC 9112 §3.2: 400). libmicrohttpd's
+/// own check (`MHD_OPTION_STRICT_FOR_CLIENT`) sends its error page's header block twice in
+/// 0.9.75, so the service checks instead.
+private func framingRefusal(_ connection: OpaquePointer, version: UnsafePointer<CChar>?) -> HTTPResponse? {
+    let counts = fpt_count_framing_fields(connection)
+    if counts.host != 1, let version, strcmp(version, "HTTP/1.1") == 0 {
+        return .error(400, ServiceError("invalid_request", "an HTTP/1.1 request needs exactly one Host field"))
+    }
+    if counts.content_length > 1 {
+        return .error(400, ServiceError("invalid_request", "more than one Content-Length field"))
+    }
+    guard counts.transfer_encoding > 0 else { return nil }
+    if counts.content_length > 0 {
+        return .error(400, ServiceError("invalid_request", "both Transfer-Encoding and Content-Length"))
+    }
+    let coding = header(connection, "Transfer-Encoding")?.lowercased() ?? ""
+    let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+    if counts.transfer_encoding > 1 || !coding.drop(while: isSpace).reversed().drop(while: isSpace).reversed().elementsEqual("chunked") {
+        return .error(501, ServiceError("not_implemented", "the only transfer coding accepted is chunked"))
+    }
+    return nil
 }
 
 /// The header fields the responder reads, in the order it may need them.

@@ -79,7 +79,16 @@ import ForgePushToken
         #expect(string(failed.body).contains("state_not_saved"))
         #expect(second.snapshot.token == "ef" && second.snapshot.version == 3)
         #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"degraded"}"#)
+        // A client retrying the same token is not told all is well while the state is unsaved.
+        let retried = try responder.send("POST", "/register", body: utf8("ef"))
+        #expect(retried.status == 503 && string(retried.body).contains("state_not_saved"))
+        #expect(second.snapshot.version == 3)
         mkdir(dir, 0o700)
+        // Once the file can be written, the retry saves the unchanged state and answers 200.
+        let saved = try responder.send("POST", "/register", body: utf8("ef"))
+        #expect(saved.status == 200 && string(saved.body) == #"{"changed":false,"token":"ef"}"#)
+        #expect(try file.load() == .init(token: "ef", version: 3))
+        #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"ok"}"#)
         #expect(try responder.send("POST", "/register", body: utf8("0123")).status == 200)
         #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"ok"}"#)
     }

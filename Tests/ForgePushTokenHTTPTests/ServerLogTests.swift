@@ -74,6 +74,16 @@ struct ServerLogTests {
         #expect(text == expected)
     }
 
+    @Test("other control characters are escaped, so client text cannot drive a terminal")
+    func controlCharactersAreEscaped() throws {
+        let lines = Lines()
+        let log = ServerLog(minimumLevel: .info, sink: lines.sink)
+        log.log(.error, "registration failed: \u{1B}[31mred\u{1B}[0m\u{07}\tend\u{7F}\u{9B}ü")
+        let (_, _, text) = try Self.parse(try #require(lines.all.first))
+        #expect(text == "registration failed: \\u{1b}[31mred\\u{1b}[0m\\u{7}\\u{9}end\\u{7f}\\u{9b}ü")
+        #expect(!text.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) })
+    }
+
     @Test("the minimum level filters lower levels out", arguments: [
         (PushTokenManager.LogLevel.debug, ["debug", "info", "warning", "error"]),
         (.info, ["info", "warning", "error"]),

@@ -82,5 +82,74 @@ extension LiveServerTests {
             #expect(live.responder.metrics.render(subscribers: 0, events: live.responder.hub.eventCounts)
                 .contains("forge_push_token_connections_refused_total{limit=\"per_ip\"} 1"))
         }
+
+        struct Smuggle: Sendable, CustomTestStringConvertible {
+            let name: String
+            let request: String
+            let status: Int
+            let code: String
+            /// Whether the request has a body, so the connection must end after the answer.
+            var closes = true
+            var testDescription: String { name }
+        }
+
+        static let smuggles: [Smuggle] = [
+            Smuggle(name: "two Content-Length fields",
+                    request: "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n"
+                        + "Content-Length: 60\r\n\r\nabcdPOST /fail HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+                    status: 400, code: "invalid_request"),
+            Smuggle(name: "Transfer-Encoding and Content-Length",
+                    request: "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+                        + "Content-Length: 4\r\n\r\n4\r\nabcd\r\n0\r\n\r\n",
+                    status: 400, code: "invalid_request"),
+            Smuggle(name: "a transfer coding other than chunked",
+                    request: "POST /register HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabcd",
+                    status: 501, code: "not_implemented"),
+            Smuggle(name: "HTTP/1.1 without Host",
+                    request: "POST /register HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nabcd",
+                    status: 400, code: "invalid_request"),
+            Smuggle(name: "two Host fields",
+                    request: "GET /token HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", status: 400, code: "invalid_request",
+                    closes: false),
+            Smuggle(name: "%00 in the path",
+                    request: "POST /register%00x HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nabcd",
+                    status: 400, code: "invalid_request"),
+            Smuggle(name: "%2F in the path",
+                    request: "GET /token%2Fstream HTTP/1.1\r\nHost: x\r\n\r\n", status: 404, code: "not_found",
+                    closes: false),
+        ]
+
+        @Test("ambiguous framing and disguised paths are refused, change nothing, and end the connection",
+              arguments: smuggles)
+        func ambiguousRequestsAreRefused(_ smuggle: Smuggle) throws {
+            for accessLog in [true, false] {  // with the log off, GET /token may take the fast path
+                let live = try LiveServer { $0.accessLog = accessLog }
+                _ = live.responder.service.register(deviceToken: [0x01, 0x02])
+                let client = try live.client()
+                defer { client.close() }
+                try client.send(smuggle.request)
+                let response = try client.readResponse(method: "POST")
+                #expect(response.status == smuggle.status, "\(response.text)")
+                #expect(response.text.contains("\"\(smuggle.code)\""), "\(response.text)")
+                if smuggle.closes {
+                    // Nothing more: the connection is closed, the smuggled request never runs.
+                    #expect(throws: (any Error).self) { try client.readResponse() }
+                }
+                #expect(live.responder.service.snapshot == TokenSnapshot(version: 1, token: "0102"))
+            }
+        }
+
+        // libmicrohttpd 0.9.75 writes a chunked body's last-chunk even for HEAD, so HEAD /token/stream
+        // is answered from an empty buffer (Content-Length: 0) to keep the connection's framing right.
+        @Test("HEAD /token/stream answers the stream's header fields at once; the connection goes on")
+        func headOfStream() throws {
+            let live = try LiveServer()
+            let client = try live.client()
+            defer { client.close() }
+            let head = try client.request("HEAD", "/token/stream")
+            #expect(head.status == 200 && head.headers["content-type"] == "text/event-stream")
+            #expect(try client.request("GET", "/token").status == 200)  // the connection goes on
+            #expect(live.responder.hub.count == 0)
+        }
     }
 }
