@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Runs every test of the project, in the order a failure is cheapest to find:
 #   1. debug build of everything with -warnings-as-errors, and the unit and live-server tests;
-#   2. the same tests under Thread Sanitizer (own scratch folder, so neither build evicts the other);
+#   2. the same tests under Thread Sanitizer, then under Address Sanitizer with LeakSanitizer (each
+#      in its own scratch folder, so no build evicts another);
 #   3. the release build of the server (static Swift runtime, exactly as docker/Dockerfile builds
-#      it), checked by the conformance runner ../shared/conformance/run.py;
-#   4. end-to-end tests of the release binary: /metrics parsed by prometheus_client, the state
-#      file across restarts and SIGKILLs, and the live page in headless Chromium (e2e/run.sh);
-#   5. the container checks: hadolint, the runtime-library check, and the debootstrap rootfs run.
-# Each configuration is built once and reused. Set SKIP_TSAN=1 or SKIP_DOCKER=1 to leave a step out
-# locally; CI runs everything.
+#      it), checked by the conformance runner ../shared/conformance/run.py, by schemathesis against
+#      openapi.yaml, and by the churn script (fds and RSS back to their baseline);
+#   4. the libFuzzer target over request decoding and routing, for about 60 s (fuzz/run.sh);
+#   5. end-to-end tests of the release binary: /metrics parsed by prometheus_client, the state
+#      file across restarts and SIGKILLs, the live page in headless Chromium, and the hardening
+#      flags (auth, TLS, CORS, limits, a slowloris) (e2e/run.sh);
+#   6. the container checks: hadolint, the runtime-library check, and the debootstrap rootfs run.
+# Each configuration is built once and reused. Set SKIP_TSAN=1, SKIP_ASAN=1, SKIP_FUZZ=1 or
+# SKIP_DOCKER=1 to leave a step out locally; CI runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -32,12 +36,25 @@ if [ "${SKIP_TSAN:-0}" != 1 ]; then
   swift test --skip-build --sanitize=thread --scratch-path .build/tsan
 fi
 
+if [ "${SKIP_ASAN:-0}" != 1 ]; then
+  step "tests under Address Sanitizer (and LeakSanitizer)"
+  swift build --build-tests --sanitize=address --scratch-path .build/asan -Xswiftc -warnings-as-errors
+  LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt" \
+    swift test --skip-build --sanitize=address --scratch-path .build/asan
+fi
+
 step "release build (static Swift runtime) and conformance"
 # Exactly docker/Dockerfile's flags, so docker/verify-runtime.sh reuses this build.
 release_flags=(-c release --static-swift-stdlib --product forge-push-token-server)
 swift build "${release_flags[@]}"
 server="$(swift build "${release_flags[@]}" --show-bin-path)/forge-push-token-server"
 python3 "$conformance" --server "$server"
+
+step "schemathesis: every response matches openapi.yaml, no 5xx"
+bash scripts/schemathesis.sh --server "$server"
+
+step "churn: 2,000 SSE connect/disconnect cycles and 20,000 POSTs leave no fds or memory behind"
+python3 bench/churn.py --server "$server"
 
 step "1,000 idle subscribers cost under 2% of a core"
 python3 bench/idle_subscribers.py --server "$server" -n 1000 --seconds 10 --max-percent 2
