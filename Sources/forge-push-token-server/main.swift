@@ -1,8 +1,8 @@
 // forge-push-token-server: one PushTokenManager behind HTTP/1.1 (http-api.md).
 //
-// Start-up: parse the configuration, block SIGTERM and SIGINT (before any thread starts, so every
-// thread inherits the mask and the main thread alone receives them through sigwait), start the
-// server. Then wait for a signal and shut down gracefully. The process may be PID 1 in a
+// Start-up: parse the configuration, block SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 (before
+// any thread starts, so every thread inherits the mask and the main thread alone receives them
+// through sigwait), start the server. Then wait for SIGTERM or SIGINT and shut down gracefully. The process may be PID 1 in a
 // container, where default signal dispositions do not apply: the signals are handled explicitly.
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -24,6 +24,12 @@ var signals = sigset_t()
 sigemptyset(&signals)
 sigaddset(&signals, SIGTERM)
 sigaddset(&signals, SIGINT)
+// SIGHUP (a closed terminal, or an operator asking for a reload) and SIGUSR1/SIGUSR2 would end the
+// process without a graceful shutdown; the service has nothing to reload, so they are logged and
+// ignored.
+sigaddset(&signals, SIGHUP)
+sigaddset(&signals, SIGUSR1)
+sigaddset(&signals, SIGUSR2)
 pthread_sigmask(SIG_BLOCK, &signals, nil)
 signal(SIGPIPE, SIG_IGN)
 
@@ -89,7 +95,12 @@ do {
 }
 
 var received: Int32 = 0
-sigwait(&signals, &received)
+while true {
+    guard sigwait(&signals, &received) == 0 else { continue }
+    if received == SIGTERM || received == SIGINT { break }
+    let name = received == SIGHUP ? "SIGHUP" : received == SIGUSR1 ? "SIGUSR1" : "SIGUSR2"
+    log.log(.info, "received \(name): nothing to reload; ignored (SIGTERM or SIGINT stops the service)")
+}
 log.log(.info, "received \(received == SIGTERM ? "SIGTERM" : "SIGINT"), shutting down")
 server.shutdown()
 exit(0)
