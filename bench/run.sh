@@ -8,7 +8,8 @@
 # cpuguard.py (a run during which other processes used CPU is redone, up to TRIES tries):
 #   http     wrk -t $WRK_THREADS -c $WRK_CONNS -d $DURATION, keep-alive: GET /token and
 #            POST /register (a new 64-hex token per request), access log off; then the same with
-#            the access log on (written to a file). A token is registered first, so GET /token
+#            the access log on (written to a file), and POST /register with --state-file (each
+#            change saved durably before it is answered). A token is registered first, so GET /token
 #            answers {"token":"<64 hex>"} like the peers.
 #   sse      sse_fanout (bench/sse_fanout, a copy of the shared harness's client): N subscribers for
 #            each N in $SSE_NS, $SSE_M publishes $SSE_INTERVAL_MS ms apart, a fresh server per run:
@@ -236,6 +237,11 @@ for r in $(seq 1 "$REPEATS"); do
   start_ours --access-log on; seed_token "$ours"
   http ours-access-log "$OUR_PID" get "$ours" /token
   http ours-access-log "$OUR_PID" post "$ours" /register
+  stop_ours
+  # Every change written durably (write, fsync, rename, fsync of the folder) before it is answered.
+  rm -f "$work/state.json"
+  start_ours --state-file "$work/state.json"; seed_token "$ours"
+  http ours-state-file "$OUR_PID" post "$ours" /register
   stop_ours
 done
 

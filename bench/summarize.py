@@ -89,6 +89,11 @@ def main(folder):
         ratio = value / base if value and base else None
         row(f"{name}, req/s, access log **on**", fmt(value) + star(disturbed), "–", "–",
             fmt(ratio, 2, " × log off") if ratio else "–", "(reported)", "–")
+    # state file: every change fsync'ed before it is answered
+    value, disturbed, _ = rps("ours-state-file", "post")
+    ratio = value / ours_post if value and ours_post else None
+    row("POST /register, req/s, `--state-file`", fmt(value) + star(disturbed), "–", "–",
+        fmt(ratio, 2, " × no file") if ratio else "–", "(reported)", "–")
     # 3. fan-out
     ns = sorted({r["_n"] for r in sse}, reverse=True)
     for n in ns:
