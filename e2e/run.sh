@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # End-to-end tests of forge-push-token-server (issue 7: /metrics, --state-file, the live page).
 #
-#   e2e/run.sh --server PATH [metrics|state_file|browser ...]
+#   e2e/run.sh --server PATH [metrics|state_file|browser|hardening ...]
 #
 # Installs what it needs, once: a venv at ${XDG_CACHE_HOME:-$HOME/.cache}/forge-push-token/e2e-venv
 # with e2e/requirements.txt (reused while that file is unchanged), and Debian's chromium and
 # chromium-driver when missing (apt-get update only when an install fails without it). Then runs
-# each test under a hard timeout (about 4 minutes in all), prints `N passed, N failed` and exits
+# each test under a hard timeout (about 5 minutes in all), prints `N passed, N failed` and exits
 # non-zero when any failed. Screenshots go to $E2E_ARTIFACTS (default e2e/artifacts).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { echo "usage: $0 --server PATH [metrics|state_file|browser ...]" >&2; }
+usage() { echo "usage: $0 --server PATH [metrics|state_file|browser|hardening ...]" >&2; }
 server=""
 selected=()
 while [ $# -gt 0 ]; do
@@ -19,14 +19,14 @@ while [ $# -gt 0 ]; do
     --server) [ $# -ge 2 ] || { usage; exit 64; }; server="$2"; shift 2 ;;
     --server=*) server="${1#--server=}"; shift ;;
     -h|--help) usage; exit 0 ;;
-    metrics|state_file|browser) selected+=("$1"); shift ;;
+    metrics|state_file|browser|hardening) selected+=("$1"); shift ;;
     *) echo "unknown argument: $1" >&2; usage; exit 64 ;;
   esac
 done
 [ -n "$server" ] || { usage; exit 64; }
 [ -x "$server" ] && [ -f "$server" ] || { echo "not an executable file: $server" >&2; exit 64; }
 server="$(cd "$(dirname "$server")" && pwd)/$(basename "$server")"
-[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser)
+[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening)
 
 say() { printf '==> %s\n' "$*"; }
 export DEBIAN_FRONTEND=noninteractive
@@ -79,7 +79,7 @@ fi
 export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$here/artifacts}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 mkdir -p "$E2E_ARTIFACTS"
-declare -A limit=([metrics]=45 [state_file]=120 [browser]=75)
+declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90)
 passed=0
 failed=0
 failures=()

@@ -52,9 +52,22 @@ public final class MicroHTTPDServer: Sendable {
         self.responder = responder
         self.log = log
         self.watcher = try SubscriberWatcher(hub: responder.hub, heartbeatSeconds: configuration.heartbeatSeconds)
-        self.limiter = ConnectionLimiter(maxTotal: configuration.connectionLimit,
-                                         maxPerAddress: configuration.maxConnectionsPerAddress)
+        let files = Self.raiseFileLimit(log: log)
+        // Each connection holds a descriptor; some are the service's own (listening socket, epoll
+        // sets, eventfds, the state file, standard streams). Over the file limit, libmicrohttpd
+        // would stop accepting altogether instead of refusing the surplus.
+        let usable = files.map { max(1, Int(clamping: $0) - Self.reservedDescriptors) }
+        var limit = configuration.connectionLimit
+        if let usable, limit > usable {
+            log.log(.warning, "--max-connections \(limit) is over what the open-file limit (\(files!)) allows;"
+                    + " using \(usable) (raise it with ulimit -n or the container's nofile limit)")
+            limit = usable
+        }
+        self.limiter = ConnectionLimiter(maxTotal: limit, maxPerAddress: configuration.maxConnectionsPerAddress)
     }
+
+    /// Descriptors kept back from the connection limit for the service's own files and sockets.
+    static let reservedDescriptors = 64
 
     /// Logs that connections are being refused because `reason`, at most once per 10 seconds.
     func warnOfRefusals(_ reason: String) {
@@ -70,13 +83,12 @@ public final class MicroHTTPDServer: Sendable {
     /// Binds the address, starts libmicrohttpd and the stream machinery, and logs
     /// `listening on http://HOST:PORT` (`https://` with TLS credentials) with the real port.
     ///
-    /// Raises the process's soft `RLIMIT_NOFILE` to its hard limit first, so that the connection
-    /// limit is not cut short by file descriptors.
+    /// `init` has raised the process's soft `RLIMIT_NOFILE` to its hard limit, and lowered the
+    /// connection limit to fit it (with a warning) when it would not.
     /// - Returns: the bound address as a URL authority, `HOST:PORT` (IPv6 in brackets).
     /// - Throws: `ServerError` (`.addressInUse` for a busy port).
     @discardableResult
     public func start() throws(ServerError) -> String {
-        raiseFileLimit()
         let socket = try ListeningSocket.bind(host: configuration.host, port: configuration.port)
         let logger = LoggerHandle(log: log)
         // No MHD_USE_INTERNAL_POLLING_THREAD: each daemon is driven by a DaemonLoop (see there why).
@@ -85,7 +97,7 @@ public final class MicroHTTPDServer: Sendable {
         var options = [
             // The limiter (mhdAcceptPolicy) enforces the limit across all daemons; libmicrohttpd's
             // own per-daemon limit is set above it so that it never refuses first.
-            MHD_OptionItem(option: .CONNECTION_LIMIT, value: configuration.connectionLimit + 16, ptr_value: nil),
+            MHD_OptionItem(option: .CONNECTION_LIMIT, value: limiter.maxTotal + 16, ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: configuration.connectionMemoryLimit, ptr_value: nil),
             // Ordinary connections idle longer than this are closed; event streams opt out (see
             // openStream), which also puts them on the list libmicrohttpd's epoll loop visits in full.
@@ -182,14 +194,22 @@ public final class MicroHTTPDServer: Sendable {
         return true
     }
 
-    private func raiseFileLimit() {
+    /// Raises the process's soft `RLIMIT_NOFILE` to its hard limit and returns the soft limit in
+    /// force (`nil` when it cannot be read or is unlimited).
+    private static func raiseFileLimit(log: ServerLog) -> UInt64? {
         var limit = rlimit()
         let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-        limit.rlim_cur = limit.rlim_max
-        if setrlimit(resource, &limit) != 0 {
-            log.log(.warning, "could not raise the open-file limit: \(errnoText(errno))")
+        guard getrlimit(resource, &limit) == 0 else { return nil }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(resource, &raised) == 0 {
+                limit = raised
+            } else {
+                log.log(.warning, "could not raise the open-file limit: \(errnoText(errno))")
+            }
         }
+        return limit.rlim_cur == rlim_t.max ? nil : UInt64(limit.rlim_cur)  // RLIM_INFINITY
     }
 }
 

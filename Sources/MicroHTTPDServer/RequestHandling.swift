@@ -92,7 +92,8 @@ func mhdAccessHandler(
             context.early = responder.crossOrigin.decorate(early, origin: head.headers["Origin"])
         } else if let length, length > UInt64(limit) {
             context.tooLarge = true
-            return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
+            return respond(responder.crossOrigin.decorate(Responder.payloadTooLarge(limit: limit), origin: context.head.headers["Origin"]),
+                       on: connection, context: context)
         }
         // A refused request with a body is answered now, unread (no 100 Continue; libmicrohttpd
         // then closes the connection), so that an unauthorized client cannot make the service
@@ -138,7 +139,8 @@ func mhdAccessHandler(
         return respond(early, on: connection, context: context)
     }
     if context.tooLarge {
-        return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
+        return respond(server.responder.crossOrigin.decorate(Responder.payloadTooLarge(limit: limit), origin: context.head.headers["Origin"]),
+                       on: connection, context: context)
     }
     if context.isTokenRead {
         context.body = []

@@ -321,8 +321,12 @@ struct CommandLineOptions: Equatable {
 
 extension String {
     /// The string without ASCII spaces, tabs, CR and LF at either end.
+    /// Works on Unicode scalars: `"\r\n"` is one `Character`, equal to neither `"\r"` nor `"\n"`.
     func trimmingASCIISpaces() -> String {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
-        return String(drop(while: isSpace).reversed().drop(while: isSpace).reversed())
+        let isSpace: (Unicode.Scalar) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
+        var scalars = Substring(self).unicodeScalars
+        while let first = scalars.first, isSpace(first) { scalars.removeFirst() }
+        while let last = scalars.last, isSpace(last) { scalars.removeLast() }
+        return String(scalars)
     }
 }
