@@ -56,6 +56,11 @@ bash scripts/schemathesis.sh --server "$server"
 step "churn: 2,000 SSE connect/disconnect cycles and 20,000 POSTs leave no fds or memory behind"
 python3 bench/churn.py --server "$server"
 
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+  step "libFuzzer + AddressSanitizer over request decoding and routing, 60 s"
+  bash fuzz/run.sh --seconds 60
+fi
+
 step "1,000 idle subscribers cost under 2% of a core"
 python3 bench/idle_subscribers.py --server "$server" -n 1000 --seconds 10 --max-percent 2
 

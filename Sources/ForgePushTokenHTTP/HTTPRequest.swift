@@ -19,12 +19,12 @@ public struct HTTPRequest: Sendable {
     /// it is split at the first `?`. A query string never changes routing.
     public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
         self.method = method
-        if !target.utf8.contains(UInt8(ascii: "?")) {  // the usual case, without a Character scan
-            self.path = target
-            self.query = nil
-        } else if let mark = target.firstIndex(of: "?") {
-            self.path = String(target[..<mark])
-            self.query = String(target[target.index(after: mark)...])
+        // Split on the UTF-8 bytes, not on Characters: a "?" followed by a combining mark is one
+        // Character, which a Character search would not find.
+        let bytes = target.utf8
+        if let mark = bytes.firstIndex(of: UInt8(ascii: "?")) {
+            self.path = String(Substring(bytes[..<mark]))
+            self.query = String(Substring(bytes[bytes.index(after: mark)...]))
         } else {
             self.path = target
             self.query = nil

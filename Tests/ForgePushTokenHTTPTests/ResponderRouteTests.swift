@@ -24,6 +24,15 @@ struct ResponderRouteTests {
         #expect(responder.service.snapshot == TokenSnapshot(version: 0, token: nil))
     }
 
+    @Test("the target splits at the first ? byte, even before a combining mark (fuzz regression)")
+    func targetSplitsBeforeACombiningMark() throws {
+        let request = HTTPRequest(method: "GET", target: "/token?\u{301}x=1")
+        #expect(request.path == "/token" && request.query == "\u{301}x=1")
+        #expect(try makeResponder().send("GET", "/token?\u{301}x=1").status == 200)
+        #expect(HTTPRequest(method: "GET", target: "/token").query == nil)
+        #expect(HTTPRequest(method: "GET", target: "/token?").query == "")
+    }
+
     // MARK: 405
 
     struct WrongMethod: Sendable, CustomTestStringConvertible {

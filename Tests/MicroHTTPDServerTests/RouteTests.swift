@@ -36,7 +36,7 @@ extension LiveServerTests {
             let missing = try live.request("GET", "/nope")
             #expect(missing.status == 404 && missing.text.contains(#""error":"not_found""#))
             let wrong = try live.request("DELETE", "/token")
-            #expect(wrong.status == 405 && wrong.headers["allow"] == "GET, HEAD")
+            #expect(wrong.status == 405 && wrong.headers["allow"] == "GET, HEAD, OPTIONS")
 
             let streamHead = try live.request("HEAD", "/token/stream")
             #expect(streamHead.status == 200 && streamHead.headers["content-type"] == "text/event-stream")
