@@ -1,0 +1,428 @@
+import Foundation
+import ForgePushToken
+import ForgePushTokenHTTP
+
+/// One way the service can be set up; every input is run against each of them.
+struct Configuration: Sendable {
+    let name: String
+    /// A token the manager holds before the first request (version 0), or `nil`.
+    let initialToken: [UInt8]?
+    let authentication: BearerAuthentication?
+    let crossOrigin: CrossOriginPolicy
+    /// A state file that cannot be written (its folder does not exist): every change is then
+    /// answered 503 `state_not_saved` and the service turns degraded.
+    let stateFile: StateFile?
+    let maxSubscribers = 2
+
+    /// The bearer token of the `hardened` configuration (also in http.dict and the corpus).
+    static let secret = "s3cr3t-T0ken"
+
+    static let all: [Configuration] = [
+        // The default deployment: open, no CORS, no state file, no token yet.
+        Configuration(name: "default", initialToken: nil, authentication: nil, crossOrigin: CrossOriginPolicy(),
+                      stateFile: nil),
+        // Every option on: bearer token on every route but /healthz, two CORS origins, a state
+        // file that fails, and a token registered before the first request.
+        Configuration(name: "hardened", initialToken: Array(0..<32),
+                      authentication: BearerAuthentication(token: secret, scope: .all),
+                      crossOrigin: try! CrossOriginPolicy(origins: ["https://app.example.com", "http://[::1]:8080"]),
+                      stateFile: StateFile(path: "/nonexistent/forge-push-token-fuzz/state.json")),
+    ]
+}
+
+/// One responder over a fresh service, fed the requests of one input in order, with every
+/// invariant checked after each request and at the end.
+///
+/// A long-lived subscriber (the observer) follows the event stream for the whole session: after
+/// each request it must hold exactly the event of the change that request made, or nothing.
+final class Session {
+    let configuration: Configuration
+    let service: TokenService
+    let responder: Responder
+    let observer: EventSubscriber
+    /// The counters the responder's metrics must show.
+    var changes: UInt64 = 0
+    var registrationsAccepted: UInt64 = 0
+    var registrationsRejected: UInt64 = 0
+    var failuresReported: UInt64 = 0
+    var unauthorized: UInt64 = 0
+    /// Whether the service was degraded (its last change unsaved) before the current request.
+    var wasDegraded = false
+    /// The request being handled, for failure messages.
+    var current: HTTPRequest?
+    var context: String {
+        "[\(configuration.name)] " + (current.map(describe) ?? "the end of the input")
+    }
+
+    init(_ configuration: Configuration) {
+        self.configuration = configuration
+        let manager = PushTokenManager(logHandler: { _, _ in })
+        if let token = configuration.initialToken { manager.didRegister(deviceToken: Data(token)) }
+        service = TokenService(manager: manager, stateFile: configuration.stateFile)
+        responder = Responder(service: service, maxSubscribers: configuration.maxSubscribers,
+                              authentication: configuration.authentication, crossOrigin: configuration.crossOrigin)
+        let (head, subscriber) = responder.openEventStream(wake: {})
+        require(head.status == 200 && subscriber != nil, "the observer could not subscribe: \(head.status)")
+        observer = subscriber!
+        let first = Self.readAll(observer)
+        require(first.bytes == service.snapshot.event && first.end == .suspended,
+                "the observer's first event is not the current snapshot's")
+    }
+
+    // MARK: - One request
+
+    func handle(_ raw: RawRequest) {
+        let request = HTTPRequest(method: raw.method, target: raw.target, headers: raw.headers, body: raw.body)
+        current = request
+        let route = Route(path: request.path)
+        let before = service.snapshot
+        wasDegraded = service.isDegraded
+        let head = responder.headResponse(to: request)
+        let status: Int
+        switch responder.respond(to: request) {
+        case .response(let response):
+            status = response.status
+            if let head {
+                require(head.status == response.status && head.body == response.body,
+                        "headResponse said \(head.status), respond \(response.status)", context: context)
+            }
+            checkResponse(response, request: request, route: route, before: before, decidedByHead: head != nil)
+        case .eventStream:
+            require(head == nil, "an event stream after headResponse answered \(head?.status ?? 0)", context: context)
+            require(route == .stream && request.method == "GET", "an event stream for another request", context: context)
+            status = stream(request)
+        }
+        responder.metrics.recordRequest(path: request.path, method: request.method, status: status, seconds: 0.0002)
+
+        let after = service.snapshot
+        if (400..<500).contains(status) {
+            require(after == before, "a \(status) changed the state from \(before.version) \(String(reflecting: before.token)) to \(after.version) \(String(reflecting: after.token))",
+                    context: context)
+        }
+        if after.version != before.version {
+            require(after.version == before.version + 1 && after.token != before.token,
+                    "a change went from version \(before.version) to \(after.version)", context: context)
+            require([Route.register, .fail].contains(route) && request.method == "POST" && (status == 200 || status == 503),
+                    "state changed on a \(status) answer", context: context)
+            changes += 1
+        } else {
+            require(after.token == before.token, "the token changed without a new version", context: context)
+        }
+        if route == .register, request.method == "POST", head == nil {
+            if status == 400 { registrationsRejected += 1 } else { registrationsAccepted += 1 }
+        }
+        if route == .fail, request.method == "POST", head == nil, status != 400 { failuresReported += 1 }
+        // Each refusal is counted once per call: `headResponse` here, then `respond` (which checks
+        // the head again); the engine calls only the first when it refuses.
+        if head?.status == 401 { unauthorized += 1 }
+        if status == 401 { unauthorized += 1 }
+
+        // The observer holds the event of this request's change, or nothing.
+        let seen = Self.readAll(observer)
+        require(seen.end == .suspended, "the observer's stream ended: \(seen.end)", context: context)
+        require(seen.bytes == (after.version != before.version ? after.event : []),
+                "the observer got \(String(reflecting: String(decoding: seen.bytes, as: UTF8.self))) for versions \(before.version) → \(after.version)",
+                context: context)
+        checkCounters()
+    }
+
+    /// The invariants of every answer, then those of its route.
+    func checkResponse(_ response: HTTPResponse, request: HTTPRequest, route: Route?, before: TokenSnapshot,
+                       decidedByHead: Bool) {
+        let status = response.status
+        require((200..<600).contains(status), "status \(status)", context: context)
+        if status >= 400 { checkErrorBody(response) }
+
+        // Routing, which the head alone decides.
+        guard let route else {
+            require(status == 404, "an unknown path answered \(status)", context: context)
+            require(errorCode(response) == "not_found", "a 404 with code \(String(reflecting: errorCode(response)))", context: context)
+            checkCrossOrigin(response, request: request)
+            return
+        }
+        let allow = route.allowedMethods.joined(separator: ", ")
+        if !route.allowedMethods.contains(request.method) {
+            require(status == 405 && errorCode(response) == "method_not_allowed" && response.headers["Allow"] == allow,
+                    "a method the route does not take answered \(status) Allow \(String(reflecting: response.headers["Allow"]))",
+                    context: context)
+        } else if request.method == "OPTIONS" {
+            if status == 204 {
+                require(response.headers["Allow"] == allow && response.body.isEmpty, "OPTIONS 204 without Allow \(allow)", context: context)
+            } else {
+                require(status == 403 && errorCode(response) == "origin_not_allowed"
+                            && request.headers["Origin"] != nil && request.headers["Access-Control-Request-Method"] != nil
+                            && responder.crossOrigin.allowOriginValue(for: request.headers["Origin"]) == nil,
+                        "OPTIONS answered \(status)", context: context)
+            }
+        } else if status == 401 {
+            require(responder.authentication?.protects(route) == true && errorCode(response) == "unauthorized"
+                        && response.headers["WWW-Authenticate"]?.hasPrefix("Bearer realm=\"") == true,
+                    "a 401 on an unprotected route or without a challenge", context: context)
+        } else {
+            require(!decidedByHead, "headResponse answered \(status) for an allowed, authorized request", context: context)
+            if let authentication = responder.authentication, authentication.protects(route) {
+                require(authentication.check(authorization: request.headers["Authorization"], query: request.query,
+                                             method: request.method) == .authorized,
+                        "a protected route answered \(status) to a request that is not authorized", context: context)
+            }
+            checkRoute(route, response, request: request, before: before)
+        }
+        checkCrossOrigin(response, request: request)
+    }
+
+    /// Answers of allowed, authorized requests, route by route.
+    func checkRoute(_ route: Route, _ response: HTTPResponse, request: HTTPRequest, before: TokenSnapshot) {
+        let status = response.status
+        let after = service.snapshot
+        switch route {
+        case .register:
+            let expected = Result { () throws(ServiceError) in
+                try RequestBodies.deviceToken(contentType: request.headers["Content-Type"], body: request.body)
+            }
+            switch (status, expected) {
+            case (200, .success(let bytes)):
+                checkSaved()
+                let body = jsonObject(response.body)
+                let token = body?["token"] as? String
+                require(token.map(isStoredToken) == true, "a 200 /register token is not lowercase hex: \(String(reflecting: token))", context: context)
+                require(token == lowercaseHex(bytes) && after.token == token,
+                        "a 200 /register answered \(String(reflecting: token)) for \(lowercaseHex(bytes)), the service holds \(String(reflecting: after.token))",
+                        context: context)
+                require(jsonBool(body ?? [:], "changed") == (before.token != token),
+                        "changed is \(String(reflecting: body?["changed"])) going from \(String(reflecting: before.token))", context: context)
+            case (503, .success(let bytes)):
+                checkUnsaved(response, changed: before.token != after.token)
+                require(after.token == lowercaseHex(bytes), "a 503 state_not_saved left the token \(String(reflecting: after.token))", context: context)
+            case (400, .failure(let error)):
+                require(errorCode(response) == "invalid_token" && errorMessage(response) == error.message,
+                        "/register 400 does not carry RequestBodies' error", context: context)
+            default:
+                require(false, "/register answered \(status); RequestBodies gave \(expected)", context: context)
+            }
+        case .fail:
+            let expected = Result { () throws(ServiceError) in
+                try RequestBodies.registrationFailure(contentType: request.headers["Content-Type"], body: request.body)
+            }
+            switch (status, expected) {
+            case (200, .success):
+                checkSaved()
+                let body = jsonObject(response.body) ?? [:]
+                require(isNull(body, "token") && after.token == nil, "a 200 /fail left a token", context: context)
+                require(jsonBool(body, "changed") == (before.token != nil), "a 200 /fail has changed \(String(reflecting: body["changed"]))", context: context)
+            case (503, .success):
+                checkUnsaved(response, changed: before.token != nil)
+                require(after.token == nil, "a 503 /fail left a token", context: context)
+            case (400, .failure(let error)):
+                require(errorCode(response) == "invalid_request" && errorMessage(response) == error.message,
+                        "/fail 400 does not carry RequestBodies' error", context: context)
+            default:
+                require(false, "/fail answered \(status); RequestBodies gave \(expected)", context: context)
+            }
+        case .token:
+            let body = jsonObject(response.body) ?? [:]
+            let matches = after.token.map { body["token"] as? String == $0 } ?? isNull(body, "token")
+            require(status == 200 && matches && response.headers["Cache-Control"] == "no-store"
+                        && response.headers["Content-Type"] == HTTPResponse.jsonContentType,
+                    "/token answered \(status) \(String(reflecting: String(decoding: response.body, as: UTF8.self))) holding \(String(reflecting: after.token))",
+                    context: context)
+        case .stream:
+            require(request.method == "HEAD" && status == 200 && response.body.isEmpty
+                        && response.headers["Content-Type"] == ServerSentEvents.contentType,
+                    "/token/stream answered \(status) as a complete response", context: context)
+        case .healthz:
+            let expected = service.isDegraded ? "degraded" : "ok"
+            require(status == 200 && jsonObject(response.body)?["status"] as? String == expected,
+                    "/healthz answered \(status) \(String(reflecting: String(decoding: response.body, as: UTF8.self))), expected \(expected)",
+                    context: context)
+        case .metrics:
+            require(status == 200, "/metrics answered \(status)", context: context)
+            checkMetricsText(response.body)
+        case .page:
+            require(status == 200 && !response.body.isEmpty && response.headers["Content-Type"]?.hasPrefix("text/html") == true,
+                    "/ answered \(status)", context: context)
+        }
+    }
+
+    /// A 200 to a write: never while the last change is unsaved, as this harness's state file
+    /// (when there is one) can never be written.
+    func checkSaved() {
+        require(!wasDegraded && !service.isDegraded, "a write answered 200 while the state file could not be written",
+                context: context)
+    }
+
+    /// A 503 `state_not_saved`: only with a state file, and either for a change that could not be
+    /// saved or, unchanged, for a retry while the last change was still unsaved (the service
+    /// retries the save then, and must not answer 200 while it is not saved).
+    func checkUnsaved(_ response: HTTPResponse, changed: Bool) {
+        require(configuration.stateFile != nil && errorCode(response) == "state_not_saved" && service.isDegraded,
+                "a write answered 503 \(String(reflecting: errorCode(response)))", context: context)
+        require(changed || wasDegraded, "503 state_not_saved for an unchanged token while the service was not degraded",
+                context: context)
+    }
+
+    /// `{"error":"<code>","message":"<text>"}`, as JSON, with the JSON content type.
+    func checkErrorBody(_ response: HTTPResponse) {
+        let body = parsed(response.body)
+        let error = body?["error"] as? String, message = body?["message"] as? String
+        require(error.map(isErrorCode) == true && message.map { !$0.isEmpty } == true
+                    && response.headers["Content-Type"] == HTTPResponse.jsonContentType,
+                "a \(response.status) body is not {\"error\",\"message\"}: \(String(reflecting: String(decoding: response.body, as: UTF8.self)))",
+                context: context)
+    }
+
+    func errorCode(_ response: HTTPResponse) -> String? { parsed(response.body)?["error"] as? String }
+    func errorMessage(_ response: HTTPResponse) -> String? { parsed(response.body)?["message"] as? String }
+
+    /// The last body parsed, so that one response is parsed once however many checks read it.
+    private var lastParsed: (body: [UInt8], object: [String: Any]?)?
+
+    /// `jsonObject(body)`, remembered for the next call with the same body.
+    func parsed(_ body: [UInt8]) -> [String: Any]? {
+        if let lastParsed, lastParsed.body == body { return lastParsed.object }
+        let object = jsonObject(body)
+        lastParsed = (body, object)
+        return object
+    }
+
+    /// A response to an allowed origin carries `Access-Control-Allow-Origin`; to any other, none.
+    func checkCrossOrigin(_ response: HTTPResponse, request: HTTPRequest) {
+        let allowed = responder.crossOrigin.allowOriginValue(for: request.headers["Origin"])
+        let sent = response.headers["Access-Control-Allow-Origin"]
+        require(sent == allowed, "Access-Control-Allow-Origin \(String(reflecting: sent)), expected \(String(reflecting: allowed))",
+                context: context)
+    }
+
+    // MARK: - The event stream
+
+    /// `GET /token/stream`: subscribe, read the first event, cancel. Returns the status sent.
+    func stream(_ request: HTTPRequest) -> Int {
+        let origin = request.headers["Origin"]
+        let (head, subscriber) = responder.openEventStream(origin: origin, wake: {})
+        checkCrossOrigin(head, request: request)
+        guard let subscriber else {
+            require(false, "a stream was refused with \(head.status) while only the observer is subscribed", context: context)
+            return head.status
+        }
+        require(head.status == 200 && head.headers["Content-Type"] == ServerSentEvents.contentType,
+                "an event stream's head is \(head.status)", context: context)
+        let first = Self.readAll(subscriber)
+        require(first.end == .suspended && first.bytes == service.snapshot.event,
+                "a new subscriber's first event is not the current snapshot's", context: context)
+        checkEvent(first.bytes)
+        // The client goes away: the engine aborts the stream and removes the subscriber.
+        responder.hub.abort(subscriber.id)
+        require(Self.readAll(subscriber).end == .abort, "an aborted stream did not abort", context: context)
+        responder.hub.remove(subscriber.id)
+        require(responder.hub.count == 1, "\(responder.hub.count) subscribers after a removal", context: context)
+        return head.status
+    }
+
+    /// `id: <version>`, `event: token`, `data: {"token":…}`, empty line.
+    func checkEvent(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        let snapshot = service.snapshot
+        guard lines.count == 5, lines[0] == "id: \(snapshot.version)", lines[1] == "event: token",
+              lines[2].hasPrefix("data: "), lines[3].isEmpty, lines[4].isEmpty,
+              let data = jsonObject(Array(lines[2].dropFirst(6).utf8)) else {
+            require(false, "a malformed event: \(String(reflecting: text))", context: context)
+            return
+        }
+        let matches = snapshot.token.map { data["token"] as? String == $0 } ?? isNull(data, "token")
+        require(matches, "an event's token is not the service's: \(String(reflecting: text))", context: context)
+    }
+
+    enum End: Equatable { case suspended, endOfStream, abort }
+
+    /// Every byte the subscriber has to give now, in small reads, and how the reading stopped.
+    static func readAll(_ subscriber: EventSubscriber) -> (bytes: [UInt8], end: End) {
+        var bytes: [UInt8] = []
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 13, alignment: 1)
+        defer { buffer.deallocate() }
+        for _ in 0..<10_000 {
+            switch subscriber.read(into: buffer, suspend: {}) {
+            case .bytes(let count):
+                require(count > 0 && count <= buffer.count, "read gave \(count) bytes")
+                bytes += buffer[0..<count]
+            case .suspended: return (bytes, .suspended)
+            case .endOfStream: return (bytes, .endOfStream)
+            case .abort: return (bytes, .abort)
+            }
+        }
+        require(false, "a subscriber kept giving bytes: \(bytes.count)")
+        return (bytes, .abort)
+    }
+
+    // MARK: - Metrics
+
+    func checkCounters() {
+        let metrics = responder.metrics
+        require(metrics.value(.tokenChanges) == changes && metrics.value(.registrationsAccepted) == registrationsAccepted
+                    && metrics.value(.registrationsRejected) == registrationsRejected
+                    && metrics.value(.failuresReported) == failuresReported
+                    && metrics.value(.unauthorizedRequests) == unauthorized,
+                "metrics counters [changes, accepted, rejected, failures, unauthorized] are [\(metrics.value(.tokenChanges)), \(metrics.value(.registrationsAccepted)), \(metrics.value(.registrationsRejected)), \(metrics.value(.failuresReported)), \(metrics.value(.unauthorizedRequests))], expected [\(changes), \(registrationsAccepted), \(registrationsRejected), \(failuresReported), \(unauthorized)]",
+                context: context)
+    }
+
+    /// ASCII lines; request labels from the fixed sets only, whatever paths and methods were sent.
+    func checkMetricsText(_ body: [UInt8]) {
+        require(body.allSatisfy { $0 < 0x80 }, "the metrics text is not ASCII", context: context)
+        let routes = Set(Route.allCases.map(\.rawValue) + ["other"])
+        let methods: Set<String> = ["GET", "HEAD", "POST", "OPTIONS", "other"]
+        let text = String(decoding: body, as: UTF8.self)
+        require(text.contains("\nforge_push_token_token_changes_total \(changes)\n"),
+                "the metrics text does not show \(changes) token changes", context: context)
+        for line in text.split(separator: "\n") where line.hasPrefix("forge_push_token_http_requests_total{") {
+            let labels = line.drop { $0 != "{" }.dropFirst().prefix { $0 != "}" }
+            var values: [String: String] = [:]
+            for pair in labels.split(separator: ",") {
+                let parts = pair.split(separator: "=", maxSplits: 1)
+                guard parts.count == 2 else { continue }
+                values[String(parts[0])] = String(parts[1].dropFirst().dropLast())
+            }
+            require(values["route"].map(routes.contains) == true && values["method"].map(methods.contains) == true,
+                    "a metrics series with labels outside the fixed sets: \(line)", context: context)
+        }
+    }
+
+    // MARK: - The end of the input
+
+    /// A subscriber beyond the limit is refused; shutdown ends the observer's stream cleanly,
+    /// refuses new ones and turns /healthz to 503.
+    func finish() {
+        current = nil
+        checkCounters()
+        // The answers the engine builds itself, before the responder sees a request.
+        for response in [Responder.payloadTooLarge(limit: 4096), Responder.uriTooLong(limit: 2048)] {
+            require([413, 414].contains(response.status), "an engine refusal has status \(response.status)", context: context)
+            checkErrorBody(response)
+        }
+        require(responder.answersTokenReadsBlindly
+                    == ((configuration.authentication.map { $0.scope == .writes } ?? true) && !configuration.crossOrigin.isEnabled),
+                "answersTokenReadsBlindly is \(responder.answersTokenReadsBlindly)", context: context)
+        let extra = responder.openEventStream(wake: {})
+        require(extra.0.status == 200 && extra.1 != nil, "the second subscriber was refused: \(extra.0.status)", context: context)
+        let refused = responder.openEventStream(wake: {})
+        require(refused.0.status == 503 && refused.1 == nil && refused.0.headers["Retry-After"] != nil,
+                "a subscriber over the limit answered \(refused.0.status)", context: context)
+        checkErrorBody(refused.0)
+        require(errorCode(refused.0) == "too_many_subscribers", "a full hub answered \(String(reflecting: errorCode(refused.0)))", context: context)
+        if let subscriber = extra.1 { responder.hub.remove(subscriber.id) }
+
+        responder.beginShutdown()
+        let closed = responder.openEventStream(wake: {})
+        require(closed.0.status == 503 && closed.1 == nil && errorCode(closed.0) == "shutting_down",
+                "a subscriber after shutdown answered \(closed.0.status)", context: context)
+        checkErrorBody(closed.0)
+        let end = Self.readAll(observer)
+        require(end.end == .endOfStream && end.bytes.isEmpty, "the observer's stream did not end cleanly: \(end.end)", context: context)
+        responder.hub.remove(observer.id)
+        if case .response(let health) = responder.respond(to: HTTPRequest(method: "GET", target: "/healthz")) {
+            require(health.status == 503 && jsonObject(health.body)?["status"] as? String == "shutting_down",
+                    "/healthz while stopping answered \(health.status)", context: context)
+        } else {
+            require(false, "/healthz answered an event stream", context: context)
+        }
+    }
+}
