@@ -77,8 +77,9 @@ struct CommandLineOptions: Equatable {
                                   host means loopback); exit 0 when it answers 200, else 1
 
         Every flag has an environment variable: FORGE_PUSH_TOKEN_ and the flag in upper case with
-        - as _ (FORGE_PUSH_TOKEN_PORT=9000). A flag wins over its variable. The variable of a
-        repeatable flag takes a comma-separated list (FORGE_PUSH_TOKEN_CORS_ORIGIN=https://a,https://b).
+        - as _ (FORGE_PUSH_TOKEN_PORT=9000). A flag wins over its variable; an empty variable counts
+        as unset. The variable of a repeatable flag takes a comma-separated list
+        (FORGE_PUSH_TOKEN_CORS_ORIGIN=https://a,https://b).
         """
 
     /// The flags that take a value, in the order of the usage text.
@@ -98,7 +99,8 @@ struct CommandLineOptions: Equatable {
         var lists: [String: [String]] = [:]
         for flag in valueFlags {
             let variable = "FORGE_PUSH_TOKEN_" + String(flag.uppercased().map { $0 == "-" ? "_" : $0 })
-            guard let value = environment[variable] else { continue }
+            // An empty variable counts as unset, so that Compose's "${VAR:-}" can leave a setting out.
+            guard let value = environment[variable], !value.isEmpty else { continue }
             if repeatableFlags.contains(flag) {
                 lists[flag] = value.split(separator: ",").map { String($0).trimmingASCIISpaces() }.filter { !$0.isEmpty }
             } else {

@@ -52,6 +52,13 @@ import Testing
         #expect(throws: CommandLineOptions.UsageError.self) { try parse([], ["FORGE_PUSH_TOKEN_PORT": "http"]) }
     }
 
+    @Test func emptyEnvironmentVariablesCountAsUnset() throws {
+        let options = try parse([], ["FORGE_PUSH_TOKEN_PORT": "", "FORGE_PUSH_TOKEN_AUTH_TOKEN_FILE": "",
+                                     "FORGE_PUSH_TOKEN_CORS_ORIGIN": "", "FORGE_PUSH_TOKEN_TLS_CERT": ""])
+        #expect(options == (try parse([])))
+        #expect(throws: CommandLineOptions.UsageError.self) { try parse(["--auth-token-file", ""]) }
+    }
+
     @Test func helpVersionAndHealthCheck() throws {
         #expect(try parse(["--help"]).action == .help)
         #expect(try parse(["--version"]).action == .version)
