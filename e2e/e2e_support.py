@@ -203,18 +203,24 @@ def request(port, method, path, body=None, headers=None, timeout=5):
 class EventStream:
     """A `GET /token/stream` subscriber: `next_event()` returns (id, event, data) tuples."""
 
-    def __init__(self, port, timeout=5, last_event_id=None):
-        self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-        headers = {"Accept": "text/event-stream"}
+    def __init__(self, port, timeout=5, last_event_id=None, path="/token/stream", headers=None, context=None):
+        """`context`: an ssl.SSLContext for HTTPS, else plain HTTP. `comments` counts the comment
+        lines (heartbeats) skipped so far."""
+        if context is not None:
+            self.conn = http.client.HTTPSConnection(HOST, port, timeout=timeout, context=context)
+        else:
+            self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+        all_headers = {"Accept": "text/event-stream"}
         if last_event_id is not None:
-            headers["Last-Event-ID"] = str(last_event_id)
-        self.conn.request("GET", "/token/stream", headers=headers)
+            all_headers["Last-Event-ID"] = str(last_event_id)
+        all_headers.update(headers or {})
+        self.conn.request("GET", path, headers=all_headers)
         self.sock = self.conn.sock  # http.client drops conn.sock when the response will close
         self.response = self.conn.getresponse()
         self.status = self.response.status
         self.headers = {k.lower(): v for k, v in self.response.getheaders()}
-        if self.status != 200:
-            self.body = self.response.read()
+        self.comments = 0
+        self.body = self.response.read() if self.status != 200 else None
 
     def next_event(self, timeout=5):
         """The next event (comments and `retry:` skipped); raises Failure on timeout or end."""
@@ -224,7 +230,7 @@ class EventStream:
         while time.monotonic() < deadline:
             try:
                 raw = self.response.readline()
-            except (TimeoutError, OSError) as error:
+            except (TimeoutError, OSError, http.client.HTTPException) as error:
                 raise Failure("no event within %.1f s (%s)" % (timeout, error))
             if not raw:
                 raise Failure("the event stream ended")
@@ -235,6 +241,7 @@ class EventStream:
                 fields = {}
                 continue
             if line.startswith(":"):
+                self.comments += 1
                 continue
             name, _, value = line.partition(":")
             if value.startswith(" "):

@@ -38,7 +38,7 @@ import time
 import traceback
 import urllib.parse
 
-from e2e_support import HOST, Failure, Server, check, token_hex, _kill_leftovers
+from e2e_support import HOST, EventStream, Failure, Server, check, token_hex, _kill_leftovers
 
 REALM = 'Bearer realm="forge-push-token"'
 INVALID = 'Bearer realm="forge-push-token", error="invalid_token"'
@@ -141,55 +141,15 @@ def http_request(port, method, path, headers=None, body=None, timeout=5, context
         conn.close()
 
 
-class Stream:
-    """GET /token/stream over HTTP or HTTPS; counts the comment lines it skips."""
+class Stream(EventStream):
+    """GET /token/stream of `server` over HTTP or HTTPS; `next_event()` gives (id as int, token)."""
 
     def __init__(self, server, path="/token/stream", headers=None, timeout=5):
-        context = server.ssl_context()
-        if context is not None:
-            self.conn = http.client.HTTPSConnection(HOST, server.port, timeout=timeout, context=context)
-        else:
-            self.conn = http.client.HTTPConnection(HOST, server.port, timeout=timeout)
-        all_headers = {"Accept": "text/event-stream"}
-        all_headers.update(headers or {})
-        self.conn.request("GET", path, headers=all_headers)
-        self.sock = self.conn.sock
-        self.response = self.conn.getresponse()
-        self.status = self.response.status
-        self.headers = {k.lower(): v for k, v in self.response.getheaders()}
-        self.comments = 0
-        self.body = self.response.read() if self.status != 200 else None
+        super().__init__(server.port, timeout=timeout, path=path, headers=headers, context=server.ssl_context())
 
     def next_event(self, timeout=5):
-        self.sock.settimeout(timeout)
-        fields = {}
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                raw = self.response.readline()
-            except (TimeoutError, OSError, http.client.HTTPException) as error:
-                raise Failure("no event within %.1f s (%s)" % (timeout, error))
-            if not raw:
-                raise Failure("the event stream ended")
-            line = raw.decode("utf-8").rstrip("\r\n")
-            if line == "":
-                if "data" in fields:
-                    return int(fields.get("id", "-1")), json.loads(fields["data"])["token"]
-                fields = {}
-            elif line.startswith(":"):
-                self.comments += 1
-            else:
-                name, _, value = line.partition(":")
-                fields[name] = value[1:] if value.startswith(" ") else value
-        raise Failure("no complete event within %.1f s" % timeout)
-
-    def close(self):
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.response.close()
-        self.conn.close()
+        event_id, _, data = super().next_event(timeout)
+        return int(event_id if event_id is not None else "-1"), json.loads(data)["token"]
 
 
 class Fixtures:

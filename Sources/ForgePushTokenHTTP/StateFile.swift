@@ -75,23 +75,15 @@ public struct StateFile: Sendable {
     /// - Throws: `Failure` when it exists but cannot be read, is not the JSON above, or holds a token
     ///   that is not 2 to 512 lowercase hex digits: nothing is silently discarded.
     public func load() throws(Failure) -> Contents? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            if errno == ENOENT { return nil }
-            throw Failure(description: "cannot read state file \(path): \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = read(fd, &buffer, buffer.count)
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw Failure(description: "cannot read state file \(path): \(String(cString: strerror(errno)))")
-            }
-            if count == 0 { break }
-            bytes += buffer.prefix(count)
-            if bytes.count > 64 * 1024 { throw Failure(description: "state file \(path) is over 64 KiB: not a state file") }
+        let bytes: [UInt8]
+        do {
+            bytes = try SmallFile.contents(of: path, maxBytes: 64 * 1024)
+        } catch .system(ENOENT) {
+            return nil
+        } catch .tooLarge {
+            throw Failure(description: "state file \(path) is over 64 KiB: not a state file")
+        } catch {
+            throw Failure(description: "cannot read state file \(path): \(error.text)")
         }
         let contents: Contents
         do {

@@ -153,20 +153,13 @@ struct CommandLineOptions: Equatable {
 
     /// Reads `path` (at most 1 MiB) as UTF-8 text; the error says why not, as `strerror(3)` does.
     static func readTextFile(_ path: String) throws -> String {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw UsageError(description: String(cString: strerror(errno))) }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let count = read(fd, &buffer, buffer.count)
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw UsageError(description: String(cString: strerror(errno)))
-            }
-            if count == 0 { break }
-            bytes += buffer[..<count]
-            guard bytes.count <= 1 << 20 else { throw UsageError(description: "it is over 1 MiB") }
+        let bytes: [UInt8]
+        do {
+            bytes = try SmallFile.contents(of: path, maxBytes: 1 << 20)
+        } catch .tooLarge {
+            throw UsageError(description: "it is over 1 MiB")
+        } catch {
+            throw UsageError(description: error.text)
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw UsageError(description: "it is not UTF-8 text")
