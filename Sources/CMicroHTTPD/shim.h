@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <strings.h>
 #include <sys/types.h>
 #include <sys/socket.h>
@@ -75,19 +76,28 @@ static inline const struct sockaddr *fpt_connection_address(struct MHD_Connectio
     return info == NULL ? NULL : info->client_addr;
 }
 
-/* How many times each header field that frames a request occurs. */
+/* What one pass over a request's header fields found (fpt_count_framing_fields). */
 struct fpt_framing_counts {
     unsigned int host;
     unsigned int content_length;
     unsigned int transfer_encoding;
+    /* Fields whose name is empty or holds a space or tab: "Content-Length : 4" is not a
+       Content-Length field to libmicrohttpd, but may be one to a proxy in front (RFC 9112 §5.1). */
+    unsigned int malformed_names;
+    /* Fields whose value holds a NUL byte, which C strings would silently cut short. */
+    unsigned int nul_in_value;
+    /* Bytes of the fields as "name: value\r\n" lines. */
+    size_t bytes;
 };
 
 static enum MHD_Result fpt_framing_iterator(void *cls, enum MHD_ValueKind kind, const char *key,
-                                            const char *value) {
+                                            size_t key_size, const char *value, size_t value_size) {
     (void)kind;
-    (void)value;
     struct fpt_framing_counts *counts = (struct fpt_framing_counts *)cls;
     if (key == NULL) return MHD_YES;
+    counts->bytes += key_size + value_size + 4;
+    if (key_size == 0 || strnlen(key, key_size) != key_size || strpbrk(key, " \t") != NULL) counts->malformed_names++;
+    if (value != NULL && strnlen(value, value_size) != value_size) counts->nul_in_value++;
     if (strcasecmp(key, "Host") == 0) counts->host++;
     else if (strcasecmp(key, "Content-Length") == 0) counts->content_length++;
     else if (strcasecmp(key, "Transfer-Encoding") == 0) counts->transfer_encoding++;
@@ -95,13 +105,14 @@ static enum MHD_Result fpt_framing_iterator(void *cls, enum MHD_ValueKind kind, 
 }
 
 /*
- * Counts the Host, Content-Length and Transfer-Encoding fields of a request in one pass.
- * MHD_lookup_connection_value returns only the first of a name; a repeated one must be seen to be
- * refused (RFC 9112 §3.2, §6.3).
+ * Counts, in one pass over a request's header fields, the Host, Content-Length and
+ * Transfer-Encoding fields (MHD_lookup_connection_value returns only the first of a name; a
+ * repeated one must be seen to be refused, RFC 9112 §3.2, §6.3), the malformed names, the values
+ * with a NUL byte, and the fields' bytes.
  */
 static inline struct fpt_framing_counts fpt_count_framing_fields(struct MHD_Connection *connection) {
-    struct fpt_framing_counts counts = {0, 0, 0};
-    MHD_get_connection_values(connection, MHD_HEADER_KIND, fpt_framing_iterator, &counts);
+    struct fpt_framing_counts counts = {0, 0, 0, 0, 0, 0};
+    MHD_get_connection_values_n(connection, MHD_HEADER_KIND, fpt_framing_iterator, &counts);
     return counts;
 }
 

@@ -40,6 +40,8 @@ final class DaemonLoop: Sendable {
     /// The longest the loop waits for a socket event before running the daemon anyway, in
     /// milliseconds.
     static let maximumWait: UInt64 = 500
+    /// Zero-timeout rounds without a socket event after which the loop waits 1 ms (see `run`).
+    static let fruitlessRoundsBeforeBackoff = 64
 
     /// - Throws: `ServerError.socket` when the wake-up eventfd cannot be made.
     init() throws(ServerError) {
@@ -112,14 +114,24 @@ final class DaemonLoop: Sendable {
         defer { pthread_setspecific(currentLoopKey, nil) }
         var fds = [pollfd(fd: epollFD, events: Int16(POLLIN), revents: 0),
                    pollfd(fd: signal, events: Int16(POLLIN), revents: 0)]
+        var fruitlessRounds = 0
         while true {
             // Never wait more than `maximumWait`, as a backstop: work that libmicrohttpd leaves for
             // a later round (such as freeing a closed connection) must not wait for an unrelated
             // socket event. Two idle wake-ups a second cost nothing measurable.
             var timeout: UInt64 = 0
-            let wait: Int32 = MHD_get_timeout(daemon.pointer, &timeout) == .YES
+            var wait: Int32 = MHD_get_timeout(daemon.pointer, &timeout) == .YES
                 ? Int32(clamping: min(timeout, Self.maximumWait)) : Int32(Self.maximumWait)
-            if poll(&fds, 2, wait) > 0, fds[1].revents != 0 {
+            // libmicrohttpd 0.9.75 asks to be run again at once, forever, for a connection it
+            // cannot advance: a chunked body whose chunk-size line does not fit in what is left of
+            // the connection's memory pool (the client can send 9 KB once and leave). After
+            // `fruitlessRoundsBeforeBackoff` rounds in a row with no event, the loop waits up to
+            // 1 ms instead of 0: any socket event still wakes it at once, and the stuck
+            // connection costs a few hundred runs a second, not a core, until its idle timeout.
+            if wait == 0 && fruitlessRounds >= Self.fruitlessRoundsBeforeBackoff { wait = 1 }
+            let ready = poll(&fds, 2, wait)
+            if ready > 0 || timeout > 0 { fruitlessRounds = 0 } else { fruitlessRounds += 1 }
+            if ready > 0, fds[1].revents != 0 {
                 var count: UInt64 = 0
                 _ = read(signal, &count, 8)
                 if stopping.withLock({ $0 }) { return }

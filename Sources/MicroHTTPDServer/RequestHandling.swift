@@ -26,6 +26,8 @@ final class RequestContext {
     /// any) has been read and dropped.
     var early: HTTPResponse?
     var tooLarge = false
+    /// Body bytes received so far, kept or not.
+    var received = 0
     var responded = false
     var status = 0
     var bytes = 0
@@ -75,7 +77,8 @@ func mhdAccessHandler(
         // The first call: the header fields have arrived, the body (if any) has not.
         let marker = server.responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
-        let framing = framingRefusal(connection, version: version)
+        let framing = framingRefusal(connection, method: method, url: url, version: version,
+                                     memoryLimit: server.configuration.connectionMemoryLimit)
         server.inFlight.withLock { $0 += 1 }
         if let marker, first == nil, framing == nil, length == nil, !server.configuration.accessLog {
             contextSlot.pointee = marker
@@ -121,6 +124,11 @@ func mhdAccessHandler(
 
     if uploadSize.pointee > 0 {
         let count = uploadSize.pointee
+        context.received += count
+        // A body over the limit is read and dropped so that its 413 can be sent at its end, but
+        // not forever: a chunked body can be endless. Past 1 MiB (or 16 times the limit) the connection is
+        // closed without an answer (libmicrohttpd cannot queue one in the middle of a body).
+        if context.tooLarge && context.received > max(1 << 20, 16 * limit) { return .NO }
         if !context.tooLarge, context.early == nil, let uploadData {
             if context.body.count + count > limit {
                 context.tooLarge = true
@@ -170,6 +178,10 @@ func mhdRequestCompleted(
 ) {
     guard let cls, let contextSlot, let raw = contextSlot.pointee else { return }
     contextSlot.pointee = nil
+    // A target marker still in the slot: libmicrohttpd ended the request (431, a bad
+    // Content-Length, a reset, a timeout, shutdown) before the access handler ever ran, so there
+    // is no context and nothing was counted in.
+    if isTargetMarker(raw) { return }
     let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
     if raw == tokenGetMarker || raw == tokenHeadMarker {
         server.inFlight.withLock { $0 -= 1 }
@@ -228,28 +240,55 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
 /// `Content-Length` (400), or a transfer coding other than `chunked` (501). Sent at once, so that
 /// libmicrohttpd closes the connection.
 ///
-/// Also an HTTP/1.1 request without exactly one `Host` field (RFC 9112 §3.2: 400). libmicrohttpd's
-/// own check (`MHD_OPTION_STRICT_FOR_CLIENT`) sends its error page's header block twice in
-/// 0.9.75, so the service checks instead.
-private func framingRefusal(_ connection: OpaquePointer, version: UnsafePointer<CChar>?) -> HTTPResponse? {
+/// Also: a header field name that is empty or holds whitespace, and a value with a NUL byte (400;
+/// RFC 9112 §5.1; each may be a different field to a proxy in front); a request line and fields
+/// that leave less than `responseHeaderReserve` bytes of the pool (431); an HTTP/1.1 request
+/// without exactly one `Host` field (RFC 9112 §3.2: 400; libmicrohttpd's own check,
+/// `MHD_OPTION_STRICT_FOR_CLIENT`, sends its error page's header block twice in 0.9.75).
+private func framingRefusal(_ connection: OpaquePointer, method: UnsafePointer<CChar>, url: UnsafePointer<CChar>,
+                            version: UnsafePointer<CChar>?, memoryLimit: Int) -> HTTPResponse? {
     let counts = fpt_count_framing_fields(connection)
+    if counts.malformed_names > 0 {
+        return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
+    }
+    if counts.nul_in_value > 0 {
+        return .error(400, ServiceError("invalid_request", "a header field value holds a NUL byte"))
+    }
+    // The answer's header block is written into the same pool as the request's: a request that
+    // leaves too little room would be carried out and then get no answer at all.
+    let requestBytes = counts.bytes + strlen(method) + strlen(url) + 16
+    if requestBytes > memoryLimit - responseHeaderReserve {
+        return .error(431, ServiceError("header_fields_too_large",
+                                        "the request line and header fields are over \(memoryLimit - responseHeaderReserve) bytes"))
+    }
     if counts.host != 1, let version, strcmp(version, "HTTP/1.1") == 0 {
         return .error(400, ServiceError("invalid_request", "an HTTP/1.1 request needs exactly one Host field"))
     }
     if counts.content_length > 1 {
         return .error(400, ServiceError("invalid_request", "more than one Content-Length field"))
     }
+    // libmicrohttpd answers a non-numeric Content-Length itself, but takes an empty one (as an
+    // obs-fold "Content-Length:\r\n 62" arrives) as no body at all: the body would then be read
+    // as the next request.
+    if counts.content_length == 1, let value = header(connection, "Content-Length"),
+       !value.utf8.contains(where: { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+        return .error(400, ServiceError("invalid_request", "the Content-Length field has no number"))
+    }
     guard counts.transfer_encoding > 0 else { return nil }
     if counts.content_length > 0 {
         return .error(400, ServiceError("invalid_request", "both Transfer-Encoding and Content-Length"))
     }
-    let coding = header(connection, "Transfer-Encoding")?.lowercased() ?? ""
-    let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
-    if counts.transfer_encoding > 1 || !coding.drop(while: isSpace).reversed().drop(while: isSpace).reversed().elementsEqual("chunked") {
+    // Exactly "chunked", as libmicrohttpd matches it: with a trailing space it would not take the
+    // body as chunked, and the connection would wait for a body it never reads.
+    if counts.transfer_encoding > 1 || header(connection, "Transfer-Encoding")?.lowercased() != "chunked" {
         return .error(501, ServiceError("not_implemented", "the only transfer coding accepted is chunked"))
     }
     return nil
 }
+
+/// Bytes of a connection's memory pool kept for the answer's header block: a request whose line
+/// and header fields leave less gets 431 from the service before anything is carried out.
+let responseHeaderReserve = 1024
 
 /// The header fields the responder reads, in the order it may need them.
 private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method"]
