@@ -115,5 +115,6 @@ public struct CrossOriginPolicy: Sendable, Equatable {
             if port.isEmpty { return true }
         }
         return (1...5).contains(port.count) && port.allSatisfy(\.isASCII) && port.allSatisfy(\.isNumber)
+            && (Int(port).map { $0 <= 65535 } ?? false)
     }
 }

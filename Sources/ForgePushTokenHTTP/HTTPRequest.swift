@@ -15,6 +15,17 @@ public struct HTTPRequest: Sendable {
     /// The request body, decoded from any transfer coding; empty when there was none.
     public var body: [UInt8]
 
+    /// Creates a request from a path and query already split apart, as a server engine that
+    /// parses the request target hands them over (the path percent-decoded: a `?` in it is data,
+    /// not the start of a query, so `/token%3Fx` is the path `/token?x`, which names no route).
+    public init(method: String, path: String, query: String?, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+    }
+
     /// Creates a request. `target` is the request target as sent (path and optional query);
     /// it is split at the first `?`. A query string never changes routing.
     public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {

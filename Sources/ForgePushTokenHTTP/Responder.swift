@@ -30,17 +30,21 @@ public final class Responder: Sendable {
     public let authentication: BearerAuthentication?
     /// Which other origins' browser pages may read the responses.
     public let crossOrigin: CrossOriginPolicy
+    /// Where failures the client cannot fix are logged (a state file that cannot be written).
+    public let log: ServerLog?
 
     /// Creates a responder over `service`, admitting at most `maxSubscribers` event streams.
     /// - Parameters:
     ///   - authentication: the bearer token and its scope, or `nil` for an open service.
     ///   - crossOrigin: the origins allowed to read responses from a browser (default none).
+    ///   - log: where a state file that cannot be written is reported (default: nowhere).
     public init(service: TokenService, maxSubscribers: Int, authentication: BearerAuthentication? = nil,
-                crossOrigin: CrossOriginPolicy = CrossOriginPolicy()) {
+                crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil) {
         self.service = service
         self.hub = EventHub(service: service, maxSubscribers: maxSubscribers)
         self.authentication = authentication
         self.crossOrigin = crossOrigin
+        self.log = log
     }
 
     /// Whether `GET /token` may be answered without looking at the request's header fields: no
@@ -196,7 +200,9 @@ public final class Responder: Sendable {
             hub.publish(change.snapshot)
         }
         if let failure = change.saveFailure {
-            return .error(503, ServiceError("state_not_saved", "the change is in memory but was not saved: \(failure)"))
+            log?.log(.error, "\(failure); the service is degraded until a write succeeds")
+            return .error(503, ServiceError("state_not_saved",
+                                            "the token is in memory but could not be saved to the state file; see the service's log"))
         }
         return .json(200, change.snapshot.changeBody(changed: change.changed))
     }

@@ -301,11 +301,12 @@ func requestHead(_ connection: OpaquePointer, method: String, path: String) -> H
     for name in headFields {
         if let value = header(connection, name) { headers.add(name, value) }
     }
-    var request = HTTPRequest(method: method, target: path, headers: headers)
+    var query: String?
     if let token = MHD_lookup_connection_value(connection, .GET_ARGUMENT_KIND, "access_token") {
-        request.query = "access_token=" + percentEncoded(UnsafeRawBufferPointer(start: token, count: strlen(token)))
+        query = "access_token=" + percentEncoded(UnsafeRawBufferPointer(start: token, count: strlen(token)))
     }
-    return request
+    // libmicrohttpd has decoded the path: a "?" in it came from %3F and is part of the path.
+    return HTTPRequest(method: method, path: path, query: query, headers: headers)
 }
 
 /// `bytes` with every byte but the unreserved ones of RFC 3986 §2.3 written as `%XX`.

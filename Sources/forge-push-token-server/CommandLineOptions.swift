@@ -143,7 +143,8 @@ struct CommandLineOptions: Equatable {
                     values[name] = value
                 }
             default:
-                throw UsageError(description: "unknown option \(argument)")
+                // The name alone: the value of a mistyped flag may be a secret (--auth-tokn=...).
+                throw UsageError(description: "unknown option --\(name)")
             }
         }
         try options.apply(values)
@@ -270,10 +271,13 @@ struct CommandLineOptions: Equatable {
     private mutating func apply(_ values: [String: String]) throws(UsageError) {
         if let host = values["host"] {
             guard !host.isEmpty else { throw UsageError(description: "--host needs an address") }
+            guard Self.isAddressLiteral(host) else {
+                throw UsageError(description: "--host must be an IPv4 or IPv6 literal or localhost, not \(host)")
+            }
             server.host = host
         }
         if let port = values["port"] {
-            guard let number = UInt16(port) else {
+            guard port.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), let number = UInt16(port) else {
                 throw UsageError(description: "--port must be a whole number from 0 to 65535, not \(port)")
             }
             server.port = number
@@ -306,8 +310,20 @@ struct CommandLineOptions: Equatable {
         }
     }
 
+    /// Whether `host` is `localhost` or an IPv4 or IPv6 literal (`inet_pton`), IPv6 with or without
+    /// brackets.
+    static func isAddressLiteral(_ host: String) -> Bool {
+        if host == "localhost" { return true }
+        var literal = host
+        if literal.hasPrefix("[") && literal.hasSuffix("]") { literal = String(literal.dropFirst().dropLast()) }
+        var buffer = [UInt8](repeating: 0, count: 16)
+        return inet_pton(AF_INET, literal, &buffer) == 1 || inet_pton(AF_INET6, literal, &buffer) == 1
+    }
+
     private static func whole(_ text: String, flag: String, in range: ClosedRange<Int>, unit: String) throws(UsageError) -> Int {
-        guard let value = Int(text), range.contains(value) else {
+        let digits = text.utf8.dropFirst(text.hasPrefix("-") ? 1 : 0)
+        guard !digits.isEmpty, digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+              let value = Int(text), range.contains(value) else {
             throw UsageError(description: "--\(flag) must be a whole number of \(unit) from \(range.lowerBound) to \(range.upperBound), not \(text)")
         }
         return value

@@ -81,7 +81,7 @@ do {
     exit(64)
 }
 let responder = Responder(service: service, maxSubscribers: options.server.maxSubscribers,
-                          authentication: options.authentication, crossOrigin: crossOrigin)
+                          authentication: options.authentication, crossOrigin: crossOrigin, log: log)
 for warning in options.startupWarnings {
     log.log(.warning, warning)
 }

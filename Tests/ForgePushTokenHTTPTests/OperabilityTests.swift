@@ -70,14 +70,19 @@ import ForgePushToken
         #expect(second.snapshot.version == 2 && second.snapshot.token == "cd")
         #expect(second.manager.token == "cd")
 
-        // A write that cannot be saved: 503 state_not_saved, the change kept, healthz degraded.
-        let responder = Responder(service: second, maxSubscribers: 4)
+        // A write that cannot be saved: 503 state_not_saved, the change kept, healthz degraded,
+        // the failure logged (and its paths and errno kept out of the answer).
+        let lines = Locked<[String]>([])
+        let log = ServerLog(minimumLevel: .info) { line in lines.withLock { $0.append(line) } }
+        let responder = Responder(service: second, maxSubscribers: 4, log: log)
         unlink(file.path)
         rmdir(dir)
         let failed = try responder.send("POST", "/register", body: utf8("ef"))
         #expect(failed.status == 503)
         #expect(string(failed.body).contains("state_not_saved"))
         #expect(second.snapshot.token == "ef" && second.snapshot.version == 3)
+        #expect(!string(failed.body).contains(dir))
+        #expect(lines.withLock { $0 }.contains { $0.contains(" error ") && $0.contains(dir) && $0.contains("degraded") })
         #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"degraded"}"#)
         // A client retrying the same token is not told all is well while the state is unsaved.
         let retried = try responder.send("POST", "/register", body: utf8("ef"))

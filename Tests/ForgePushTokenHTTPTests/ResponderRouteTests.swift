@@ -33,6 +33,17 @@ struct ResponderRouteTests {
         #expect(HTTPRequest(method: "GET", target: "/token?").query == "")
     }
 
+    @Test("a path handed over already split keeps its ?: /token%3Fx names no route (attack regression)")
+    func decodedQuestionMarkIsPartOfThePath() throws {
+        let request = HTTPRequest(method: "GET", path: "/token?access_token=x", query: nil)
+        #expect(request.path == "/token?access_token=x" && request.query == nil)
+        guard case .response(let response) = makeResponder().respond(to: request) else {
+            Issue.record("expected a response")
+            return
+        }
+        try expectError(response, status: 404, code: "not_found")
+    }
+
     // MARK: 405
 
     struct WrongMethod: Sendable, CustomTestStringConvertible {

@@ -49,6 +49,37 @@ import Glibc
         }
     }
 
+    @Test("a version the service could never have reached is refused at load (attack regression)")
+    func implausibleVersionIsRefused() throws {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        defer { unlink(file.path); rmdir(dir) }
+        write(#"{"token":"abcd","version":18446744073709551615}"#, to: file.path)
+        #expect(throws: StateFile.Failure.self) { try file.load() }
+        write(#"{"token":"abcd","version":9223372036854775807}"#, to: file.path)
+        #expect(try file.load()?.version == StateFile.maximumVersion - 1)
+    }
+
+    @Test("a symbolic link at the temporary name is replaced, never written through (attack regression)")
+    func temporaryNameIsNeverFollowed() throws {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        let victim = dir + "/victim"
+        defer { unlink(file.path); unlink(victim); unlink(file.path + ".tmp"); rmdir(dir) }
+        write("precious\n", to: victim)
+        symlink(victim, file.path + ".tmp")
+        try file.save(.init(token: "abcd", version: 1))
+        let handle = fopen(victim, "r")!
+        var buffer = [CChar](repeating: 0, count: 64)
+        fgets(&buffer, 64, handle)
+        fclose(handle)
+        let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        #expect(text == "precious\n")
+        var info = stat()
+        #expect(lstat(file.path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG)
+        #expect(try file.load() == .init(token: "abcd", version: 1))
+    }
+
     @Test func unwritableFolderIsAnError() {
         #expect(throws: StateFile.Failure.self) {
             try StateFile(path: "/nonexistent-folder/state.json").save(.init(token: nil, version: 1))

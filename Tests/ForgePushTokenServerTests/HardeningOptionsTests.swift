@@ -112,6 +112,19 @@ import MicroHTTPDServer
         }
     }
 
+    @Test("hosts, ports and origins are checked at parse time; an unknown flag's value is not echoed")
+    func strictValues() {
+        #expect(usageError(["--host", "999.1.1.1"])?.contains("IPv4 or IPv6 literal") == true)
+        #expect(usageError(["--host", "example.com"]) != nil)
+        #expect(usageError(["--host", "[::1]"]) == nil && usageError(["--host", "::"]) == nil)
+        #expect(usageError(["--port", "+80"]) != nil)
+        #expect(usageError(["--max-connections", "+5"]) != nil)
+        #expect(usageError(["--cors-origin", "https://a.example:99999"]) != nil)
+        #expect(usageError(["--cors-origin", "https://a.example:65535"]) == nil)
+        let message = usageError(["--auth-tokn=SECRETVALUE"])
+        #expect(message == "unknown option --auth-tokn")
+    }
+
     @Test func usageListsEveryFlag() {
         for flag in CommandLineOptions.valueFlags {
             #expect(CommandLineOptions.usage.contains("--\(flag) "), "--\(flag) is missing from the usage text")

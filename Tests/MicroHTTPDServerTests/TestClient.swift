@@ -74,13 +74,24 @@ final class TestClient {
         guard connected == 0 else { Glibc.close(fd); throw TestError(description: "connect failed: \(errno)") }
     }
 
-    func close() { Glibc.close(fd) }
+    /// Whether `close()` or `reset()` ran.
+    private var closed = false
 
-    /// Closes with RST (SO_LINGER 0), as a crashed client would.
+    /// Closes the socket once; later calls do nothing. (A second close(2) of the number could close
+    /// whatever socket took it since, such as one the in-process server just accepted, and
+    /// libmicrohttpd aborts when a socket it watches is closed behind its back.)
+    func close() {
+        guard !closed else { return }
+        closed = true
+        Glibc.close(fd)
+    }
+
+    /// Closes with RST (SO_LINGER 0), as a crashed client would; once, like `close()`.
     func reset() {
+        guard !closed else { return }
         var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
-        Glibc.close(fd)
+        close()
     }
 
     func send(_ text: String) throws { try send(Array(text.utf8)) }
