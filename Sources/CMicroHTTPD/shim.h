@@ -81,6 +81,7 @@ struct fpt_framing_counts {
     unsigned int host;
     unsigned int content_length;
     unsigned int transfer_encoding;
+    unsigned int authorization;
     /* Fields whose name is empty or holds a space or tab: "Content-Length : 4" is not a
        Content-Length field to libmicrohttpd, but may be one to a proxy in front (RFC 9112 §5.1). */
     unsigned int malformed_names;
@@ -101,17 +102,18 @@ static enum MHD_Result fpt_framing_iterator(void *cls, enum MHD_ValueKind kind, 
     if (strcasecmp(key, "Host") == 0) counts->host++;
     else if (strcasecmp(key, "Content-Length") == 0) counts->content_length++;
     else if (strcasecmp(key, "Transfer-Encoding") == 0) counts->transfer_encoding++;
+    else if (strcasecmp(key, "Authorization") == 0) counts->authorization++;
     return MHD_YES;
 }
 
 /*
- * Counts, in one pass over a request's header fields, the Host, Content-Length and
- * Transfer-Encoding fields (MHD_lookup_connection_value returns only the first of a name; a
+ * Counts, in one pass over a request's header fields, the Host, Content-Length,
+ * Transfer-Encoding and Authorization fields (MHD_lookup_connection_value returns only the first of a name; a
  * repeated one must be seen to be refused, RFC 9112 §3.2, §6.3), the malformed names, the values
  * with a NUL byte, and the fields' bytes.
  */
 static inline struct fpt_framing_counts fpt_count_framing_fields(struct MHD_Connection *connection) {
-    struct fpt_framing_counts counts = {0, 0, 0, 0, 0, 0};
+    struct fpt_framing_counts counts = {0, 0, 0, 0, 0, 0, 0};
     MHD_get_connection_values_n(connection, MHD_HEADER_KIND, fpt_framing_iterator, &counts);
     return counts;
 }

@@ -267,6 +267,9 @@ private func framingRefusal(_ connection: OpaquePointer, method: UnsafePointer<C
     if counts.content_length > 1 {
         return .error(400, ServiceError("invalid_request", "more than one Content-Length field"))
     }
+    if counts.authorization > 1 {
+        return .error(400, ServiceError("invalid_request", "more than one Authorization field"))
+    }
     // libmicrohttpd answers a non-numeric Content-Length itself, but takes an empty one (as an
     // obs-fold "Content-Length:\r\n 62" arrives) as no body at all: the body would then be read
     // as the next request.
