@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-swift build -c release --product forge-push-token-server >&2
-exec "$(swift build -c release --show-bin-path)/forge-push-token-server" "$@"
+# The same flags as scripts/test.sh and docker/Dockerfile, so the three share one build.
+swift build -c release --static-swift-stdlib --product forge-push-token-server >&2
+exec "$(swift build -c release --static-swift-stdlib --product forge-push-token-server --show-bin-path)/forge-push-token-server" "$@"

@@ -68,7 +68,8 @@ public struct CrossOriginPolicy: Sendable, Equatable {
         }
         guard let allowed = allowOriginValue(for: origin) else {
             return .error(403, ServiceError("origin_not_allowed",
-                                            "cross-origin requests from \(origin) are not allowed; start the service with --cors-origin \(origin)"))
+                                            "cross-origin requests from \(origin) are not allowed; start the service with --cors-origin \(origin)"),
+                          headers: ["Vary": "Origin"])
         }
         return HTTPResponse(status: 204, headers: [
             "Allow": allow,

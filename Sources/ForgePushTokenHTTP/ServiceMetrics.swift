@@ -20,7 +20,7 @@ public final class ServiceMetrics: Sendable {
         case tokenChanges
         /// `POST /register` requests whose token was accepted (changed or not).
         case registrationsAccepted
-        /// `POST /register` requests rejected with 400 or 413.
+        /// `POST /register` requests rejected with 400 (a 413 is refused before the responder).
         case registrationsRejected
         /// `POST /fail` requests accepted (a failure reported to the manager).
         case failuresReported
@@ -47,7 +47,7 @@ public final class ServiceMetrics: Sendable {
             switch self {
             case .tokenChanges: "Changes of the device token; each bumps the version."
             case .registrationsAccepted: "POST /register requests whose device token was accepted."
-            case .registrationsRejected: "POST /register requests rejected (400 or 413)."
+            case .registrationsRejected: "POST /register requests rejected with 400 (an invalid device token)."
             case .failuresReported: "POST /fail requests accepted: registration failures reported."
             case .unauthorizedRequests: "Requests refused with 401: missing or wrong bearer token."
             case .connectionsRefusedTotalLimit, .connectionsRefusedPerAddressLimit:

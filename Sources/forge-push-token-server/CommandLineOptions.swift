@@ -98,7 +98,7 @@ struct CommandLineOptions: Equatable {
         var values: [String: String] = [:]
         var lists: [String: [String]] = [:]
         for flag in valueFlags {
-            let variable = "FORGE_PUSH_TOKEN_" + String(flag.uppercased().map { $0 == "-" ? "_" : $0 })
+            let variable = variable(for: flag)
             // An empty variable counts as unset, so that Compose's "${VAR:-}" can leave a setting out.
             guard let value = environment[variable], !value.isEmpty else { continue }
             if repeatableFlags.contains(flag) {
@@ -108,6 +108,8 @@ struct CommandLineOptions: Equatable {
             }
         }
         var listsFromFlags: Set<String> = []
+        let fromEnvironment = Set(values.keys).union(lists.keys)
+        var fromFlags: Set<String> = []
         var options = CommandLineOptions()
         var index = 0
         while index < arguments.count {
@@ -135,6 +137,7 @@ struct CommandLineOptions: Equatable {
                     value = arguments[index]
                     index += 1
                 }
+                fromFlags.insert(name)
                 if repeatableFlags.contains(name) {
                     // Flags replace the variable's list, then accumulate.
                     if listsFromFlags.insert(name).inserted { lists[name] = [] }
@@ -147,9 +150,29 @@ struct CommandLineOptions: Equatable {
                 throw UsageError(description: "unknown option --\(name)")
             }
         }
-        try options.apply(values)
-        try options.applySecurity(values, lists: lists, readFile: readFile)
+        // --auth-token and --auth-token-file exclude each other, but a flag still wins over the
+        // other one's variable.
+        for (flag, other) in [("auth-token", "auth-token-file"), ("auth-token-file", "auth-token")]
+        where fromFlags.contains(flag) && !fromFlags.contains(other) {
+            values[other] = nil
+        }
+        do throws(UsageError) {
+            try options.apply(values)
+            try options.applySecurity(values, lists: lists, readFile: readFile)
+        } catch {
+            // Name the variable when the value came from one: in a container, nobody typed a flag.
+            for flag in fromEnvironment.subtracting(fromFlags).sorted()
+            where error.description.hasPrefix("--\(flag) ") || error.description.hasPrefix("--\(flag):") {
+                throw UsageError(description: error.description + " (set by \(Self.variable(for: flag)))")
+            }
+            throw error
+        }
         return options
+    }
+
+    /// The environment variable of `flag`: `FORGE_PUSH_TOKEN_` and the flag in upper case, `-` as `_`.
+    static func variable(for flag: String) -> String {
+        "FORGE_PUSH_TOKEN_" + String(flag.uppercased().map { $0 == "-" ? "_" : $0 })
     }
 
     /// Reads `path` (at most 1 MiB) as UTF-8 text; the error says why not, as `strerror(3)` does.
@@ -244,7 +267,9 @@ struct CommandLineOptions: Equatable {
     }
 
     /// What the operator should hear at start: a non-loopback address without `--auth-token`
-    /// (anyone who reaches it can change the token), a short token. Never the token itself.
+    /// (anyone who reaches it can change the token), a short token. Never the token itself. (No
+    /// warning for a token over plain HTTP: in a container the service always listens on 0.0.0.0,
+    /// usually behind a TLS-terminating proxy, and the warning would be noise.)
     var startupWarnings: [String] {
         var warnings: [String] = []
         let loopback = ["127.0.0.1", "::1", "localhost"].contains(server.host) || server.host.hasPrefix("127.")
@@ -255,10 +280,6 @@ struct CommandLineOptions: Equatable {
         if let token = authToken, token.utf8.count < 16 {
             warnings.append("the auth token has only \(token.utf8.count) characters; use at least 32 random ones"
                             + " (openssl rand -hex 32)")
-        }
-        if server.tls == nil && authToken != nil && !loopback {
-            warnings.append("the auth token travels in clear text over plain HTTP on \(server.host);"
-                            + " use --tls-cert/--tls-key or a TLS-terminating proxy")
         }
         return warnings
     }

@@ -69,6 +69,13 @@ if let path = options.stateFile {
         printError("forge-push-token-server: \(error)")
         exit(1)
     }
+    // Found now, not at the first change: a folder that is missing or not writable.
+    let folder = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+    guard access(folder.isEmpty ? "/" : folder, W_OK) == 0 else {
+        printError("forge-push-token-server: the folder of state file \(path) is missing or not writable: "
+                   + String(cString: strerror(errno)))
+        exit(1)
+    }
     log.log(.info, "state file \(path): version \(service.version)")
 } else {
     service = TokenService(manager: manager)
