@@ -55,6 +55,18 @@ if [[ " ${selected[*]} " == *" browser "* ]]; then
   fi
 fi
 
+if [[ " ${selected[*]} " == *" hardening "* ]]; then
+  # openssl makes the self-signed certificate of the HTTPS checks; prlimit (util-linux) sets the
+  # open-file limit of one check.
+  missing=()
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v prlimit >/dev/null || missing+=(util-linux)
+  if ((${#missing[@]})); then
+    say "installing ${missing[*]} (apt)"
+    apt_install "${missing[@]}" || { echo "could not install ${missing[*]}" >&2; exit 1; }
+  fi
+fi
+
 # -- venv --------------------------------------------------------------------------------------
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/forge-push-token/e2e-venv"
 stamp="$venv/.e2e-requirements"
