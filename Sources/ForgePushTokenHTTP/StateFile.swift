@@ -97,16 +97,8 @@ public struct StateFile: Sendable {
                 && DeviceTokenHex.decode(token).map(DeviceTokenHex.encode) == token
             guard valid else { throw Failure(description: "state file \(path) holds an invalid token") }
         }
-        // Every change adds 1: a version this high could not be counted on (and was not written
-        // by the service: 2^63 changes at one per microsecond take 292,000 years).
-        guard contents.version < Self.maximumVersion else {
-            throw Failure(description: "state file \(path) holds version \(contents.version), over \(Self.maximumVersion - 1)")
-        }
         return contents
     }
-
-    /// The first version a state file may not hold (2^63).
-    public static let maximumVersion: UInt64 = 1 << 63
 
     /// Writes `contents` durably (temporary file, fsync, rename, fsync of the folder).
     /// - Throws: `Failure` naming the step that failed; the previous file is then unchanged.

@@ -110,7 +110,10 @@ public final class TokenService: Sendable {
                 }
                 return change
             }
-            state.snapshot = TokenSnapshot(version: state.snapshot.version + 1, token: after)
+            // Saturating: a hand-made state file may start next to 2^64 - 1, and no version may
+            // then trap the process or be written in a form the next start refuses.
+            let version = state.snapshot.version == .max ? .max : state.snapshot.version + 1
+            state.snapshot = TokenSnapshot(version: version, token: after)
             var change = Change(snapshot: state.snapshot, changed: true)
             if let stateFile {
                 do throws(StateFile.Failure) {

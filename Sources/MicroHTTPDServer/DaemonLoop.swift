@@ -42,6 +42,8 @@ final class DaemonLoop: Sendable {
     static let maximumWait: UInt64 = 500
     /// Zero-timeout rounds without a socket event after which the loop waits 1 ms (see `run`).
     static let fruitlessRoundsBeforeBackoff = 64
+    /// The longest backoff wait, in milliseconds (see `run`).
+    static let maximumBackoff: Int32 = 50
 
     /// - Throws: `ServerError.socket` when the wake-up eventfd cannot be made.
     init() throws(ServerError) {
@@ -124,11 +126,16 @@ final class DaemonLoop: Sendable {
                 ? Int32(clamping: min(timeout, Self.maximumWait)) : Int32(Self.maximumWait)
             // libmicrohttpd 0.9.75 asks to be run again at once, forever, for a connection it
             // cannot advance: a chunked body whose chunk-size line does not fit in what is left of
-            // the connection's memory pool (the client can send 9 KB once and leave). After
-            // `fruitlessRoundsBeforeBackoff` rounds in a row with no event, the loop waits up to
-            // 1 ms instead of 0: any socket event still wakes it at once, and the stuck
-            // connection costs a few hundred runs a second, not a core, until its idle timeout.
-            if wait == 0 && fruitlessRounds >= Self.fruitlessRoundsBeforeBackoff { wait = 1 }
+            // the connection's memory pool (the client can send 9 KB once and leave), and every
+            // run walks all such connections. After `fruitlessRoundsBeforeBackoff` rounds in a row
+            // without an event, the loop waits instead of spinning: 1 ms, doubling with every
+            // further fruitless round up to `maximumBackoff`. Any socket event or wake-up still
+            // ends the wait at once (and resets it), so other clients are served as before, while
+            // stuck connections cost about 20 runs a second until their idle timeout.
+            if wait == 0 && fruitlessRounds >= Self.fruitlessRoundsBeforeBackoff {
+                let doublings = min(fruitlessRounds - Self.fruitlessRoundsBeforeBackoff, 6)
+                wait = min(Self.maximumBackoff, Int32(1) << doublings)
+            }
             let ready = poll(&fds, 2, wait)
             if ready > 0 || timeout > 0 { fruitlessRounds = 0 } else { fruitlessRounds += 1 }
             if ready > 0, fds[1].revents != 0 {

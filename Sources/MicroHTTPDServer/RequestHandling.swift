@@ -79,6 +79,14 @@ func mhdAccessHandler(
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
         let framing = framingRefusal(connection, method: method, url: url, version: version,
                                      memoryLimit: server.configuration.connectionMemoryLimit)
+        if framing == nil, header(connection, "Transfer-Encoding") != nil {
+            // A chunked body whose chunk-size line cannot fit in the pool leaves libmicrohttpd
+            // unable to advance the connection (see DaemonLoop): a short idle timeout while a
+            // chunked body arrives bounds how long such a connection lives. The connection's
+            // own timeout is restored once the body is complete.
+            _ = fpt_set_connection_timeout(connection, UInt32(min(server.configuration.idleTimeoutSeconds,
+                                                                  chunkedBodyIdleSeconds)))
+        }
         server.inFlight.withLock { $0 += 1 }
         if let marker, first == nil, framing == nil, length == nil, !server.configuration.accessLog {
             contextSlot.pointee = marker
@@ -141,6 +149,9 @@ func mhdAccessHandler(
         }
         uploadSize.pointee = 0
         return .YES
+    }
+    if header(connection, "Transfer-Encoding") != nil {
+        _ = fpt_set_connection_timeout(connection, UInt32(server.configuration.idleTimeoutSeconds))
     }
     if context.responded { return .YES }
     if let early = context.early {
@@ -288,6 +299,10 @@ private func framingRefusal(_ connection: OpaquePointer, method: UnsafePointer<C
     }
     return nil
 }
+
+/// Seconds a chunked request body may pause before libmicrohttpd closes its connection (the
+/// ordinary idle timeout applies again once the body is complete).
+let chunkedBodyIdleSeconds = 5
 
 /// Bytes of a connection's memory pool kept for the answer's header block: a request whose line
 /// and header fields leave less gets 431 from the service before anything is carried out.

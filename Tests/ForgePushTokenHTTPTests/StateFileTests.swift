@@ -2,6 +2,7 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
+import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// The state file: durable writes, strict reads.
@@ -49,15 +50,18 @@ import Glibc
         }
     }
 
-    @Test("a version the service could never have reached is refused at load (attack regression)")
-    func implausibleVersionIsRefused() throws {
+    @Test("a version next to 2^64 - 1 loads, and changes after it neither trap nor write what the next start refuses")
+    func versionsSaturate() throws {
         let dir = folder()
         let file = StateFile(path: dir + "/state.json")
         defer { unlink(file.path); rmdir(dir) }
-        write(#"{"token":"abcd","version":18446744073709551615}"#, to: file.path)
-        #expect(throws: StateFile.Failure.self) { try file.load() }
-        write(#"{"token":"abcd","version":9223372036854775807}"#, to: file.path)
-        #expect(try file.load()?.version == StateFile.maximumVersion - 1)
+        write(#"{"token":"abcd","version":18446744073709551614}"#, to: file.path)
+        let service = try TokenService(manager: PushTokenManager(logHandler: quiet), restoringFrom: file)
+        #expect(service.register(deviceToken: [0x01]).snapshot.version == .max)
+        #expect(service.register(deviceToken: [0x02]).snapshot.version == .max)
+        #expect(try file.load() == .init(token: "02", version: .max))
+        let again = try TokenService(manager: PushTokenManager(logHandler: quiet), restoringFrom: file)
+        #expect(again.snapshot.version == .max && again.snapshot.token == "02")
     }
 
     @Test("a symbolic link at the temporary name is replaced, never written through (attack regression)")
