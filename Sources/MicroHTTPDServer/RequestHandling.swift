@@ -251,8 +251,8 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
 /// `Content-Length` (400), or a transfer coding other than `chunked` (501). Sent at once, so that
 /// libmicrohttpd closes the connection.
 ///
-/// Also: a header field name that is empty or holds whitespace, and a value with a NUL byte (400;
-/// RFC 9112 §5.1; each may be a different field to a proxy in front); a request line and fields
+/// Also: a header field name that is empty or holds whitespace (400; RFC 9112 §5.1; it may be a
+/// different field to a proxy in front); a request line and fields
 /// that leave less than `responseHeaderReserve` bytes of the pool (431); an HTTP/1.1 request
 /// without exactly one `Host` field (RFC 9112 §3.2: 400; libmicrohttpd's own check,
 /// `MHD_OPTION_STRICT_FOR_CLIENT`, sends its error page's header block twice in 0.9.75).
@@ -261,9 +261,6 @@ private func framingRefusal(_ connection: OpaquePointer, method: UnsafePointer<C
     let counts = fpt_count_framing_fields(connection)
     if counts.malformed_names > 0 {
         return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
-    }
-    if counts.nul_in_value > 0 {
-        return .error(400, ServiceError("invalid_request", "a header field value holds a NUL byte"))
     }
     // The answer's header block is written into the same pool as the request's: a request that
     // leaves too little room would be carried out and then get no answer at all.
