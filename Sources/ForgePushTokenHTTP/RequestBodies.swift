@@ -115,8 +115,9 @@ public enum RequestBodies {
         return DeviceTokenHex.decode(utf8: body[start..<end])
     }
 
+    /// Whether `byte` is ASCII whitespace: space, tab, LF, FF or CR.
     @inline(__always)
-    static func isASCIISpace(_ byte: UInt8) -> Bool {
+    package static func isASCIISpace(_ byte: UInt8) -> Bool {
         byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D || byte == 0x0C
     }
 
@@ -200,12 +201,13 @@ public struct RegistrationFailure: Error, Sendable, Equatable, Decodable, Custom
     }
 }
 
-extension StringProtocol {
-    /// The text without ASCII whitespace (space, tab, LF, FF, CR) at both ends.
-    func trimmingASCIIWhitespace() -> SubSequence {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\u{0C}" || $0 == "\r\n" }
-        guard let first = firstIndex(where: { !isSpace($0) }) else { return self[endIndex...] }
-        let last = lastIndex(where: { !isSpace($0) })!
-        return self[first...last]
+extension StringProtocol where UTF8View: BidirectionalCollection {
+    /// The text without ASCII whitespace (`RequestBodies.isASCIISpace`: space, tab, LF, FF, CR)
+    /// at both ends. Works on the UTF-8 bytes, so "\r\n" (one Character) is trimmed too.
+    package func trimmingASCIIWhitespace() -> SubSequence {
+        let bytes = utf8
+        guard let first = bytes.firstIndex(where: { !RequestBodies.isASCIISpace($0) }),
+              let last = bytes.lastIndex(where: { !RequestBodies.isASCIISpace($0) }) else { return self[endIndex...] }
+        return self[first..<bytes.index(after: last)]
     }
 }

@@ -19,8 +19,8 @@ struct CommandLineOptions: Equatable {
     var authToken: String?
     /// `--auth-scope writes|all`.
     var authScope: BearerAuthentication.Scope = .writes
-    /// `--cors-origin`, in order (`*` allows every origin).
-    var corsOrigins: [String] = []
+    /// `--cors-origin`, validated, in order (`*` allows every origin).
+    var crossOrigin = CrossOriginPolicy()
     var action: Action = .run
 
     enum Action: Equatable { case run, help, version, healthCheck }
@@ -102,7 +102,7 @@ struct CommandLineOptions: Equatable {
             // An empty variable counts as unset, so that Compose's "${VAR:-}" can leave a setting out.
             guard let value = environment[variable], !value.isEmpty else { continue }
             if repeatableFlags.contains(flag) {
-                lists[flag] = value.split(separator: ",").map { String($0).trimmingASCIISpaces() }.filter { !$0.isEmpty }
+                lists[flag] = value.split(separator: ",").map { String($0.trimmingASCIIWhitespace()) }.filter { !$0.isEmpty }
             } else {
                 values[flag] = value
             }
@@ -209,7 +209,7 @@ struct CommandLineOptions: Equatable {
         case (.some(let token), nil):
             authToken = token
         case (nil, .some(let path)):
-            authToken = try Self.readFlagFile(path, flag: "auth-token-file", readFile: readFile).trimmingASCIISpaces()
+            authToken = String(try Self.readFlagFile(path, flag: "auth-token-file", readFile: readFile).trimmingASCIIWhitespace())
         case (nil, nil):
             break
         }
@@ -243,7 +243,7 @@ struct CommandLineOptions: Equatable {
         }
         if let origins = lists["cors-origin"] {
             do {
-                corsOrigins = try CrossOriginPolicy(origins: origins).origins
+                crossOrigin = try CrossOriginPolicy(origins: origins)
             } catch {
                 throw UsageError(description: "--cors-origin: \(error.message)")
             }
@@ -348,17 +348,5 @@ struct CommandLineOptions: Equatable {
             throw UsageError(description: "--\(flag) must be a whole number of \(unit) from \(range.lowerBound) to \(range.upperBound), not \(text)")
         }
         return value
-    }
-}
-
-extension String {
-    /// The string without ASCII spaces, tabs, CR and LF at either end.
-    /// Works on Unicode scalars: `"\r\n"` is one `Character`, equal to neither `"\r"` nor `"\n"`.
-    func trimmingASCIISpaces() -> String {
-        let isSpace: (Unicode.Scalar) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
-        var scalars = Substring(self).unicodeScalars
-        while let first = scalars.first, isSpace(first) { scalars.removeFirst() }
-        while let last = scalars.last, isSpace(last) { scalars.removeLast() }
-        return String(scalars)
     }
 }

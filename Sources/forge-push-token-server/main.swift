@@ -80,15 +80,8 @@ if let path = options.stateFile {
 } else {
     service = TokenService(manager: manager)
 }
-let crossOrigin: CrossOriginPolicy
-do {
-    crossOrigin = try CrossOriginPolicy(origins: options.corsOrigins)  // validated by the parser already
-} catch {
-    printError("forge-push-token-server: \(error.message)")
-    exit(64)
-}
 let responder = Responder(service: service, maxSubscribers: options.server.maxSubscribers,
-                          authentication: options.authentication, crossOrigin: crossOrigin, log: log)
+                          authentication: options.authentication, crossOrigin: options.crossOrigin, log: log)
 for warning in options.startupWarnings {
     log.log(.warning, warning)
 }

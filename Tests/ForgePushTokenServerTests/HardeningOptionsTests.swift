@@ -29,7 +29,7 @@ import MicroHTTPDServer
     @Test func defaultsAreOpenPlainAndBounded() throws {
         let options = try parse([])
         #expect(options.authToken == nil && options.authentication == nil && options.authScope == .writes)
-        #expect(options.server.tls == nil && options.corsOrigins.isEmpty)
+        #expect(options.server.tls == nil && options.crossOrigin.origins.isEmpty)
         #expect(options.server.connectionLimit == 10_000 + 1024 && options.server.maxConnectionsPerAddress == 0)
         #expect(options.server.connectionMemoryLimit == 8192 && options.server.maxURLBytes == 2048)
         #expect(options.server.idleTimeoutSeconds == 60)
@@ -87,11 +87,11 @@ import MicroHTTPDServer
     }
 
     @Test func corsOriginsRepeatAndTheVariableTakesAList() throws {
-        #expect(try parse(["--cors-origin", "https://a.example", "--cors-origin=http://localhost:3000"]).corsOrigins
+        #expect(try parse(["--cors-origin", "https://a.example", "--cors-origin=http://localhost:3000"]).crossOrigin.origins
             == ["https://a.example", "http://localhost:3000"])
         let environment = ["FORGE_PUSH_TOKEN_CORS_ORIGIN": "https://a.example, https://b.example"]
-        #expect(try parse([], environment).corsOrigins == ["https://a.example", "https://b.example"])
-        #expect(try parse(["--cors-origin", "*"], environment).corsOrigins == ["*"])
+        #expect(try parse([], environment).crossOrigin.origins == ["https://a.example", "https://b.example"])
+        #expect(try parse(["--cors-origin", "*"], environment).crossOrigin.origins == ["*"])
         #expect(usageError(["--cors-origin", "https://a.example/"])?.contains("is not an origin") == true)
     }
 
