@@ -110,8 +110,7 @@ public struct BearerAuthentication: Sendable {
     /// Compares `sent` with `secret` in time that depends on `sent`'s length only, never on where
     /// the two first differ; a different length is a mismatch, found in the same loop.
     static func constantTimeEquals(_ sent: some Collection<UInt8>, _ secret: [UInt8]) -> Bool {
-        var difference = UInt8(truncatingIfNeeded: sent.count ^ secret.count)
-        difference |= sent.count == secret.count ? 0 : 1
+        var difference: UInt8 = sent.count == secret.count ? 0 : 1
         guard !secret.isEmpty else { return false }
         var index = 0
         for byte in sent {

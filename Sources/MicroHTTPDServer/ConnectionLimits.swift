@@ -23,11 +23,13 @@ struct ClientAddress: Hashable, Sendable {
             high = 0
             low = 0xFFFF_0000_0000 | UInt64(ipv4)
         case AF_INET6:
-            let bytes = address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { pointer in
-                withUnsafeBytes(of: pointer.pointee.sin6_addr) { Array($0) }
+            // Read in place: this runs for every accepted connection.
+            (high, low) = address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { pointer in
+                withUnsafeBytes(of: pointer.pointee.sin6_addr) { bytes in
+                    (UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
+                     UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+                }
             }
-            high = bytes[0..<8].reduce(0) { $0 << 8 | UInt64($1) }
-            low = bytes[8..<16].reduce(0) { $0 << 8 | UInt64($1) }
         default:
             return nil
         }

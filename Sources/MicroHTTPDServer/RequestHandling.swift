@@ -28,6 +28,8 @@ final class RequestContext {
     var tooLarge = false
     /// Body bytes received so far, kept or not.
     var received = 0
+    /// Whether the body comes chunked (its connection has a short idle timeout until it is complete).
+    var chunked = false
     var responded = false
     var status = 0
     var bytes = 0
@@ -77,9 +79,12 @@ func mhdAccessHandler(
         // The first call: the header fields have arrived, the body (if any) has not.
         let marker = server.responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
-        let framing = framingRefusal(connection, method: method, url: url, version: version,
+        // One pass over the header fields serves the framing checks and tells a chunked body.
+        let counts = fpt_count_framing_fields(connection)
+        let chunked = counts.transfer_encoding > 0
+        let framing = framingRefusal(connection, counts: counts, method: method, url: url, version: version,
                                      memoryLimit: server.configuration.connectionMemoryLimit)
-        if framing == nil, header(connection, "Transfer-Encoding") != nil {
+        if framing == nil, chunked {
             // A chunked body whose chunk-size line cannot fit in the pool leaves libmicrohttpd
             // unable to advance the connection (see DaemonLoop): a short idle timeout while a
             // chunked body arrives bounds how long such a connection lives. The connection's
@@ -94,6 +99,7 @@ func mhdAccessHandler(
         }
         let head = requestHead(connection, method: String(cString: method), path: String(cString: url))
         let context = RequestContext(method: head.method, path: head.path, isTokenRead: marker != nil, head: head)
+        context.chunked = chunked
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         let responder = server.responder
         if let refusal = targetRefusal(first, path: head.path, limit: server.configuration.maxURLBytes)
@@ -110,7 +116,7 @@ func mhdAccessHandler(
         // then closes the connection), so that an unauthorized client cannot make the service
         // take in bodies. One without a body is answered in the next call, keeping the connection.
         if let early = context.early,
-           (length ?? 0) > 0 || header(connection, "Transfer-Encoding") != nil || early.status == 400 || early.status == 501 {
+           (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 501 {
             return respond(early, on: connection, context: context)
         }
         return .YES
@@ -125,6 +131,7 @@ func mhdAccessHandler(
         let method = existing == tokenGetMarker ? "GET" : "HEAD"
         let context = RequestContext(method: method, path: "/token", isTokenRead: true,
                                      head: HTTPRequest(method: method, target: "/token"))
+        context.chunked = true  // the one kind of body this path lets through
         existing = Unmanaged.passRetained(context).toOpaque()
         contextSlot.pointee = existing
     }
@@ -150,7 +157,7 @@ func mhdAccessHandler(
         uploadSize.pointee = 0
         return .YES
     }
-    if header(connection, "Transfer-Encoding") != nil {
+    if context.chunked {
         _ = fpt_set_connection_timeout(connection, UInt32(server.configuration.idleTimeoutSeconds))
     }
     if context.responded { return .YES }
@@ -256,9 +263,9 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
 /// that leave less than `responseHeaderReserve` bytes of the pool (431); an HTTP/1.1 request
 /// without exactly one `Host` field (RFC 9112 §3.2: 400; libmicrohttpd's own check,
 /// `MHD_OPTION_STRICT_FOR_CLIENT`, sends its error page's header block twice in 0.9.75).
-private func framingRefusal(_ connection: OpaquePointer, method: UnsafePointer<CChar>, url: UnsafePointer<CChar>,
+private func framingRefusal(_ connection: OpaquePointer, counts: fpt_framing_counts,
+                            method: UnsafePointer<CChar>, url: UnsafePointer<CChar>,
                             version: UnsafePointer<CChar>?, memoryLimit: Int) -> HTTPResponse? {
-    let counts = fpt_count_framing_fields(connection)
     if counts.malformed_names > 0 {
         return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
     }
