@@ -3,8 +3,8 @@ import Testing
 
 import ForgePushToken
 
-// The upload-on-change example of README.md, compiled and tested here. The code between
-// the two marker lines must match the example in README.md character for character; the
+// The upload-on-change example of docs/library.md, compiled and tested here. The code between
+// the two marker lines must match the example in docs/library.md character for character; the
 // test `documentationShowsThisCode` checks it.
 
 // BEGIN DeviceTokenUploader
@@ -147,7 +147,7 @@ struct DocumentationExampleTests {
         let here = URL(fileURLWithPath: #filePath)
         let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let source = try String(contentsOf: here, encoding: .utf8)
-        let docs = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        let docs = try String(contentsOf: root.appendingPathComponent("docs/library.md"), encoding: .utf8)
         let begin = "// BEGIN DeviceTokenUploader\n", end = "// END DeviceTokenUploader\n"
         let example = try #require(source.range(of: begin).flatMap { start in
             source.range(of: end, range: start.upperBound..<source.endIndex).map { source[start.upperBound..<$0.lowerBound] }
