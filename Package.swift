@@ -26,19 +26,28 @@ let package = Package(
             providers: [.apt(["libmicrohttpd-dev"]), .brew(["libmicrohttpd"])]
         ),
 
+        // The one owner of the service's versioned token and its subscribers, and the seam where
+        // the state is kept (TokenStore: memory, the state file). Neither HTTP nor C.
+        .target(name: "ForgePushTokenOwner", dependencies: ["ForgePushToken"]),
+
+        // Linux's epoll(7) and eventfd(2) headers, which Swift's Glibc module leaves out (used by
+        // the daemon loops and the subscriber watcher; no library is linked).
+        .systemLibrary(name: "CLinuxEvents"),
+
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
-        .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken"]),
+        .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"]),
 
         // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
-        .target(name: "MicroHTTPDServer", dependencies: ["CMicroHTTPD", "ForgePushTokenHTTP"]),
+        .target(name: "MicroHTTPDServer", dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"]),
 
         // Configuration, signals, start and stop.
         .executableTarget(
             name: "forge-push-token-server",
-            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken"]
+            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken"]
         ),
 
         .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"]),
+        .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner"]),
         .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP"]),
         .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP"]),
         .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server"]),

@@ -5,6 +5,7 @@ import Musl
 #endif
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 import MicroHTTPDServer
 
 /// The command line and `FORGE_PUSH_TOKEN_*` environment variables of the service
