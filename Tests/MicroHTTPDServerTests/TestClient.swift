@@ -16,6 +16,7 @@ final class LiveServer {
     let lines = Locked<[String]>([])
 
     init(authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
+         store: any TokenStore = MemoryTokenStore(),
          _ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
         var configuration = ServerConfiguration()
         configuration.host = "127.0.0.1"
@@ -23,7 +24,8 @@ final class LiveServer {
         configure(&configuration)
         let lines = self.lines
         let log = ServerLog(minimumLevel: .debug) { line in lines.withLock { $0.append(line) } }
-        owner = TokenOwner(store: MemoryTokenStore(), initial: .initial, maxSubscribers: configuration.maxSubscribers)
+        owner = TokenOwner(store: store, initial: .initial, maxSubscribers: configuration.maxSubscribers)
+        owner.start()
         responder = Responder(owner: owner, authentication: authentication, crossOrigin: crossOrigin, log: log,
                               accessLog: configuration.accessLog)
         server = try MicroHTTPDServer(configuration: configuration, responder: responder, log: log)

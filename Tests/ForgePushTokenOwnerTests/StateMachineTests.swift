@@ -1,0 +1,179 @@
+import Testing
+
+import ForgePushToken
+import ForgePushTokenOwner
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The owner's state machine as a plain value: each event and the action it returns.
+@Suite("TokenOwnerStateMachine")
+struct StateMachineTests {
+    typealias Machine = TokenOwnerStateMachine<TokenState>
+
+    static func subscriber(_ machine: inout Machine) -> RecordingSubscriber? {
+        switch machine.subscribe({ id, first in RecordingSubscriber(id: id, first: first) }) {
+        case .success(let subscriber): subscriber as? RecordingSubscriber
+        case .failure: nil
+        }
+    }
+
+    static func refusal(_ result: Result<Machine.Subscriber, Machine.Refusal>) -> Machine.Refusal? {
+        if case .failure(let refusal) = result { return refusal }
+        return nil
+    }
+
+    @Test("a new subscriber's first value is the current state; ids are unique")
+    func subscribeGivesCurrent() throws {
+        var machine = Machine(initial: TokenState(version: 4, token: "ab"), maxSubscribers: 3)
+        let first = try #require(Self.subscriber(&machine))
+        let second = try #require(Self.subscriber(&machine))
+        #expect(first.offered == [TokenState(version: 4, token: "ab")])
+        #expect(first.id != second.id)
+        #expect(machine.subscriberCount == 2)
+    }
+
+    @Test("at the limit: .full; after stop(): .stopping, even at the limit")
+    func refusals() throws {
+        var machine = Machine(initial: .initial, maxSubscribers: 1)
+        let only = try #require(Self.subscriber(&machine))
+        let full = machine.subscribe { _, _ in only }
+        #expect(Self.refusal(full) == .full)
+        let finishing = machine.stop()
+        #expect(finishing.count == 1)
+        #expect(machine.isStopping)
+        let stopping = machine.subscribe { _, _ in only }
+        #expect(Self.refusal(stopping) == .stopping)
+        let again = machine.stop()
+        #expect(again.isEmpty, "stop() is idempotent: nothing to finish twice")
+    }
+
+    @Test("an applied commit returns a delivery to every subscriber; unchanged and failures return none")
+    func commitsDeliver() throws {
+        var machine = Machine(initial: .initial, maxSubscribers: 4)
+        _ = try #require(Self.subscriber(&machine))
+        _ = try #require(Self.subscriber(&machine))
+        let v1 = TokenState(version: 1, token: "01")
+        let applied = machine.committed(.applied(v1))
+        let delivery = try #require(applied)
+        #expect(delivery.rendition == v1 && delivery.subscribers.count == 2)
+        #expect(machine.current == v1)
+        for outcome in [CommitOutcome.unchanged(v1), .unknown(reason: "timeout"), .unavailable(reason: "down")] {
+            let none = machine.committed(outcome)
+            #expect(none == nil)
+        }
+        #expect(machine.current == v1)
+    }
+
+    @Test("versions never go back: an older or equal state from the store is ignored")
+    func monotonic() {
+        var machine = Machine(initial: TokenState(version: 5, token: "05"), maxSubscribers: 1)
+        let older = machine.storeReported(.changed(TokenState(version: 4, token: "04")))
+        let equal = machine.storeReported(.changed(TokenState(version: 5, token: "ff")))
+        #expect(older == nil && equal == nil)
+        #expect(machine.current == TokenState(version: 5, token: "05"))
+        _ = machine.storeReported(.changed(TokenState(version: 9, token: "09")))
+        #expect(machine.current == TokenState(version: 9, token: "09"))
+    }
+
+    @Test("a change that is not saved degrades the health; a saved commit restores it")
+    func health() {
+        var machine = Machine(initial: .initial, maxSubscribers: 1)
+        #expect(machine.health == .ok)
+        let v1 = TokenState(version: 1, token: "01")
+        _ = machine.committed(.notSaved(v1, changed: true, reason: "disk full"))
+        #expect(machine.health == .degraded(reason: StoreHealth.stateNotSaved))
+        #expect(machine.current == v1, "the change stands although it is not durable")
+        _ = machine.committed(.unchanged(v1))
+        #expect(machine.health == .ok)
+        _ = machine.storeReported(.health(.degraded(reason: "unreachable")))
+        #expect(machine.health == .degraded(reason: "unreachable"))
+        _ = machine.committed(.applied(TokenState(version: 2, token: "02")))
+        #expect(machine.health == .degraded(reason: "unreachable"), "only the store clears its own reasons")
+    }
+
+    @Test("deliveries of removed subscribers are kept in the totals")
+    func retiredCounts() throws {
+        var machine = Machine(initial: .initial, maxSubscribers: 2)
+        let subscriber = try #require(Self.subscriber(&machine))
+        #expect(machine.deliveries == DeliveryCounts(sent: 1, skipped: 0))
+        machine.unsubscribe(subscriber.id)
+        machine.unsubscribe(subscriber.id)  // unknown now: ignored
+        #expect(machine.subscriberCount == 0)
+        #expect(machine.deliveries == DeliveryCounts(sent: 1, skipped: 0))
+        #expect(machine.subscriber(subscriber.id) == nil)
+    }
+}
+
+/// The owner with its lock, over real stores.
+@Suite("TokenOwner")
+struct TokenOwnerTests {
+    /// A store that holds each commit until the test lets it go, on another thread (as a shared
+    /// store answers on its own).
+    final class GatedStore: TokenStore {
+        let gate = Locked<[(String?, TokenState, @Sendable (CommitOutcome) -> Void)]>([])
+        var ordering: CommitOrdering { .storeSerialized }
+        func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+            gate.withLock { $0.append((token, base, completion)) }
+        }
+        func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
+        func stop() {}
+        /// Completes the oldest commit held as the memory store would.
+        func release() {
+            let (token, base, completion) = gate.withLock { $0.removeFirst() }
+            completion(token == base.token ? .unchanged(base) : .applied(base.changed(to: token)))
+        }
+    }
+
+    @Test("a reader never waits for a commit in flight")
+    func readersDoNotWait() throws {
+        let store = GatedStore()
+        let owner = TokenOwner<TokenState>(store: store, initial: .initial, maxSubscribers: 4)
+        let outcome = Locked<CommitOutcome?>(nil)
+        owner.commit("ab") { result in outcome.withLock { $0 = result } }
+        // The commit is held by the store: reads go on, and see the state before it.
+        #expect(outcome.withLock { $0 } == nil)
+        #expect(owner.current == .initial && owner.version == 0)
+        store.release()
+        #expect(outcome.withLock { $0 } == .applied(TokenState(version: 1, token: "ab")))
+        #expect(owner.current == TokenState(version: 1, token: "ab"), "applied before the completion ran")
+    }
+
+    @Test("a change is delivered to subscribers before the writer's completion")
+    func deliveredBeforeAnswer() throws {
+        let owner = TokenOwner<TokenState>(store: MemoryTokenStore(), initial: .initial, maxSubscribers: 4)
+        let recorded = Locked<RecordingSubscriber?>(nil)
+        _ = try owner.subscribe { id, first in
+            let subscriber = RecordingSubscriber(id: id, first: first)
+            recorded.withLock { $0 = subscriber }
+            return subscriber
+        }
+        let subscriber = try #require(recorded.withLock { $0 })
+        let seenAtCompletion = Locked<[TokenState]>([])
+        owner.commit("cd") { _ in seenAtCompletion.withLock { $0 = subscriber.offered } }
+        #expect(seenAtCompletion.withLock { $0 } == [.initial, TokenState(version: 1, token: "cd")])
+        #expect(subscriber.state.withLock { $0.wakes } == 1)
+    }
+
+    @Test("the state file store: a failed save is kept, answered notSaved, and retried on the next commit")
+    func stateFileNotSavedThenRetried() throws {
+        let folder = "/tmp/fpt-owner-\(UInt32.random(in: 0...UInt32.max))"
+        let file = StateFile(path: folder + "/state.json")
+        let owner = TokenOwner<TokenState>(store: StateFileStore(file: file), initial: .initial, maxSubscribers: 1)
+        // The folder does not exist: the save fails.
+        guard case .notSaved(let state, let changed, let reason) = commitNow(owner, "ab") else {
+            Issue.record("expected notSaved")
+            return
+        }
+        #expect(state == TokenState(version: 1, token: "ab") && changed && reason.contains(folder))
+        #expect(owner.current == state && owner.health == .degraded(reason: StoreHealth.stateNotSaved))
+        // The same token again: nothing changes, but the save is tried again (and fails again).
+        #expect(commitNow(owner, "ab") == .notSaved(state, changed: false, reason: reason))
+        #expect(mkdir(folder, 0o700) == 0)
+        defer { unlink(file.path); rmdir(folder) }
+        #expect(commitNow(owner, "ab") == .unchanged(state))
+        #expect(owner.health == .ok)
+        #expect(try file.load() == .init(token: "ab", version: 1))
+        #expect(commitNow(owner, "ab") == .unchanged(state))
+    }
+}
