@@ -90,8 +90,7 @@ trap cleanup EXIT
 # ---- build
 if [[ -z "$BINARY" ]]; then
   echo "building the release server (scratch path $BENCH_SCRATCH)"
-  (cd "$repo" && swift build -c release --product forge-push-token-server --scratch-path "$BENCH_SCRATCH" 2>&1 | tail -1)
-  BINARY="$BENCH_SCRATCH/release/forge-push-token-server"
+  BINARY="$("$repo/scripts/build-release.sh" --scratch-path "$BENCH_SCRATCH" 2> >(tail -1 >&2))"
 fi
 [[ -x "$BINARY" ]] || { echo "no server binary at $BINARY" >&2; exit 1; }
 gcc -O2 -Wall -o "$work/sse_fanout" "$here/sse_fanout/sse_fanout.c" -lm

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# The same flags as scripts/test.sh and docker/Dockerfile, so the three share one build.
-swift build -c release --static-swift-stdlib --product forge-push-token-server >&2
-exec "$(swift build -c release --static-swift-stdlib --product forge-push-token-server --show-bin-path)/forge-push-token-server" "$@"
+# The same build as scripts/test.sh and docker/Dockerfile (scripts/build-release.sh).
+server="$(scripts/build-release.sh)"
+exec "$server" "$@"

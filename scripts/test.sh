@@ -45,9 +45,7 @@ fi
 
 step "release build (static Swift runtime) and conformance"
 # Exactly docker/Dockerfile's flags, so docker/verify-runtime.sh reuses this build.
-release_flags=(-c release --static-swift-stdlib --product forge-push-token-server)
-swift build "${release_flags[@]}"
-server="$(swift build "${release_flags[@]}" --show-bin-path)/forge-push-token-server"
+server="$(scripts/build-release.sh)"
 python3 "$conformance" --server "$server"
 
 step "schemathesis: every response matches openapi.yaml, no 5xx"

@@ -12,7 +12,7 @@
 /// `package` access: other targets of this package (the HTTP layer) use it; apps do not see it.
 package enum DeviceTokenHex {
     /// The ASCII codes of `0`–`9` and `a`–`f`, indexed by nibble value.
-    private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
+    package static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Encodes bytes as lowercase hexadecimal text.
     ///

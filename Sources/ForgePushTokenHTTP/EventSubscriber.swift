@@ -69,13 +69,6 @@ public final class EventSubscriber: TokenSubscriber {
         resume()
     }
 
-    /// The bytes this subscriber holds that the engine has not yet taken: the unwritten rest of the
-    /// event being written plus the pending event, if any. Bounded by two events whatever the
-    /// rate of changes; exposed so tests can prove it.
-    package var bufferedByteCount: Int {
-        state.withLock { ($0.output.count - $0.offset) + ($0.pending?.event.count ?? 0) }
-    }
-
     /// Events sent to this subscriber and events it skipped (conflation), so far.
     public var deliveries: DeliveryCounts {
         state.withLock { DeliveryCounts(sent: $0.sent, skipped: $0.skipped) }

@@ -17,21 +17,14 @@ public enum ServerSentEvents {
         "X-Accel-Buffering": "no",
     ]
 
-    /// One event: `id: <id>`, `event: <name>`, `data: <data>`, then an empty line.
+    /// One event: `id: <id>`, `event: <name>`, `data: <data>`, then an empty line (a
+    /// `TokenSnapshot` renders its event this way, once per version).
     ///
     /// - Parameters:
     ///   - id: the event id (a client sends the last one back as `Last-Event-ID`).
     ///   - name: the event type; browsers deliver a named event to `addEventListener(name, …)`.
-    ///   - data: one line of data, without CR or LF.
+    ///   - data: one line of data as UTF-8 bytes, without CR or LF.
     /// - Returns: the UTF-8 bytes of the event.
-    public static func event(id: String, name: String, data: String) -> [UInt8] {
-        precondition(!id.containsLineBreak && !name.containsLineBreak && !data.containsLineBreak,
-                     "SSE field values must not contain CR or LF")
-        return Array("id: \(id)\nevent: \(name)\ndata: \(data)\n\n".utf8)
-    }
-
-    /// One event, as `event(id:name:data:)`, from a numeric id and data that are already UTF-8
-    /// bytes (a `TokenSnapshot` renders its event this way, once per version).
     public static func event(id: UInt64, name: String, data: [UInt8]) -> [UInt8] {
         precondition(!name.containsLineBreak && !data.contains { $0 == 0x0A || $0 == 0x0D },
                      "SSE field values must not contain CR or LF")

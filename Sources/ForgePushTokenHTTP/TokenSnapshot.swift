@@ -1,3 +1,4 @@
+import ForgePushToken
 import ForgePushTokenOwner
 
 /// The service's token at one version, with the bytes every reader of that version shares: the
@@ -91,10 +92,9 @@ enum JSONText {
             case 0x08: out.append(contentsOf: #"\b"#.utf8)
             case 0x0C: out.append(contentsOf: #"\f"#.utf8)
             case 0..<0x20:
-                let digits = Array("0123456789abcdef".utf8)
                 out.append(contentsOf: #"\u00"#.utf8)
-                out.append(digits[Int(byte >> 4)])
-                out.append(digits[Int(byte & 0x0f)])
+                out.append(DeviceTokenHex.digits[Int(byte >> 4)])
+                out.append(DeviceTokenHex.digits[Int(byte & 0x0f)])
             default:
                 out.append(byte)
             }

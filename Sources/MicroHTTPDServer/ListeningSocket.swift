@@ -17,7 +17,7 @@ struct ListeningSocket {
 
     /// Binds `host:port` and listens with the largest backlog the system allows.
     static func bind(host: String, port: UInt16) throws(ServerError) -> ListeningSocket {
-        let literal = host == "localhost" ? "127.0.0.1" : host.trimmingBrackets
+        let literal = HostAddress.literal(host)
         var v4 = sockaddr_in()
         var v6 = sockaddr_in6()
         let isIPv6: Bool
@@ -28,7 +28,7 @@ struct ListeningSocket {
         } else {
             throw .invalidHost(host)
         }
-        let display = isIPv6 ? "[\(literal)]:\(port)" : "\(literal):\(port)"
+        let display = HostAddress.authority(literal, port: port)
         #if canImport(Darwin)
         let kind = SOCK_STREAM
         #else
@@ -77,15 +77,8 @@ struct ListeningSocket {
                 ? pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
                 : pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
         }
-        let authority = isIPv6 ? "[\(literal)]:\(actual)" : "\(literal):\(actual)"
+        let authority = HostAddress.authority(literal, port: actual)
         return ListeningSocket(fd: fd, port: actual, isIPv6: isIPv6, authority: authority)
-    }
-}
-
-extension String {
-    /// `::1` for `[::1]`; other text unchanged.
-    var trimmingBrackets: String {
-        hasPrefix("[") && hasSuffix("]") ? String(dropFirst().dropLast()) : self
     }
 }
 
@@ -98,9 +91,4 @@ private func systemBind(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ lengt
     #else
     Darwin.bind(fd, address, length)
     #endif
-}
-
-/// `strerror(code)` as a String.
-func errnoText(_ code: Int32) -> String {
-    String(cString: strerror(code))
 }

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -207,7 +208,7 @@ public final class MicroHTTPDServer: Sendable {
             if setrlimit(resource, &raised) == 0 {
                 limit = raised
             } else {
-                log.log(.warning, "could not raise the open-file limit: \(errnoText(errno))")
+                log.log(.warning, "could not raise the open-file limit: \(systemErrorText(errno))")
             }
         }
         return limit.rlim_cur == rlim_t.max ? nil : UInt64(limit.rlim_cur)  // RLIM_INFINITY

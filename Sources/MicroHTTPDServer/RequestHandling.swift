@@ -342,9 +342,10 @@ func requestHead(_ connection: OpaquePointer, method: String, path: String) -> H
     return HTTPRequest(method: method, path: path, query: query, headers: headers)
 }
 
-/// `bytes` with every byte but the unreserved ones of RFC 3986 §2.3 written as `%XX`.
+/// `bytes` with every byte but the unreserved ones of RFC 3986 §2.3 written as `%xx` (lowercase
+/// hex digits, which RFC 3986 §2.1 makes equivalent to uppercase).
 func percentEncoded(_ bytes: UnsafeRawBufferPointer) -> String {
-    let digits = Array("0123456789ABCDEF".utf8)
+    let digits = DeviceTokenHex.digits
     var encoded: [UInt8] = []
     encoded.reserveCapacity(bytes.count)
     for byte in bytes {

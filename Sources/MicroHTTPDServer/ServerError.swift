@@ -1,3 +1,5 @@
+import ForgePushTokenOwner
+
 /// Why a `MicroHTTPDServer` could not start.
 public enum ServerError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The host is not an IPv4 or IPv6 literal nor `localhost`.
@@ -18,7 +20,7 @@ public enum ServerError: Error, Sendable, Equatable, CustomStringConvertible {
         switch self {
         case .invalidHost(let host): "invalid host \(host): expected an IPv4 or IPv6 literal or localhost"
         case .addressInUse(let address): "address \(address) is already in use"
-        case .socket(let call, let address, let code): "\(call) failed for \(address): \(errnoText(code))"
+        case .socket(let call, let address, let code): "\(call) failed for \(address): \(systemErrorText(code))"
         case .daemonStartFailed(let address): "libmicrohttpd could not start on \(address)"
         case .tlsUnsupported: "this libmicrohttpd was built without HTTPS (GnuTLS) support"
         case .tlsCredentialsRejected(let address):

@@ -273,7 +273,7 @@ struct CommandLineOptions: Equatable {
     /// usually behind a TLS-terminating proxy, and the warning would be noise.)
     var startupWarnings: [String] {
         var warnings: [String] = []
-        let loopback = ["127.0.0.1", "::1", "localhost"].contains(server.host) || server.host.hasPrefix("127.")
+        let loopback = HostAddress.isLoopback(server.host)
         if authToken == nil && !loopback {
             warnings.append("listening on \(server.host), which is not loopback, without --auth-token:"
                             + " anyone who reaches the port can change the device token")
@@ -293,7 +293,7 @@ struct CommandLineOptions: Equatable {
     private mutating func apply(_ values: [String: String]) throws(UsageError) {
         if let host = values["host"] {
             guard !host.isEmpty else { throw UsageError(description: "--host needs an address") }
-            guard Self.isAddressLiteral(host) else {
+            guard HostAddress.isValid(host) else {
                 throw UsageError(description: "--host must be an IPv4 or IPv6 literal or localhost, not \(host)")
             }
             server.host = host
@@ -330,16 +330,6 @@ struct CommandLineOptions: Equatable {
             default: throw UsageError(description: "--access-log must be on or off, not \(access)")
             }
         }
-    }
-
-    /// Whether `host` is `localhost` or an IPv4 or IPv6 literal (`inet_pton`), IPv6 with or without
-    /// brackets.
-    static func isAddressLiteral(_ host: String) -> Bool {
-        if host == "localhost" { return true }
-        var literal = host
-        if literal.hasPrefix("[") && literal.hasSuffix("]") { literal = String(literal.dropFirst().dropLast()) }
-        var buffer = [UInt8](repeating: 0, count: 16)
-        return inet_pton(AF_INET, literal, &buffer) == 1 || inet_pton(AF_INET6, literal, &buffer) == 1
     }
 
     private static func whole(_ text: String, flag: String, in range: ClosedRange<Int>, unit: String) throws(UsageError) -> Int {

@@ -17,10 +17,7 @@ import MicroHTTPDServer
 enum HealthCheck {
     /// `true` when `GET /healthz` answered with status 200 (with HTTPS: when the port accepted).
     static func run(_ configuration: ServerConfiguration, timeout: Int = 2) -> Bool {
-        var host = configuration.host == "localhost" ? "127.0.0.1" : configuration.host
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        if host == "0.0.0.0" { host = "127.0.0.1" }
-        if host == "::" { host = "::1" }
+        let host = HostAddress.reachable(configuration.host)
         var hints = addrinfo()
         hints.ai_flags = AI_NUMERICHOST
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -35,7 +32,7 @@ enum HealthCheck {
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         guard connect(fd, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 else { return false }
         if configuration.tls != nil { return true }
-        let authority = host.contains(":") ? "[\(host)]:\(configuration.port)" : "\(host):\(configuration.port)"
+        let authority = HostAddress.authority(host, port: configuration.port)
         let request = Array("GET /healthz HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n".utf8)
         guard send(fd, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else { return false }
         var head: [UInt8] = []

@@ -8,7 +8,7 @@ import Testing
 struct ServerSentEventsTests {
     @Test("an event is id, event and data lines, then an empty line, LF only")
     func eventBytes() {
-        let event = ServerSentEvents.event(id: "3", name: "token", data: #"{"token":"ab"}"#)
+        let event = ServerSentEvents.event(id: 3, name: "token", data: utf8(#"{"token":"ab"}"#))
         #expect(event == utf8("id: 3\nevent: token\ndata: {\"token\":\"ab\"}\n\n"))
         #expect(string(event) == #"id: 3"# + "\n" + #"event: token"# + "\n" + #"data: {"token":"ab"}"# + "\n\n")
     }
@@ -34,8 +34,8 @@ struct ServerSentEventsTests {
     @Test("no CR and no byte-order mark in anything framed")
     func noCarriageReturnNoBOM() {
         let samples: [[UInt8]] = [
-            ServerSentEvents.event(id: "0", name: "token", data: #"{"token":null}"#),
-            ServerSentEvents.event(id: "18446744073709551615", name: "token", data: "x"),
+            ServerSentEvents.event(id: 0, name: "token", data: utf8(#"{"token":null}"#)),
+            ServerSentEvents.event(id: UInt64.max, name: "token", data: utf8("x")),
             ServerSentEvents.comment("keep-alive"),
             ServerSentEvents.heartbeat,
             ServerSentEvents.retry(milliseconds: 2500),
