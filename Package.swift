@@ -7,6 +7,18 @@
 // Swift toolchain and nothing else (no libmicrohttpd).
 import PackageDescription
 
+/// The settings every Swift target shares (the Swift 6 language mode is set for the package below):
+/// - `ExistentialAny`: an existential is spelled `any P`, so that its cost (boxing, dynamic
+///   dispatch) is visible where a store or a subscriber is held as one.
+/// - `MemberImportVisibility`: a file uses only members of the modules it imports itself, so the
+///   module graph in docs/architecture.md cannot be bypassed through a transitive import.
+/// - `InferIsolatedConformances` is left out: nothing here is isolated to an actor but the
+///   platform adapters, whose conformances are spelled out.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
 let package = Package(
     name: "ForgePushToken",
     platforms: [.iOS(.v15), .macOS(.v12), .tvOS(.v15), .watchOS(.v8), .visionOS(.v1)],
@@ -16,7 +28,7 @@ let package = Package(
     ],
     targets: [
         // The library: PushTokenManager, hex encoding, platform registration adapters.
-        .target(name: "ForgePushToken"),
+        .target(name: "ForgePushToken", swiftSettings: swiftSettings),
 
         // libmicrohttpd as a system library (Debian: libmicrohttpd-dev), with a shim header that
         // wraps its variadic entry points in fixed-argument inline functions Swift can call.
@@ -28,17 +40,17 @@ let package = Package(
 
         // The one owner of the service's versioned token and its subscribers, and the seam where
         // the state is kept (TokenStore: memory, the state file). Neither HTTP nor C.
-        .target(name: "ForgePushTokenOwner", dependencies: ["ForgePushToken"]),
+        .target(name: "ForgePushTokenOwner", dependencies: ["ForgePushToken"], swiftSettings: swiftSettings),
 
         // Linux's epoll(7) and eventfd(2) headers, which Swift's Glibc module leaves out (used by
         // the daemon loops and the subscriber watcher; no library is linked).
         .systemLibrary(name: "CLinuxEvents"),
 
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
-        .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"]),
+        .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"], swiftSettings: swiftSettings),
 
         // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
-        .target(name: "MicroHTTPDServer", dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"]),
+        .target(name: "MicroHTTPDServer", dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"], swiftSettings: swiftSettings),
 
         // Configuration, signals, start and stop.
         .executableTarget(
@@ -46,11 +58,11 @@ let package = Package(
             dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken"]
         ),
 
-        .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"]),
-        .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner"]),
-        .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP"]),
-        .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP"]),
-        .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server"]),
+        .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"], swiftSettings: swiftSettings),
+        .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner", "ForgePushToken"], swiftSettings: swiftSettings),
+        .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken"], swiftSettings: swiftSettings),
+        .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken"], swiftSettings: swiftSettings),
+        .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import ForgePushTokenOwner
 
 @testable import ForgePushTokenHTTP
 

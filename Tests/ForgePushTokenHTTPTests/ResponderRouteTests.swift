@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import ForgePushTokenOwner
 
 import ForgePushToken
 @testable import ForgePushTokenHTTP

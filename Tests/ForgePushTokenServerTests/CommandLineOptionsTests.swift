@@ -1,5 +1,8 @@
 import Testing
 @testable import forge_push_token_server
+import ForgePushToken
+import ForgePushTokenHTTP
+import MicroHTTPDServer
 
 /// The command line and environment variables of http-api.md, "Command line".
 @Suite struct CommandLineOptionsTests {

@@ -1,4 +1,5 @@
 import Testing
+import ForgePushToken
 import ForgePushTokenHTTP
 import MicroHTTPDServer
 @testable import forge_push_token_server

@@ -2,6 +2,7 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
+import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import MicroHTTPDServer
