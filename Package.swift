@@ -58,11 +58,14 @@ let package = Package(
             dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken"]
         ),
 
+        // Helpers the test targets share (log recorder, threads, waiting on a condition).
+        .target(name: "ForgePushTokenTestSupport", dependencies: ["ForgePushToken"], path: "Tests/TestSupport",
+                swiftSettings: swiftSettings),
         .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"], swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner", "ForgePushToken"], swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken"], swiftSettings: swiftSettings),
-        .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken"], swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken"], swiftSettings: swiftSettings),
+        .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,3 +1,4 @@
+import ForgePushTokenOwner
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -58,20 +59,5 @@ public struct ServiceError: Error, Sendable, Equatable, Encodable {
     public init(_ code: String, _ message: String) {
         self.error = code
         self.message = message
-    }
-}
-
-/// JSON encoding through Foundation's `JSONEncoder`, with the settings every body shares.
-enum JSONBody {
-    static func encode(_ value: some Encodable) -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        // Every value encoded here is a plain struct of strings, numbers and optionals:
-        // encoding cannot fail, and a failure would be a programming error.
-        do {
-            return Array(try encoder.encode(value))
-        } catch {
-            preconditionFailure("JSON encoding of \(type(of: value)) failed: \(error)")
-        }
     }
 }

@@ -103,7 +103,7 @@ public struct StateFile: Sendable {
     /// Writes `contents` durably (temporary file, fsync, rename, fsync of the folder).
     /// - Throws: `Failure` naming the step that failed; the previous file is then unchanged.
     public func save(_ contents: Contents) throws(Failure) {
-        let bytes = Self.encode(contents) + [0x0A]
+        let bytes = JSONBody.encode(contents) + [0x0A]
         let temporary = path + ".tmp"
         // Made afresh (O_EXCL), never through a link: whatever is at the temporary name (a
         // leftover, or a symbolic link planted to make the service overwrite another file) is
@@ -151,17 +151,5 @@ public struct StateFile: Sendable {
 
     private func failure(_ step: String, _ file: String) -> Failure {
         Failure(description: "cannot \(step) state file \(file): \(systemErrorText(errno))")
-    }
-
-    /// `{"token":…,"version":N}`: sorted keys, as every JSON text the service writes.
-    private static func encode(_ contents: Contents) -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        // A struct of an optional string and a number: encoding cannot fail.
-        do {
-            return Array(try encoder.encode(contents))
-        } catch {
-            preconditionFailure("JSON encoding of the state file failed: \(error)")
-        }
     }
 }

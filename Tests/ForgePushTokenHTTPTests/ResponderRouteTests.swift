@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import ForgePushTokenTestSupport
 import ForgePushTokenOwner
 
 import ForgePushToken

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import ForgePushTokenTestSupport
 
 import ForgePushToken
 @testable import ForgePushTokenHTTP
@@ -8,48 +9,12 @@ import ForgePushTokenOwner
 // Shared helpers of the ForgePushTokenHTTP tests. Nothing here opens a socket: requests go
 // through `Responder.respond(to:)` and event streams are driven through `EventSubscriber.read`.
 
-/// A log handler that discards everything.
-let quiet: PushTokenManager.LogHandler = { _, _ in }
-
 /// The `Content-Type` of every JSON body of the contract.
 let jsonType = "application/json; charset=utf-8"
 
 /// Thrown after an issue was recorded, to stop a test that cannot go on.
 struct Unexpected: Error, CustomStringConvertible {
     var description: String
-}
-
-/// Records the messages a `PushTokenManager` logs.
-final class LogRecorder: Sendable {
-    struct Entry: Equatable, Sendable {
-        var level: PushTokenManager.LogLevel
-        var message: String
-    }
-
-    private let entries = Locked<[Entry]>([])
-
-    var handler: PushTokenManager.LogHandler {
-        { [entries] level, message in
-            entries.withLock { $0.append(Entry(level: level, message: message)) }
-        }
-    }
-
-    var recorded: [Entry] {
-        entries.withLock { $0 }
-    }
-}
-
-/// A thread-safe counter, for counting `wake` calls.
-final class Counter: Sendable {
-    private let storage = Locked(0)
-
-    func increment() {
-        storage.withLock { $0 += 1 }
-    }
-
-    var value: Int {
-        storage.withLock { $0 }
-    }
 }
 
 extension TokenOwner where Rendition == TokenSnapshot {
@@ -304,32 +269,3 @@ func expectedEvent(_ version: UInt64, _ token: String?) -> String {
     return "id: \(version)\nevent: token\ndata: \(data)\n\n"
 }
 
-// MARK: - Waiting and threads
-
-/// Polls `condition` every millisecond until it holds or `timeout` passes; returns whether it held.
-func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) async throws -> Bool {
-    let clock = ContinuousClock()
-    let deadline = clock.now.advanced(by: timeout)
-    while !condition() {
-        if clock.now >= deadline { return condition() }
-        try await Task.sleep(for: .milliseconds(1))
-    }
-    return true
-}
-
-/// Runs `body(i)` for `i` in `0..<count`, each on its own new thread, and returns when all have
-/// finished, without blocking a cooperative thread.
-func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
-    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-        let remaining = Locked(count)
-        for index in 0..<count {
-            let thread = Thread {
-                body(index)
-                if remaining.withLock({ $0 -= 1; return $0 }) == 0 {
-                    done.resume()
-                }
-            }
-            thread.start()
-        }
-    }
-}

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import ForgePushTokenTestSupport
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
@@ -75,12 +76,8 @@ extension LiveServerTests {
             defer { refused.close() }
             #expect(throws: (any Error).self) { try refused.request("GET", "/token") }
             held[0].close()
-            var served = false
-            for _ in 0..<50 where !served {  // the close reaches the server shortly
-                usleep(20_000)
-                served = (try? live.request("GET", "/token").status) == 200
-            }
-            #expect(served)
+            // The close reaches the server shortly: then a new connection is served.
+            #expect(eventually(within: 1) { (try? live.request("GET", "/token").status) == 200 })
             #expect(live.responder.metrics.render(subscribers: 0, events: live.owner.deliveries)
                 .contains("forge_push_token_connections_refused_total{limit=\"per_ip\"} 1"))
         }

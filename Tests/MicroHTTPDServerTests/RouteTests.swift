@@ -1,4 +1,5 @@
 import Testing
+import ForgePushTokenTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -210,16 +210,6 @@ final class TestClient {
     }
 }
 
-/// Polls `condition` every 10 ms until it holds or `seconds` pass.
-func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> Bool {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        usleep(10_000)
-    }
-    return condition()
-}
-
 /// The resident set size of this process in bytes (from /proc/self/statm).
 func residentBytes() -> Int {
     guard let file = fopen("/proc/self/statm", "r") else { return 0 }

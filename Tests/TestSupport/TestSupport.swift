@@ -1,0 +1,88 @@
+// Helpers every test target shares (a target of its own, so that no test target copies them).
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import ForgePushToken
+
+/// A log handler that discards everything.
+public let quiet: PushTokenManager.LogHandler = { _, _ in }
+
+/// Records the messages a `PushTokenManager` (or anything with its log handler) logs.
+public final class LogRecorder: Sendable {
+    /// One message.
+    public struct Entry: Equatable, Sendable {
+        public var level: PushTokenManager.LogLevel
+        public var message: String
+
+        public init(level: PushTokenManager.LogLevel, message: String) {
+            self.level = level
+            self.message = message
+        }
+    }
+
+    private let entries = Locked<[Entry]>([])
+
+    public init() {}
+
+    /// The handler to give the code under test.
+    public var handler: PushTokenManager.LogHandler {
+        { [entries] level, message in
+            entries.withLock { $0.append(Entry(level: level, message: message)) }
+        }
+    }
+
+    /// Everything recorded so far, in order.
+    public var recorded: [Entry] {
+        entries.withLock { $0 }
+    }
+}
+
+/// A thread-safe counter, for counting `wake` calls.
+public final class Counter: Sendable {
+    private let storage = Locked(0)
+
+    public init() {}
+
+    public func increment() {
+        storage.withLock { $0 += 1 }
+    }
+
+    public var value: Int {
+        storage.withLock { $0 }
+    }
+}
+
+/// Runs `body(i)` for `i` in `0..<count`, each on its own new thread, and returns when all have
+/// finished, without blocking a cooperative thread.
+public func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        let remaining = Locked(count)
+        for index in 0..<count {
+            let thread = Thread {
+                body(index)
+                if remaining.withLock({ $0 -= 1; return $0 }) == 0 {
+                    done.resume()
+                }
+            }
+            thread.start()
+        }
+    }
+}
+
+/// Waits until `condition` holds, looking every millisecond, for at most `seconds`; returns
+/// whether it held. For conditions another thread or process makes true (a server releasing a
+/// subscriber): the test waits for the condition itself, not for a guessed time.
+public func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        usleep(1_000)
+    }
+    return condition()
+}
