@@ -113,7 +113,7 @@ public final class Responder: Sendable {
         case .fail:
             return .response(fail(request))
         case .token:
-            return .response(Self.tokenResponse(service.snapshot))
+            return .response(tokenRead(request))
         case .stream:
             if method == "HEAD" { return .response(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders)) }
             return .eventStream
@@ -125,15 +125,8 @@ public final class Responder: Sendable {
                                                                  "Cache-Control": "no-store"],
                                           body: Array(text.utf8)))
         case .page:
-            return .response(HTTPResponse(status: 200, headers: ["Content-Type": LivePage.contentType],
-                                          body: LivePage.html))
+            return .response(pageRead(request))
         }
-    }
-
-    /// The answer to `GET /token` at `snapshot`: 200, its pre-rendered body, `Cache-Control:
-    /// no-store`. The engine may build it once per version and reuse it for every request.
-    public static func tokenResponse(_ snapshot: TokenSnapshot) -> HTTPResponse {
-        .json(200, snapshot.tokenBody, headers: ["Cache-Control": "no-store"])
     }
 
     private static let healthy = HTTPResponse.json(200, encoding: ["status": "ok"])

@@ -14,6 +14,9 @@ public struct TokenSnapshot: Sendable, Equatable {
     /// The SSE event for this version: `id: <version>`, `event: token`,
     /// `data: {"token":…}`, empty line.
     public let event: [UInt8]
+    /// The `ETag` of `tokenBody` (`EntityTag.strong(digesting:)`): it follows from the token's value
+    /// alone, so it stays right across restarts and version resets.
+    public let entityTag: EntityTag
 
     /// Renders the snapshot of `token` at `version`.
     public init(version: UInt64, token: String?) {
@@ -25,6 +28,7 @@ public struct TokenSnapshot: Sendable, Equatable {
         JSONText.append(token, to: &body)
         body.append(UInt8(ascii: "}"))
         self.tokenBody = body
+        self.entityTag = EntityTag.strong(digesting: body)
         self.event = ServerSentEvents.event(id: version, name: "token", data: body)
     }
 

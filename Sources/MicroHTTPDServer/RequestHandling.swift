@@ -49,6 +49,16 @@ final class RequestContext {
 /// addresses 1 and 2, which no allocation can have; they are compared, never dereferenced.
 private var tokenGetMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 1)! }
 private var tokenHeadMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 2)! }
+/// What a `tokenGetMarker` or `tokenHeadMarker` becomes once the request was answered `304 Not
+/// Modified`, so that the completed callback counts the right status (6 and 7: 3 to 5 are the
+/// target markers).
+private var tokenGetNotModifiedMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 6)! }
+private var tokenHeadNotModifiedMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 7)! }
+
+/// The request's `If-None-Match` field value, as libmicrohttpd keeps it (no copy).
+private func ifNoneMatch(_ connection: OpaquePointer) -> UnsafePointer<CChar>? {
+    MHD_lookup_connection_value(connection, .HEADER_KIND, "If-None-Match")
+}
 
 /// Whether `method` and `url` (as libmicrohttpd passes them: the path without the query) are a
 /// `GET` or `HEAD` of `/token`. `strcmp` on the C strings: no `String` is made.
@@ -121,12 +131,19 @@ func mhdAccessHandler(
         }
         return .YES
     }
+    if existing == tokenGetNotModifiedMarker || existing == tokenHeadNotModifiedMarker { return .YES }  // answered
     if existing == tokenGetMarker || existing == tokenHeadMarker {
         // The fast path: answered from the cache in this second call (which keeps the connection
-        // alive). A chunked body, the one kind not announced by Content-Length, turns it back into
-        // an ordinary request so that its size is checked as for any other.
+        // alive), a 304 when If-None-Match names the current ETag. A chunked body, the one kind
+        // not announced by Content-Length, turns it back into an ordinary request so that its
+        // size is checked as for any other.
         if uploadSize.pointee == 0 {
-            return server.tokenResponses.queue(on: connection, service: server.responder.service).result
+            let queued = server.tokenResponses.queue(on: connection, service: server.responder.service,
+                                                     ifNoneMatch: ifNoneMatch(connection))
+            if queued.status == 304 {
+                contextSlot.pointee = existing == tokenGetMarker ? tokenGetNotModifiedMarker : tokenHeadNotModifiedMarker
+            }
+            return queued.result
         }
         let method = existing == tokenGetMarker ? "GET" : "HEAD"
         let context = RequestContext(method: method, path: "/token", isTokenRead: true,
@@ -170,11 +187,12 @@ func mhdAccessHandler(
     }
     if context.isTokenRead {
         context.body = []
-        let (result, bytes) = server.tokenResponses.queue(on: connection, service: server.responder.service)
+        let queued = server.tokenResponses.queue(on: connection, service: server.responder.service,
+                                                 ifNoneMatch: ifNoneMatch(connection))
         context.responded = true
-        context.status = 200
-        context.bytes = bytes
-        return result
+        context.status = queued.status
+        context.bytes = queued.bytes
+        return queued.result
     }
 
     var request = context.head
@@ -201,11 +219,13 @@ func mhdRequestCompleted(
     // is no context and nothing was counted in.
     if isTargetMarker(raw) { return }
     let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
-    if raw == tokenGetMarker || raw == tokenHeadMarker {
+    if raw == tokenGetMarker || raw == tokenHeadMarker || raw == tokenGetNotModifiedMarker || raw == tokenHeadNotModifiedMarker {
         server.inFlight.withLock { $0 -= 1 }
         // The fast path keeps no context, so no start time: counted, not timed.
-        server.responder.metrics.recordRequest(path: Route.token.rawValue, method: raw == tokenGetMarker ? "GET" : "HEAD",
-                                               status: 200, seconds: nil)
+        let get = raw == tokenGetMarker || raw == tokenGetNotModifiedMarker
+        let notModified = raw == tokenGetNotModifiedMarker || raw == tokenHeadNotModifiedMarker
+        server.responder.metrics.recordRequest(path: Route.token.rawValue, method: get ? "GET" : "HEAD",
+                                               status: notModified ? 304 : 200, seconds: nil)
         return
     }
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
@@ -228,12 +248,14 @@ func respond(_ response: HTTPResponse, on connection: OpaquePointer, context: Re
     MHD_destroy_response(mhdResponse)
     context.responded = true
     context.status = response.status
-    context.bytes = response.body.count
+    context.bytes = response.status == 304 ? 0 : response.body.count  // a 304's body is never sent
     return result
 }
 
+/// Adds `headers` to a libmicrohttpd response, with the fields every response carries
+/// (`ResponseHeaders.completing(_:)`: `X-Content-Type-Options`, the default `Cache-Control`).
 func addHeaders(_ headers: HTTPHeaders, to response: OpaquePointer) {
-    for field in headers {
+    for field in ResponseHeaders.completing(headers) {
         _ = MHD_add_response_header(response, field.name, field.value)
     }
 }
@@ -313,7 +335,7 @@ let chunkedBodyIdleSeconds = 5
 let responseHeaderReserve = 1024
 
 /// The header fields the responder reads, in the order it may need them.
-private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method"]
+private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match"]
 
 /// The head of a request as the responder sees it: `method`, `path` (libmicrohttpd has split off
 /// the query), the header fields the responder reads, and as the query the `access_token`
