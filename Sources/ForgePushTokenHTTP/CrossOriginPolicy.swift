@@ -21,6 +21,7 @@ public struct CrossOriginPolicy: Sendable, Equatable {
     /// Response header fields a cross-origin page may read beyond the CORS-safelisted ones
     /// (`Access-Control-Expose-Headers`): `ETag`, so that it can send `If-None-Match`.
     public static let exposedHeaders = "Retry-After, WWW-Authenticate, ETag"
+
     /// Cross-origin reads off.
     public init() { origins = [] }
 

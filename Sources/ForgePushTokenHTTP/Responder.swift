@@ -49,7 +49,8 @@ public final class Responder: Sendable {
 
     /// Whether `GET /token` may be answered without looking at the request's header fields: no
     /// token protects it and no CORS header field depends on its `Origin`. The engine's
-    /// allocation-free path for that request is only taken when this holds.
+    /// allocation-free path for that request is only taken when this holds (it reads
+    /// `If-None-Match` itself, in place, for the 304).
     public var answersTokenReadsBlindly: Bool {
         authentication?.protects(.token) != true && !crossOrigin.isEnabled
     }

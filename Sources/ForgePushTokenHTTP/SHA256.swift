@@ -12,41 +12,52 @@
 enum SHA256 {
     /// The 32-byte digest of `message`.
     static func digest(_ message: some Collection<UInt8>) -> [UInt8] {
-        var state = initialState
-        var block = [UInt8]()
-        block.reserveCapacity(64)
-        for byte in message {
-            block.append(byte)
-            if block.count == 64 {
-                compress(&state, block)
-                block.removeAll(keepingCapacity: true)
+        if let digest = message.withContiguousStorageIfAvailable({ digest(UnsafeRawBufferPointer($0)) }) {
+            return digest
+        }
+        return Array(message).withUnsafeBytes { digest($0) }
+    }
+
+    /// The digest of the bytes of `message`: whole blocks straight from the buffer, then the
+    /// padded tail (§5.1.1: a 1 bit, zeros, the length in bits as 64 bits big-endian) from a
+    /// 128-byte scratch block. No allocation but the result.
+    private static func digest(_ message: UnsafeRawBufferPointer) -> [UInt8] {
+        var state: (UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32) = (
+            0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19
+        )
+        withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 64) { schedule in
+            let count = message.count
+            var offset = 0
+            while count - offset >= 64 {
+                compress(&state, UnsafeRawBufferPointer(rebasing: message[offset..<(offset + 64)]), schedule)
+                offset += 64
+            }
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 128) { tail in
+                tail.initialize(repeating: 0)
+                let rest = count - offset
+                for index in 0..<rest { tail[index] = message[offset + index] }
+                tail[rest] = 0x80
+                let blocks = rest + 9 <= 64 ? 1 : 2
+                let bitLength = UInt64(count) &* 8
+                for index in 0..<8 {
+                    tail[blocks * 64 - 1 - index] = UInt8(truncatingIfNeeded: bitLength >> (8 * UInt64(index)))
+                }
+                let bytes = UnsafeRawBufferPointer(tail)
+                for block in 0..<blocks {
+                    compress(&state, UnsafeRawBufferPointer(rebasing: bytes[(block * 64)..<(block * 64 + 64)]), schedule)
+                }
             }
         }
-        // Padding (§5.1.1): a 1 bit, zeros, then the message length in bits, big-endian, 64 bits.
-        let bitLength = UInt64(message.count) &* 8
-        block.append(0x80)
-        if block.count > 56 {
-            block.append(contentsOf: repeatElement(0, count: 64 - block.count))
-            compress(&state, block)
-            block.removeAll(keepingCapacity: true)
-        }
-        block.append(contentsOf: repeatElement(0, count: 56 - block.count))
-        for shift in stride(from: 56, through: 0, by: -8) { block.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
-        compress(&state, block)
-
         var digest = [UInt8]()
         digest.reserveCapacity(32)
-        for word in state {
-            digest += [UInt8(truncatingIfNeeded: word >> 24), UInt8(truncatingIfNeeded: word >> 16),
-                       UInt8(truncatingIfNeeded: word >> 8), UInt8(truncatingIfNeeded: word)]
+        for word in [state.0, state.1, state.2, state.3, state.4, state.5, state.6, state.7] {
+            digest.append(UInt8(truncatingIfNeeded: word >> 24))
+            digest.append(UInt8(truncatingIfNeeded: word >> 16))
+            digest.append(UInt8(truncatingIfNeeded: word >> 8))
+            digest.append(UInt8(truncatingIfNeeded: word))
         }
         return digest
     }
-
-    /// `H(0)` (§5.3.3).
-    private static let initialState: [UInt32] = [
-        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
-    ]
 
     /// The round constants `K` (§4.2.2).
     private static let roundConstants: [UInt32] = [
@@ -63,27 +74,28 @@ enum SHA256 {
     @inline(__always)
     private static func rotr(_ x: UInt32, _ n: UInt32) -> UInt32 { (x >> n) | (x << (32 - n)) }
 
-    /// One block of 64 bytes into `state` (§6.2.2).
-    private static func compress(_ state: inout [UInt32], _ block: [UInt8]) {
-        var w = [UInt32](repeating: 0, count: 64)
+    /// One block of 64 bytes into `state` (§6.2.2), with `schedule` (64 words) as scratch.
+    private static func compress(_ state: inout (UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32),
+                                 _ block: UnsafeRawBufferPointer, _ schedule: UnsafeMutableBufferPointer<UInt32>) {
         for t in 0..<16 {
-            w[t] = UInt32(block[4 * t]) << 24 | UInt32(block[4 * t + 1]) << 16 | UInt32(block[4 * t + 2]) << 8
+            schedule[t] = UInt32(block[4 * t]) << 24 | UInt32(block[4 * t + 1]) << 16 | UInt32(block[4 * t + 2]) << 8
                 | UInt32(block[4 * t + 3])
         }
         for t in 16..<64 {
-            let s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3)
-            let s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10)
-            w[t] = w[t - 16] &+ s0 &+ w[t - 7] &+ s1
+            let s0 = rotr(schedule[t - 15], 7) ^ rotr(schedule[t - 15], 18) ^ (schedule[t - 15] >> 3)
+            let s1 = rotr(schedule[t - 2], 17) ^ rotr(schedule[t - 2], 19) ^ (schedule[t - 2] >> 10)
+            schedule[t] = schedule[t - 16] &+ s0 &+ schedule[t - 7] &+ s1
         }
-        var a = state[0], b = state[1], c = state[2], d = state[3]
-        var e = state[4], f = state[5], g = state[6], h = state[7]
-        for t in 0..<64 {
-            let t1 = h &+ (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) &+ ((e & f) ^ (~e & g)) &+ roundConstants[t] &+ w[t]
-            let t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) &+ ((a & b) ^ (a & c) ^ (b & c))
-            h = g; g = f; f = e; e = d &+ t1
-            d = c; c = b; b = a; a = t1 &+ t2
+        var (a, b, c, d, e, f, g, h) = state
+        roundConstants.withUnsafeBufferPointer { k in
+            for t in 0..<64 {
+                let t1 = h &+ (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) &+ ((e & f) ^ (~e & g)) &+ k[t] &+ schedule[t]
+                let t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) &+ ((a & b) ^ (a & c) ^ (b & c))
+                h = g; g = f; f = e; e = d &+ t1
+                d = c; c = b; b = a; a = t1 &+ t2
+            }
         }
-        state[0] &+= a; state[1] &+= b; state[2] &+= c; state[3] &+= d
-        state[4] &+= e; state[5] &+= f; state[6] &+= g; state[7] &+= h
+        state = (state.0 &+ a, state.1 &+ b, state.2 &+ c, state.3 &+ d,
+                 state.4 &+ e, state.5 &+ f, state.6 &+ g, state.7 &+ h)
     }
 }

@@ -53,15 +53,15 @@ final class TokenResponseCache: Sendable {
                               notModified: Int(bitPattern: notModified), bodyCount: snapshot.tokenBody.count,
                               entityTag: snapshot.entityTag)
             }
-            let current = entry!
-            if let ifNoneMatch,
+            // Only a conditional request reads the tag (the unconditional one copies no String).
+            if let ifNoneMatch, let tag = entry?.entityTag,
                IfNoneMatch.matches(UnsafeBufferPointer(start: UnsafeRawPointer(ifNoneMatch).assumingMemoryBound(to: UInt8.self),
-                                                       count: strlen(ifNoneMatch)), current: current.entityTag) {
-                let result = MHD_queue_response(connection, 304, OpaquePointer(bitPattern: current.notModified))
+                                                       count: strlen(ifNoneMatch)), current: tag) {
+                let result = MHD_queue_response(connection, 304, OpaquePointer(bitPattern: entry!.notModified))
                 return (result, 304, 0)
             }
-            let result = MHD_queue_response(connection, 200, OpaquePointer(bitPattern: current.response))
-            return (result, 200, current.bodyCount)
+            let result = MHD_queue_response(connection, 200, OpaquePointer(bitPattern: entry!.response))
+            return (result, 200, entry!.bodyCount)
         }
     }
 
