@@ -11,6 +11,11 @@
      the page must show data-state=closed, and once the slot is free it must reconnect by itself
      and show open with B and version 3 within 10 s; then a POST C shows within 1 s.
   4. Saves a screenshot (printed path: $E2E_ARTIFACTS or e2e/artifacts, browser.png), also on failure.
+  5. Content-Security-Policy (issue 14): GET / carries the policy, Referrer-Policy, nosniff and
+     no-cache; throughout, the browser's console and the page's `securitypolicyviolation` events
+     must report no CSP violation (so policy and page cannot drift apart). At the end an image
+     from another origin is added on purpose: the check must see that violation, which proves
+     it would see one.
 
     python3 e2e/browser_test.py --server PATH [--chromedriver /usr/bin/chromedriver]
 """
@@ -43,11 +48,46 @@ def make_driver(chromedriver, chromium, workdir):
                  "--disable-extensions", "--disable-background-networking",
                  "--user-data-dir=" + os.path.join(workdir, "chromium-profile")):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for CSP reports
     service = Service(executable_path=chromedriver, log_output=os.path.join(workdir, "chromedriver.log"))
     driver = webdriver.Chrome(service=service, options=options)
+    # Before any script of the page runs: collect its CSP violation events (a script injected
+    # through DevTools is not subject to the page's policy).
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": CSP_LISTENER})
     driver.set_page_load_timeout(15)
     driver.set_script_timeout(10)
     return driver
+
+
+CSP_LISTENER = """
+    window.__cspViolations = [];
+    document.addEventListener("securitypolicyviolation", (event) => {
+      window.__cspViolations.push(event.effectiveDirective + " blocked " + (event.blockedURI || "inline")
+                                  + " (" + event.disposition + ")");
+    });
+"""
+
+
+class CSPWatch:
+    """Every CSP violation the browser reported: console messages about the Content Security
+    Policy, and the page's `securitypolicyviolation` events (kept across reads: the console log
+    is emptied by each read)."""
+
+    def __init__(self, driver):
+        self.driver = driver
+        self.console = []
+
+    def violations(self):
+        for entry in self.driver.get_log("browser"):
+            message = entry.get("message", "")
+            if "Content Security Policy" in message or "Content-Security-Policy" in message:
+                self.console.append(message)
+        events = self.driver.execute_script("return window.__cspViolations || [];")
+        return self.console + ["securitypolicyviolation: " + e for e in events]
+
+    def check_none(self, when):
+        found = self.violations()
+        check(not found, "CSP violations %s:\n  %s" % (when, "\n  ".join(found)))
 
 
 class Page:
@@ -117,16 +157,27 @@ def run():
         check(headers.get("content-type", "").startswith("text/html"), "GET / Content-Type %r" % headers.get("content-type"))
         for element in ('id="token"', 'id="version"', 'id="changed"', 'id="state"'):
             check(element.encode() in body, "GET / has no element %s" % element)
+        csp = headers.get("content-security-policy", "")
+        for directive in ("default-src 'none'", "connect-src 'self'", "frame-ancestors 'none'",
+                          "base-uri 'none'", "form-action 'none'", "script-src 'sha256-", "style-src 'sha256-"):
+            check(directive in csp, "GET / Content-Security-Policy %r lacks %s" % (csp, directive))
+        check("unsafe" not in csp, "GET / Content-Security-Policy allows something unsafe: %r" % csp)
+        check(headers.get("referrer-policy") == "no-referrer", "GET / Referrer-Policy %r" % headers.get("referrer-policy"))
+        check(headers.get("x-content-type-options") == "nosniff", "GET / X-Content-Type-Options %r"
+              % headers.get("x-content-type-options"))
+        check(headers.get("cache-control") == "no-cache", "GET / Cache-Control %r" % headers.get("cache-control"))
 
         started = time.monotonic()
         driver = make_driver(args.chromedriver, args.chromium, workdir)
         log("chromium %s via %s started in %.1f s" % (driver.capabilities.get("browserVersion"),
                                                       args.chromedriver, time.monotonic() - started))
         page = Page(driver)
+        csp = CSPWatch(driver)
         driver.get("http://127.0.0.1:%d/" % port)
         page.wait(lambda s: s["state"] == "open" and s["token"] == "none" and s["version"] == "0", 10,
                   "the page to open its stream and show token none, version 0")
         log("page open: %r" % page.snapshot())
+        csp.check_none("while the page loaded and opened its stream")
 
         a, b, c = token_hex(0xB0, 1), token_hex(0xB0, 2), token_hex(0xB0, 3)
         post_and_see(server, page, lambda: server.register(a), a, 1)
@@ -184,9 +235,18 @@ def run():
         log("page recovered %.1f s after the slot was freed, %.1f s after the restart: %r"
             % (recovered - freed, recovered - restarted, page.snapshot()))
         post_and_see(server, page, lambda: server.register(c), c, 4)
+        csp.check_none("over the whole run (load, updates, 503, reconnect)")
+        log("no CSP violation over the whole run")
 
         driver.save_screenshot(screenshot)
         log("screenshot: %s" % screenshot)
+
+        # The watch must be able to see a violation: an image from elsewhere is one (img-src
+        # falls back to default-src 'none').
+        driver.execute_script("const i = document.createElement('img'); i.src = 'http://127.0.0.2:9/x.png';"
+                              " document.body.appendChild(i);")
+        wait_until(lambda: csp.violations(), 5, what="the CSP violation caused on purpose to be reported")
+        log("a violation caused on purpose is seen: %s" % csp.violations()[0][:160])
         check(server.stop() == 0, "server did not exit 0 on SIGTERM")
     except BaseException:
         if driver is not None:

@@ -9,7 +9,8 @@
 #   4. the libFuzzer target over request decoding and routing, for about 60 s (fuzz/run.sh);
 #   5. end-to-end tests of the release binary: /metrics parsed by prometheus_client, the state
 #      file across restarts and SIGKILLs, the live page in headless Chromium, and the hardening
-#      flags (auth, TLS, CORS, limits, a slowloris) (e2e/run.sh);
+#      flags (auth, TLS, CORS, limits, a slowloris) (e2e/run.sh), and REDbot's HTTP lint of every
+#      route (e2e/redbot_check.sh);
 #   6. the container checks: hadolint, the runtime-library check, and the debootstrap rootfs run.
 # Each configuration is built once and reused. Set SKIP_TSAN=1, SKIP_ASAN=1, SKIP_FUZZ=1 or
 # SKIP_DOCKER=1 to leave a step out locally; CI runs everything.
@@ -64,6 +65,11 @@ python3 bench/idle_subscribers.py --server "$server" -n 1000 --seconds 10 --max-
 
 step "end-to-end: metrics (Prometheus parser), state file (restarts, SIGKILL), live page (Chromium)"
 bash e2e/run.sh --server "$server"
+
+# HTTP hygiene (issue 14): REDbot against every route of the release build; fails on any WARN or
+# BAD note. Installs REDbot into its own venv once (e2e/redbot_check.sh).
+step "REDbot: no WARN or BAD note on any route"
+bash e2e/redbot_check.sh --server "$server"
 
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   step "container checks"

@@ -16,7 +16,11 @@ public struct CrossOriginPolicy: Sendable, Equatable {
     /// Seconds a browser may cache a preflight answer (`Access-Control-Max-Age`).
     public static let maxAgeSeconds = 600
     /// Request header fields a cross-origin request may send (`Access-Control-Allow-Headers`).
-    public static let allowedHeaders = "Authorization, Content-Type, Last-Event-ID, Cache-Control"
+    public static let allowedHeaders = "Authorization, Content-Type, Last-Event-ID, Cache-Control, If-None-Match"
+
+    /// Response header fields a cross-origin page may read beyond the CORS-safelisted ones
+    /// (`Access-Control-Expose-Headers`): `ETag`, so that it can send `If-None-Match`.
+    public static let exposedHeaders = "Retry-After, WWW-Authenticate, ETag"
 
     /// Cross-origin reads off.
     public init() { origins = [] }
@@ -52,7 +56,7 @@ public struct CrossOriginPolicy: Sendable, Equatable {
         var decorated = response
         decorated.headers.add("Access-Control-Allow-Origin", allowed)
         decorated.headers.add("Vary", "Origin")
-        decorated.headers.add("Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate")
+        decorated.headers.add("Access-Control-Expose-Headers", Self.exposedHeaders)
         return decorated
     }
 

@@ -1,3 +1,9 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
 /// `GET /`: a small self-contained page that shows the token live.
 ///
 /// No outside assets and no build step: one HTML document with inline CSS and script, served from
@@ -73,4 +79,55 @@ public enum LivePage {
     </html>
 
     """#.utf8)
+}
+
+extension LivePage {
+    /// The page's `Content-Security-Policy` (W3C Content Security Policy Level 3): nothing may load
+    /// or run but the page's own inline `<style>` and `<script>` elements, each allowed by the
+    /// SHA-256 hash of its text as served (computed from `html` when first used, so that the policy
+    /// follows the page), and `EventSource` connections to the page's own origin (`connect-src
+    /// 'self'`, for `/token/stream`). No framing (`frame-ancestors 'none'`, against clickjacking), no
+    /// `<base>` (`base-uri 'none'`), no form submission (`form-action 'none'`).
+    public static let contentSecurityPolicy: String = {
+        let scripts = inlineHashSources(element: "script", in: html).joined(separator: " ")
+        let styles = inlineHashSources(element: "style", in: html).joined(separator: " ")
+        return "default-src 'none'; script-src \(scripts.isEmpty ? "'none'" : scripts); "
+            + "style-src \(styles.isEmpty ? "'none'" : styles); connect-src 'self'; "
+            + "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    }()
+
+    /// The page's entity tag: the strong validator of `html` (see `EntityTag.strong(digesting:)`).
+    public static let entityTag = EntityTag.strong(digesting: html)
+
+    /// The header fields of the page's `200` (and of its `304`, less `Content-Type`):
+    /// `Content-Type`, `Cache-Control: no-cache` (a cache may keep the page but must revalidate it
+    /// every time; `private, no-cache` when reading it needs the bearer token, so that no shared
+    /// cache keeps it), `ETag`, `Content-Security-Policy` and `Referrer-Policy: no-referrer` (the
+    /// page's address can hold the bearer token as `access_token`; no request it makes may carry
+    /// it to another site).
+    public static func headers(isPrivate: Bool) -> HTTPHeaders {
+        [
+            "Content-Type": contentType,
+            "Cache-Control": isPrivate ? "private, no-cache" : "no-cache",
+            "ETag": entityTag.fieldValue,
+            "Content-Security-Policy": contentSecurityPolicy,
+            "Referrer-Policy": "no-referrer",
+        ]
+    }
+
+    /// The CSP hash sources (`'sha256-<base64>'`) of the text of every `<element>…</element>` in
+    /// `page`, in order: the bytes between the start tag (written exactly `<element>`, without
+    /// attributes) and the end tag, as the browser hashes them.
+    static func inlineHashSources(element: String, in page: [UInt8]) -> [String] {
+        let open = Array("<\(element)>".utf8), close = Array("</\(element)>".utf8)
+        var sources: [String] = []
+        var searchFrom = page.startIndex
+        while let start = page[searchFrom...].firstRange(of: open),
+              let end = page[start.upperBound...].firstRange(of: close) {
+            let text = page[start.upperBound..<end.lowerBound]
+            sources.append("'sha256-\(Data(SHA256.digest(text)).base64EncodedString())'")
+            searchFrom = end.upperBound
+        }
+        return sources
+    }
 }

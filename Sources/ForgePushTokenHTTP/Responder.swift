@@ -101,7 +101,8 @@ public final class Responder: Sendable {
 
     /// Whether `GET /token` may be answered without looking at the request's header fields: no
     /// token protects it and no CORS header field depends on its `Origin`. The engine's
-    /// allocation-free path for that request is only taken when this holds.
+    /// allocation-free path for that request is only taken when this holds (it reads
+    /// `If-None-Match` itself, in place, for the 304).
     public var answersTokenReadsBlindly: Bool {
         authentication?.protects(.token) != true && !crossOrigin.isEnabled
     }
@@ -160,7 +161,7 @@ public final class Responder: Sendable {
                 return .response(refuse(.error(400, error), origin: origin))
             }
         case .token:
-            return .response(refuse(Self.tokenResponse(owner.current), origin: origin))
+            return .response(refuse(tokenRead(request), origin: origin))
         case .stream:
             if request.method == "HEAD" {
                 return .response(refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin))
@@ -174,8 +175,7 @@ public final class Responder: Sendable {
                                                                         "Cache-Control": "no-store"],
                                                  body: Array(text.utf8)), origin: origin))
         case .page:
-            return .response(refuse(HTTPResponse(status: 200, headers: ["Content-Type": LivePage.contentType],
-                                                 body: LivePage.html), origin: origin))
+            return .response(refuse(pageRead(request), origin: origin))
         }
     }
 
@@ -231,19 +231,14 @@ public final class Responder: Sendable {
         }
     }
 
-    /// The answer to `GET /token` at `snapshot`: 200, its pre-rendered body, `Cache-Control:
-    /// no-store`. The engine may build it once per version and reuse it for every request.
-    public static func tokenResponse(_ snapshot: TokenSnapshot) -> HTTPResponse {
-        .json(200, snapshot.tokenBody, headers: ["Cache-Control": "no-store"])
-    }
-
     /// The current token's version: the key of the engine's cached `GET /token` response.
     public var tokenVersion: UInt64 { owner.version }
 
-    /// The current token and the `GET /token` response for it (the engine's cache entry).
-    public func tokenReadResponse() -> (snapshot: TokenSnapshot, response: HTTPResponse) {
+    /// The current token and the `GET /token` responses for it, the 200 and its `304 Not
+    /// Modified` (the engine's cache entry, for reads that `answersTokenReadsBlindly`).
+    public func tokenReadResponses() -> (snapshot: TokenSnapshot, response: HTTPResponse, notModified: HTTPResponse) {
         let snapshot = owner.current
-        return (snapshot, Self.tokenResponse(snapshot))
+        return (snapshot, Self.tokenResponse(snapshot), Self.tokenNotModified(snapshot))
     }
 
     private static let healthy = HTTPResponse.json(200, encoding: ["status": "ok"])

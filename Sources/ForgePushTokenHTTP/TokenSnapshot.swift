@@ -18,6 +18,9 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     /// The SSE event for this version: `id: <version>`, `event: token`,
     /// `data: {"token":…}`, empty line.
     public let event: [UInt8]
+    /// The `ETag` of `tokenBody` (`EntityTag.strong(digesting:)`): it follows from the token's value
+    /// alone, so it stays right across restarts and version resets.
+    public let entityTag: EntityTag
 
     /// Renders `state`.
     public init(_ state: TokenState) {
@@ -37,6 +40,7 @@ public struct TokenSnapshot: TokenRendition, Equatable {
         JSONText.append(token, to: &body)
         body.append(UInt8(ascii: "}"))
         self.tokenBody = body
+        self.entityTag = EntityTag.strong(digesting: body)
         self.event = ServerSentEvents.event(id: version, name: "token", data: body)
     }
 

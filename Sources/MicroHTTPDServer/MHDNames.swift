@@ -42,6 +42,11 @@ enum SlotMarker {
     /// not a separator (RFC 3986 §2.2): `/token%2Fstream` names no route, though libmicrohttpd
     /// would decode it into `/token/stream`.
     static var encodedSlash: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 5)! }
+    /// What `tokenGet` becomes once the request was answered `304 Not Modified`, so that the
+    /// completed callback counts the right status.
+    static var tokenGetNotModified: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 6)! }
+    /// What `tokenHead` becomes once answered `304 Not Modified`.
+    static var tokenHeadNotModified: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 7)! }
     /// `*socket_context` of a connection that holds a place in the `ConnectionLimiter`.
     static var admittedConnection: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 1)! }
 
@@ -50,7 +55,12 @@ enum SlotMarker {
         pointer == uriTooLong || pointer == encodedNUL || pointer == encodedSlash
     }
 
-    /// Whether `pointer` is a `GET`/`HEAD /token` fast-path marker.
+    /// Whether `pointer` is a fast-path `GET`/`HEAD /token` answered `304 Not Modified`.
+    static func isTokenNotModified(_ pointer: UnsafeMutableRawPointer?) -> Bool {
+        pointer == tokenGetNotModified || pointer == tokenHeadNotModified
+    }
+
+    /// Whether `pointer` is a `GET`/`HEAD /token` fast-path marker (not yet answered).
     static func isTokenRead(_ pointer: UnsafeMutableRawPointer?) -> Bool {
         pointer == tokenGet || pointer == tokenHead
     }

@@ -49,6 +49,11 @@ final class RequestContext {
     }
 }
 
+/// The request's `If-None-Match` field value, as libmicrohttpd keeps it (no copy).
+private func ifNoneMatch(_ connection: OpaquePointer) -> UnsafePointer<CChar>? {
+    MHD_lookup_connection_value(connection, .HEADER_KIND, "If-None-Match")
+}
+
 /// `SlotMarker.tokenGet` or `.tokenHead` when `method` and `url` (as libmicrohttpd passes them: the
 /// path without the query) are a `GET` or `HEAD` of `/token`. `strcmp` on the C strings: no
 /// `String` is made.
@@ -123,12 +128,20 @@ func handleRequest(
         }
         return .YES
     }
+    if SlotMarker.isTokenNotModified(existing) { return .YES }  // answered
     if SlotMarker.isTokenRead(existing) {
         // The fast path: answered from the cache in this second call (which keeps the connection
-        // alive). A chunked body, the one kind not announced by Content-Length, turns it back into
-        // an ordinary request so that its size is checked as for any other.
+        // alive), a 304 when If-None-Match names the current ETag. A chunked body, the one kind
+        // not announced by Content-Length, turns it back into an ordinary request so that its
+        // size is checked as for any other.
         if uploadSize.pointee == 0 {
-            return server.tokenResponses.queue(on: connection, responder: responder).result
+            let queued = server.tokenResponses.queue(on: connection, responder: responder,
+                                                     ifNoneMatch: ifNoneMatch(connection))
+            if queued.status == 304 {
+                contextSlot.pointee = existing == SlotMarker.tokenGet ? SlotMarker.tokenGetNotModified
+                                                                      : SlotMarker.tokenHeadNotModified
+            }
+            return queued.result
         }
         let context = RequestContext(method: existing == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
                                      chunked: true)  // the one kind of body this path lets through
@@ -177,11 +190,12 @@ func handleRequest(
                        context: context)
     case .tokenRead:
         context.body = []
-        let (result, bytes) = server.tokenResponses.queue(on: connection, responder: responder)
+        let queued = server.tokenResponses.queue(on: connection, responder: responder,
+                                                 ifNoneMatch: ifNoneMatch(connection))
         context.progress = .answered
-        context.status = 200
-        context.bytes = bytes
-        return result
+        context.status = queued.status
+        context.bytes = queued.bytes
+        return queued.result
     case .waiting(let pending):
         // Resumed: the answer has arrived.
         return answer(pending, on: connection, context: context, daemon: daemon)
@@ -218,10 +232,12 @@ func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer) {
     // is no context and nothing was counted in.
     if SlotMarker.isTargetMarker(slot) { return }
     server.inFlight.withLock { $0 -= 1 }
-    if SlotMarker.isTokenRead(slot) {
+    if SlotMarker.isTokenRead(slot) || SlotMarker.isTokenNotModified(slot) {
         // The fast path keeps no context, so no start time: counted, not timed.
-        server.responder.recordFinished(.init(method: slot == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
-                                              status: 200, bytes: 0, microseconds: nil, wasStream: false))
+        let get = slot == SlotMarker.tokenGet || slot == SlotMarker.tokenGetNotModified
+        server.responder.recordFinished(.init(method: get ? "GET" : "HEAD", path: "/token",
+                                              status: SlotMarker.isTokenNotModified(slot) ? 304 : 200, bytes: 0,
+                                              microseconds: nil, wasStream: false))
         return
     }
     let context = Unmanaged<RequestContext>.fromOpaque(slot).takeRetainedValue()
@@ -239,12 +255,14 @@ func respond(_ response: HTTPResponse, on connection: OpaquePointer, context: Re
     MHD_destroy_response(mhdResponse)
     context.progress = .answered
     context.status = response.status
-    context.bytes = response.body.count
+    context.bytes = response.status == 304 ? 0 : response.body.count  // a 304's body is never sent
     return result
 }
 
+/// Adds `headers` to a libmicrohttpd response, with the fields every response carries
+/// (`ResponseHeaders.completing(_:)`: `X-Content-Type-Options`, the default `Cache-Control`).
 func addHeaders(_ headers: HTTPHeaders, to response: OpaquePointer) {
-    for field in headers {
+    for field in ResponseHeaders.completing(headers) {
         _ = MHD_add_response_header(response, field.name, field.value)
     }
 }
@@ -324,7 +342,7 @@ let chunkedBodyIdleSeconds = 5
 let responseHeaderReserve = 1024
 
 /// The header fields the responder reads, in the order it may need them.
-private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method"]
+private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match"]
 
 /// The head of a request as the responder sees it: `method`, `path` (libmicrohttpd has split off
 /// the query), the header fields the responder reads, and as the query the `access_token`

@@ -1,9 +1,14 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
-/// One libmicrohttpd response for `GET /token` (and `HEAD /token`) per token version, queued on
-/// every request of that version.
+/// One libmicrohttpd response for `GET /token` (and `HEAD /token`) per token version, and its
+/// `304 Not Modified`, queued on every request of that version.
 ///
 /// A libmicrohttpd response is reference-counted: `MHD_queue_response` takes a reference for the
 /// connection and drops it when the connection is done with it. The cache holds one more reference
@@ -18,39 +23,59 @@ import ForgePushTokenHTTP
 final class TokenResponseCache: Sendable {
     struct Entry: Sendable {
         let version: UInt64
-        /// `OpaquePointer` bit pattern of the `MHD_Response`.
+        /// `OpaquePointer` bit patterns of the `MHD_Response`s: the 200 and its 304.
         let response: Int
+        let notModified: Int
         let bodyCount: Int
+        let entityTag: EntityTag
     }
 
     private let entry = Locked<Entry?>(nil)
 
-    /// Queues the current token response on `connection` (a 200; for `HEAD` libmicrohttpd sends
-    /// the same header fields without the body).
-    /// - Returns: libmicrohttpd's result and the body size (for the access log).
-    func queue(on connection: OpaquePointer, responder: Responder) -> (result: MHD_Result, bytes: Int) {
+    /// Queues the current token response on `connection`: the 200 (for `HEAD` libmicrohttpd sends
+    /// the same header fields without the body), or its `304 Not Modified` when `ifNoneMatch` (the
+    /// request's `If-None-Match` field value, a C string, or `nil`) matches the current `ETag`.
+    /// - Returns: libmicrohttpd's result, the status queued and the body size (for the access log).
+    func queue(on connection: OpaquePointer, responder: Responder,
+               ifNoneMatch: UnsafePointer<CChar>?) -> (result: MHD_Result, status: Int, bytes: Int) {
         let version = responder.tokenVersion
         // The owner's lock nests inside the cache's (never the other way round).
-        return entry.withLock { entry -> (result: MHD_Result, bytes: Int) in
+        return entry.withLock { entry -> (result: MHD_Result, status: Int, bytes: Int) in
             if entry?.version != version {
-                let (snapshot, tokenResponse) = responder.tokenReadResponse()
-                guard let response = makeResponse(tokenResponse) else { return (.NO, 0) }
-                if let old = entry { MHD_destroy_response(OpaquePointer(bitPattern: old.response)) }
+                let (snapshot, full, conditional) = responder.tokenReadResponses()
+                guard let response = makeResponse(full) else { return (.NO, 500, 0) }
+                guard let notModified = makeResponse(conditional) else {
+                    MHD_destroy_response(response)
+                    return (.NO, 500, 0)
+                }
+                if let old = entry { Self.destroy(old) }
                 entry = Entry(version: snapshot.version, response: Int(bitPattern: response),
-                              bodyCount: snapshot.tokenBody.count)
+                              notModified: Int(bitPattern: notModified), bodyCount: snapshot.tokenBody.count,
+                              entityTag: snapshot.entityTag)
             }
-            let current = entry!
-            let result = MHD_queue_response(connection, 200, OpaquePointer(bitPattern: current.response))
-            return (result, current.bodyCount)
+            // Only a conditional request reads the tag (the unconditional one copies no String).
+            if let ifNoneMatch, let tag = entry?.entityTag,
+               IfNoneMatch.matches(UnsafeBufferPointer(start: UnsafeRawPointer(ifNoneMatch).assumingMemoryBound(to: UInt8.self),
+                                                       count: strlen(ifNoneMatch)), current: tag) {
+                let result = MHD_queue_response(connection, 304, OpaquePointer(bitPattern: entry!.notModified))
+                return (result, 304, 0)
+            }
+            let result = MHD_queue_response(connection, 200, OpaquePointer(bitPattern: entry!.response))
+            return (result, 200, entry!.bodyCount)
         }
     }
 
     /// Drops the cache's reference (after the daemon has stopped).
     func clear() {
         entry.withLock { entry in
-            if let old = entry { MHD_destroy_response(OpaquePointer(bitPattern: old.response)) }
+            if let old = entry { Self.destroy(old) }
             entry = nil
         }
+    }
+
+    private static func destroy(_ entry: Entry) {
+        MHD_destroy_response(OpaquePointer(bitPattern: entry.response))
+        MHD_destroy_response(OpaquePointer(bitPattern: entry.notModified))
     }
 }
 

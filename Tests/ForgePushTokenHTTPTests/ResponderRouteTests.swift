@@ -171,14 +171,15 @@ struct ResponderRouteTests {
 
     // MARK: GET /token
 
-    @Test("GET /token: null, then the hex, with no-store and the JSON content type")
+    @Test("GET /token: null, then the hex, with no-cache, an ETag and the JSON content type")
     func getToken() throws {
         let responder = makeResponder()
         let empty = try responder.send("GET", "/token")
         #expect(empty.status == 200)
         #expect(empty.body == utf8(#"{"token":null}"#))
         #expect(empty.headers["Content-Type"] == jsonType)
-        #expect(empty.headers["Cache-Control"] == "no-store")
+        #expect(empty.headers["Cache-Control"] == "no-cache")
+        #expect(empty.headers["ETag"] == EntityTag.strong(digesting: utf8(#"{"token":null}"#)).fieldValue)
 
         _ = try responder.send("POST", "/register", contentType: "application/octet-stream",
                                body: [0x00, 0x0f, 0xa0, 0xff])
@@ -186,7 +187,8 @@ struct ResponderRouteTests {
         #expect(set.status == 200)
         #expect(set.body == utf8(#"{"token":"000fa0ff"}"#))
         #expect(set.headers["Content-Type"] == jsonType)
-        #expect(set.headers["Cache-Control"] == "no-store")
+        #expect(set.headers["Cache-Control"] == "no-cache")
+        #expect(set.headers["ETag"] != empty.headers["ETag"])
 
         _ = try responder.send("POST", "/fail")
         let cleared = try responder.send("GET", "/token")
@@ -202,7 +204,7 @@ struct ResponderRouteTests {
             let head = try responder.send("HEAD", "/token")
             #expect(head.status == get.status)
             #expect(head.headers.map { "\($0.name): \($0.value)" } == get.headers.map { "\($0.name): \($0.value)" })
-            #expect(head.headers["Cache-Control"] == "no-store")
+            #expect(head.headers["Cache-Control"] == "no-cache")
             #expect(head.headers["Content-Type"] == jsonType)
         }
     }

@@ -20,7 +20,8 @@ extension LiveServerTests {
             #expect(empty.status == 200)
             #expect(empty.text == #"{"token":null}"#)
             #expect(empty.headers["content-type"] == "application/json; charset=utf-8")
-            #expect(empty.headers["cache-control"] == "no-store")
+            #expect(empty.headers["cache-control"] == "no-cache")
+            #expect(empty.headers["etag"] == EntityTag.strong(digesting: Array(#"{"token":null}"#.utf8)).fieldValue)
 
             let registered = try live.request("POST", "/register", body: Array(token.uppercased().utf8),
                                               headers: ["Content-Type": "application/x-www-form-urlencoded"])

@@ -169,7 +169,8 @@ final class TestClient {
         var (status, headers) = try readHead()
         while status == 100 { (status, headers) = try readHead() }
         var body: [UInt8] = []
-        if method != "HEAD" {
+        // No body after HEAD, 204 or 304, whatever Content-Length says (RFC 9112 §6.3).
+        if method != "HEAD" && status != 204 && status != 304 {
             if headers["transfer-encoding"]?.lowercased() == "chunked" {
                 while let chunk = try readChunk() { body += chunk }
             } else if let length = headers["content-length"].flatMap({ Int($0) }) {

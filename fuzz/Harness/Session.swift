@@ -242,8 +242,12 @@ final class Session {
         case .token:
             let body = jsonObject(response.body) ?? [:]
             let matches = after.token.map { body["token"] as? String == $0 } ?? isNull(body, "token")
-            require(status == 200 && matches && response.headers["Cache-Control"] == "no-store"
-                        && response.headers["Content-Type"] == HTTPResponse.jsonContentType,
+            let cacheControl = responder.authentication?.protects(.token) == true ? "private, no-cache" : "no-cache"
+            // 304 exactly when If-None-Match names the current ETag (conditional GET, issue 13).
+            let expected = IfNoneMatch.matches(request.headers["If-None-Match"], current: after.entityTag) ? 304 : 200
+            require(status == expected && matches && response.headers["Cache-Control"] == cacheControl
+                        && response.headers["ETag"] == after.entityTag.fieldValue
+                        && response.headers["Content-Type"] == (status == 304 ? nil : HTTPResponse.jsonContentType),
                     "/token answered \(status) \(String(reflecting: String(decoding: response.body, as: UTF8.self))) holding \(String(reflecting: after.token))",
                     context: context)
         case .stream:
@@ -259,7 +263,10 @@ final class Session {
             require(status == 200, "/metrics answered \(status)", context: context)
             checkMetricsText(response.body)
         case .page:
-            require(status == 200 && !response.body.isEmpty && response.headers["Content-Type"]?.hasPrefix("text/html") == true,
+            let expected = IfNoneMatch.matches(request.headers["If-None-Match"], current: LivePage.entityTag) ? 304 : 200
+            require(status == expected && !response.body.isEmpty
+                        && response.headers["Content-Security-Policy"] == LivePage.contentSecurityPolicy
+                        && (status == 304 || response.headers["Content-Type"]?.hasPrefix("text/html") == true),
                     "/ answered \(status)", context: context)
         }
     }

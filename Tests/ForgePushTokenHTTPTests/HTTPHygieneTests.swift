@@ -1,0 +1,142 @@
+import Foundation
+import Testing
+
+import ForgePushToken
+@testable import ForgePushTokenHTTP
+
+/// Issue 14: the header fields every answer carries, the cache policy of each route, the live
+/// page's Content-Security-Policy, and the SHA-256 they rest on.
+@Suite("HTTP hygiene")
+struct HTTPHygieneTests {
+    // MARK: SHA-256
+
+    @Test("SHA-256 of the FIPS 180-4 examples")
+    func fipsVectors() {
+        #expect(lowerHex(SHA256.digest([UInt8]())) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(lowerHex(SHA256.digest(utf8("abc"))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(lowerHex(SHA256.digest(utf8("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")))
+                == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        #expect(lowerHex(SHA256.digest(utf8(String(repeating: "a", count: 1000))))
+                == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3")
+    }
+
+    @Test("SHA-256 agrees with openssl dgst -sha256 at every length around the block boundaries")
+    func agreesWithOpenSSL() throws {
+        let openssl = "/usr/bin/openssl"
+        try #require(FileManager.default.isExecutableFile(atPath: openssl), "openssl is needed for this check")
+        for length in [1, 54, 55, 56, 57, 63, 64, 65, 119, 120, 127, 128, 129, 300] {
+            let message = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("sha256-\(length)-\(getpid()).bin")
+            try Data(message).write(to: file)
+            defer { try? FileManager.default.removeItem(at: file) }
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: openssl)
+            process.arguments = ["dgst", "-sha256", "-binary", file.path]
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            try process.run()
+            let output = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            #expect(Array(output) == SHA256.digest(message), "length \(length)")
+        }
+    }
+
+    // MARK: Common header fields
+
+    @Test("every answer gets nosniff, and no-store unless it names its own Cache-Control")
+    func completing() {
+        let plain = ResponseHeaders.completing(["Content-Type": "application/json"])
+        #expect(plain["X-Content-Type-Options"] == "nosniff")
+        #expect(plain["Cache-Control"] == "no-store")
+        #expect(plain.fields.count == 3)
+
+        let own = ResponseHeaders.completing(["cache-control": "no-cache", "x-content-type-options": "nosniff"])
+        #expect(own.fields.map(\.name) == ["cache-control", "x-content-type-options"])
+        #expect(own["Cache-Control"] == "no-cache")
+    }
+
+    @Test("each route names the cache policy it means", arguments: [
+        ("GET", "/healthz", "no-store"), ("GET", "/metrics", "no-store"), ("GET", "/token", "no-cache"),
+        ("HEAD", "/token", "no-cache"), ("GET", "/", "no-cache"), ("HEAD", "/", "no-cache"),
+        ("GET", "/nope", "no-store"), ("DELETE", "/token", "no-store"), ("OPTIONS", "/token", "no-store"),
+        ("POST", "/register", "no-store"), ("HEAD", "/token/stream", "no-cache, no-transform"),
+    ])
+    func cachePolicy(method: String, target: String, expected: String) throws {
+        let response = try makeResponder().send(method, target, contentType: "text/plain", body: utf8("zz"))
+        // What the engine sends: the responder's fields, completed in the one place.
+        let sent = ResponseHeaders.completing(response.headers)
+        #expect(sent["Cache-Control"] == expected)
+        #expect(sent["X-Content-Type-Options"] == "nosniff")
+        #expect(sent.filter { $0.name.lowercased() == "cache-control" }.count == 1)
+    }
+
+    @Test("the engine's own answers (413, 414, a framing refusal) are completed the same way")
+    func engineAnswers() {
+        for response in [Responder.payloadTooLarge(limit: 10), Responder.uriTooLong(limit: 10)] {
+            let sent = ResponseHeaders.completing(response.headers)
+            #expect(sent["Cache-Control"] == "no-store" && sent["X-Content-Type-Options"] == "nosniff")
+        }
+    }
+
+    // MARK: The live page
+
+    @Test("GET /: Content-Security-Policy, Referrer-Policy, no-cache and an ETag")
+    func pageHeaders() throws {
+        let page = try makeResponder().send("GET", "/")
+        #expect(page.status == 200)
+        #expect(page.headers["Content-Security-Policy"] == LivePage.contentSecurityPolicy)
+        #expect(page.headers["Referrer-Policy"] == "no-referrer")
+        #expect(page.headers["Cache-Control"] == "no-cache")
+        #expect(page.headers["ETag"] == EntityTag.strong(digesting: LivePage.html).fieldValue)
+        #expect(page.body == LivePage.html)
+    }
+
+    @Test("the policy: nothing by default, the page's own inline script and style by hash, the stream from self")
+    func policyDirectives() {
+        let directives = LivePage.contentSecurityPolicy.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+        func sources(_ name: String) -> [String]? {
+            directives.first { $0.hasPrefix(name + " ") }.map { $0.split(separator: " ").dropFirst().map(String.init) }
+        }
+        #expect(sources("default-src") == ["'none'"])
+        #expect(sources("connect-src") == ["'self'"])
+        #expect(sources("frame-ancestors") == ["'none'"])
+        #expect(sources("base-uri") == ["'none'"])
+        #expect(sources("form-action") == ["'none'"])
+        #expect(!LivePage.contentSecurityPolicy.contains("unsafe"))
+
+        // Each hash is the SHA-256 of the element's text, found here by plain string search.
+        let html = String(decoding: LivePage.html, as: UTF8.self)
+        for element in ["script", "style"] {
+            let text = html.components(separatedBy: "<\(element)>").dropFirst()
+                .map { $0.components(separatedBy: "</\(element)>")[0] }
+            #expect(text.count == 1, "one inline \(element) element")
+            let expected = text.map { "'sha256-" + Data(SHA256.digest(Array($0.utf8))).base64EncodedString() + "'" }
+            #expect(sources("\(element)-src") == expected)
+        }
+    }
+
+    @Test("the page uses nothing the policy would block: no inline handlers, style attributes or outside assets")
+    func pageFitsThePolicy() {
+        let html = String(decoding: LivePage.html, as: UTF8.self).lowercased()
+        #expect(!html.contains(" style="))
+        #expect(!html.contains("<script "))
+        #expect(!html.contains("<style "))
+        #expect(!html.contains("<link"))
+        #expect(!html.contains("<img"))
+        #expect(!html.contains("<iframe"))
+        #expect(!html.contains("<form"))
+        #expect(!html.contains("javascript:"))
+        #expect(html.range(of: #"\son[a-z]+\s*="#, options: .regularExpression) == nil)
+    }
+
+    @Test("a hash source for each inline element, in order; none when there is none")
+    func inlineHashSources() {
+        let page = utf8("<style>a</style><script>b</script><script></script>")
+        #expect(LivePage.inlineHashSources(element: "script", in: page) == [
+            "'sha256-" + Data(SHA256.digest(utf8("b"))).base64EncodedString() + "'",
+            "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  // SHA-256 of nothing
+        ])
+        #expect(LivePage.inlineHashSources(element: "style", in: page).count == 1)
+        #expect(LivePage.inlineHashSources(element: "style", in: utf8("<style>never closed")).isEmpty)
+    }
+}
