@@ -120,7 +120,8 @@ public final class Responder: Sendable {
         case .healthz:
             return .response(isStopping ? Self.shuttingDown : service.isDegraded ? Self.degraded : Self.healthy)
         case .metrics:
-            let text = metrics.render(subscribers: hub.count, events: hub.eventCounts)
+            let text = metrics.render(subscribers: hub.count, events: hub.eventCounts, maxSubscribers: hub.maxSubscribers,
+                                      stateSaved: service.savesState ? !service.isDegraded : nil)
             return .response(HTTPResponse(status: 200, headers: ["Content-Type": ServiceMetrics.contentType,
                                                                  "Cache-Control": "no-store"],
                                           body: Array(text.utf8)))

@@ -75,6 +75,9 @@ public final class TokenService: Sendable {
         state.withLock { $0.snapshot.version }
     }
 
+    /// Whether the service saves its changes to a state file.
+    public var savesState: Bool { stateFile != nil }
+
     /// Whether the last attempt to save a change to the state file failed (until one succeeds).
     public var isDegraded: Bool {
         state.withLock { $0.degraded }

@@ -217,8 +217,8 @@ func mhdRequestCompleted(
     guard server.configuration.accessLog else { return }
     let micros = elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000
     let bytes = context.stream?.bytesWritten ?? context.bytes
-    let status = context.status == 0 ? "-" : String(context.status)
-    server.log.log(.info, "\(context.method) \(context.path) \(status) \(bytes) bytes \(micros) us")
+    server.log.access(method: context.method, path: context.path, status: context.status == 0 ? nil : context.status,
+                      bytes: bytes, durationMicros: Int64(micros), remote: peerAddress(of: connection))
 }
 
 /// Queues a complete response (libmicrohttpd copies the body).

@@ -59,7 +59,7 @@ case .run:
 }
 
 
-let log = ServerLog(minimumLevel: options.logLevel)
+let log = ServerLog(minimumLevel: options.logLevel, format: options.logFormat)
 let manager = PushTokenManager(logHandler: log.managerHandler)
 let service: TokenService
 if let path = options.stateFile {
@@ -82,6 +82,7 @@ if let path = options.stateFile {
 }
 let responder = Responder(service: service, maxSubscribers: options.server.maxSubscribers,
                           authentication: options.authentication, crossOrigin: options.crossOrigin, log: log)
+responder.metrics.setBuildVersion(serverVersion)
 for warning in options.startupWarnings {
     log.log(.warning, warning)
 }

@@ -1,0 +1,78 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import ForgePushToken
+
+/// The `json` format of `ServerLog`: one object per line, with the field names and level names of
+/// Go's `log/slog` JSON handler (`time`, `level`, `msg`; `DEBUG`, `INFO`, `WARN`, `ERROR`).
+///
+/// Every string value is encoded by Foundation's `JSONEncoder` (quotes, backslashes, line breaks
+/// and C0 controls escaped as RFC 8259 §7 requires); the fields are then joined in a fixed order
+/// (`time`, `level`, `msg` first), which a keyed container would not keep. DEL and C1 controls,
+/// which JSON allows raw but a terminal may act on, are first written as `\u{…}` text.
+///
+/// Thread-safety: stateless; safe from any thread.
+enum JSONLine {
+    /// The fields of an access-log line.
+    struct Access {
+        var method: String
+        var path: String
+        var status: Int?
+        var bytes: Int
+        var durationMicros: Int64
+        var remote: String?
+    }
+
+    /// slog's name of `level`.
+    static func levelName(_ level: PushTokenManager.LogLevel) -> String {
+        switch level {
+        case .debug: "DEBUG"
+        case .info: "INFO"
+        case .warning: "WARN"
+        case .error: "ERROR"
+        }
+    }
+
+    /// One complete line, ending in a newline.
+    static func line(level: PushTokenManager.LogLevel, message: String, access: Access? = nil,
+                     time: String = ServerLog.timestamp()) -> String {
+        var line = "{\"time\":" + string(time) + ",\"level\":" + string(levelName(level)) + ",\"msg\":" + string(message)
+        if let access {
+            line += ",\"method\":" + string(access.method) + ",\"path\":" + string(access.path)
+            if let status = access.status { line += ",\"status\":\(status)" }
+            line += ",\"bytes\":\(access.bytes),\"duration_us\":\(access.durationMicros)"
+            if let remote = access.remote { line += ",\"remote\":" + string(remote) }
+        }
+        return line + "}\n"
+    }
+
+    /// `text` as a JSON string literal, quotes included.
+    static func string(_ text: String) -> String {
+        var text = text
+        if text.unicodeScalars.contains(where: { (0x7F...0x9F).contains($0.value) }) {
+            var cleaned = String.UnicodeScalarView()
+            for scalar in text.unicodeScalars {
+                if (0x7F...0x9F).contains(scalar.value) {
+                    cleaned.append(contentsOf: ("\\u{" + String(scalar.value, radix: 16) + "}").unicodeScalars)
+                } else {
+                    cleaned.append(scalar)
+                }
+            }
+            text = String(cleaned)
+        }
+        // Encoding a String cannot fail (it is always representable); the fallback keeps the line
+        // valid JSON all the same.
+        guard let data = try? encoder.encode(text) else { return "\"\"" }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// `/` is left as is: paths read better unescaped, and JSON does not require the escape.
+    /// (`JSONEncoder` is `Sendable`; its options are only set here, before any use.)
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return encoder
+    }()
+}
