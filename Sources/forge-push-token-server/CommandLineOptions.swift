@@ -175,6 +175,21 @@ struct CommandLineOptions: Equatable {
         return options
     }
 
+    /// The log format `arguments` and `environment` ask for, found without parsing the rest (for
+    /// the usage error of options that do not parse): the last `--log-format json` or
+    /// `--log-format=json`, else `FORGE_PUSH_TOKEN_LOG_FORMAT`; `.text` otherwise.
+    static func requestedLogFormat(_ arguments: [String], environment: [String: String]) -> ServerLog.Format {
+        var format = environment[variable(for: "log-format")].flatMap(ServerLog.Format.init(rawValue:)) ?? .text
+        for (index, argument) in arguments.enumerated() {
+            if argument.hasPrefix("--log-format=") {
+                format = ServerLog.Format(rawValue: String(argument.dropFirst("--log-format=".count))) ?? format
+            } else if argument == "--log-format", index + 1 < arguments.count {
+                format = ServerLog.Format(rawValue: arguments[index + 1]) ?? format
+            }
+        }
+        return format
+    }
+
     /// The environment variable of `flag`: `FORGE_PUSH_TOKEN_` and the flag in upper case, `-` as `_`.
     static func variable(for flag: String) -> String {
         "FORGE_PUSH_TOKEN_" + String(flag.uppercased().map { $0 == "-" ? "_" : $0 })

@@ -33,8 +33,14 @@ sigaddset(&signals, SIGUSR2)
 pthread_sigmask(SIG_BLOCK, &signals, nil)
 signal(SIGPIPE, SIG_IGN)
 
-func printError(_ text: String) {
-    ServerLog.standardError(text.hasSuffix("\n") ? text : text + "\n")
+/// Writes a fatal error to standard error: as it is in the text format, as one `ERROR` line in the
+/// json format (so that every line of the log parses, even the last one).
+func printError(_ text: String, format: ServerLog.Format = .text) {
+    if format == .json {
+        ServerLog(minimumLevel: .error, format: .json).log(.error, text)
+    } else {
+        ServerLog.standardError(text.hasSuffix("\n") ? text : text + "\n")
+    }
 }
 
 let options: CommandLineOptions
@@ -42,7 +48,13 @@ do {
     options = try CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst()),
                                            environment: ProcessInfo.processInfo.environment)
 } catch {
-    printError("forge-push-token-server: \(error)\n\n\(CommandLineOptions.usage)")
+    // The options did not parse, but a log pipeline still wants JSON when it was asked for.
+    if CommandLineOptions.requestedLogFormat(Array(CommandLine.arguments.dropFirst()),
+                                             environment: ProcessInfo.processInfo.environment) == .json {
+        printError("forge-push-token-server: \(error) (see --help)", format: .json)
+    } else {
+        printError("forge-push-token-server: \(error)\n\n\(CommandLineOptions.usage)")
+    }
     exit(64)
 }
 switch options.action {
@@ -66,14 +78,14 @@ if let path = options.stateFile {
     do {
         service = try TokenService(manager: manager, restoringFrom: StateFile(path: path))
     } catch {
-        printError("forge-push-token-server: \(error)")
+        printError("forge-push-token-server: \(error)", format: options.logFormat)
         exit(1)
     }
     // Found now, not at the first change: a folder that is missing or not writable.
     let folder = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
     guard access(folder.isEmpty ? "/" : folder, W_OK) == 0 else {
         printError("forge-push-token-server: the folder of state file \(path) is missing or not writable: "
-                   + String(cString: strerror(errno)))
+                   + String(cString: strerror(errno)), format: options.logFormat)
         exit(1)
     }
     log.log(.info, "state file \(path): version \(service.version)")
@@ -91,7 +103,7 @@ do {
     server = try MicroHTTPDServer(configuration: options.server, responder: responder, log: log)
     try server.start()
 } catch {
-    printError("forge-push-token-server: \(error)")
+    printError("forge-push-token-server: \(error)", format: options.logFormat)
     exit(1)
 }
 

@@ -95,3 +95,14 @@ import Testing
         }
     }
 }
+
+extension LogFormatOptionsTests {
+    @Test func requestedLogFormatIsFoundEvenWhenOtherOptionsDoNotParse() {
+        #expect(CommandLineOptions.requestedLogFormat(["--port", "x", "--log-format", "json"], environment: [:]) == .json)
+        #expect(CommandLineOptions.requestedLogFormat(["--log-format=json", "--bogus"], environment: [:]) == .json)
+        #expect(CommandLineOptions.requestedLogFormat(["--bogus"], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"]) == .json)
+        #expect(CommandLineOptions.requestedLogFormat(["--log-format", "text"], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"]) == .text)
+        #expect(CommandLineOptions.requestedLogFormat(["--log-format"], environment: [:]) == .text)
+        #expect(CommandLineOptions.requestedLogFormat([], environment: [:]) == .text)
+    }
+}
