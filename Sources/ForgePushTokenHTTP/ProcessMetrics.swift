@@ -13,7 +13,8 @@ import Darwin
 ///
 /// Read from Linux's `/proc` (proc(5)): `/proc/self/stat` for CPU time, memory and the start
 /// time (in clock ticks since boot, made absolute with `btime` of `/proc/stat`), `/proc/self/fd`
-/// for the open descriptors, `getrlimit(RLIMIT_NOFILE)` for their soft limit. Where `/proc` is
+/// for the open descriptors (its size on Linux 6.2 and later, its entries before),
+/// `getrlimit(RLIMIT_NOFILE)` for their soft limit. Where `/proc` is
 /// missing (not Linux) a reading is `nil` and its series is left out.
 ///
 /// Thread-safety: a value type; `read()` is safe from any thread.
@@ -78,8 +79,18 @@ package struct ProcessMetrics: Equatable, Sendable {
         return nil
     }
 
-    /// The entries of `/proc/self/fd` but `.`, `..` and the descriptor of the listing itself.
+    /// The open descriptors. Linux 6.2 and later report their count as the size of
+    /// `/proc/self/fd` (one `stat`, whatever the count); before, `stat` says 0 and the entries are
+    /// counted (but `.`, `..` and the descriptor of the listing itself), which costs about 1 ms of
+    /// kernel time per thousand descriptors: 12 ms with 10,000 subscribers, once per scrape.
     private static func countOpenFileDescriptors() -> Int? {
+        var info = stat()
+        if stat("/proc/self/fd", &info) == 0, info.st_size > 0 { return Int(info.st_size) }
+        return countOpenFileDescriptorsByListing()
+    }
+
+    /// The entries of `/proc/self/fd` but `.`, `..` and the descriptor of the listing itself.
+    package static func countOpenFileDescriptorsByListing() -> Int? {
         guard let directory = opendir("/proc/self/fd") else { return nil }
         defer { closedir(directory) }
         var count = 0

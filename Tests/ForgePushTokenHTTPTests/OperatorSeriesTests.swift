@@ -65,9 +65,12 @@ struct OperatorSeriesTests {
         for _ in 0..<20 where !agreed {
             let before = try Self.listedDescriptors()
             let reading = try #require(ProcessMetrics.read())
+            let listed = ProcessMetrics.countOpenFileDescriptorsByListing()
             let after = try Self.listedDescriptors()
             guard before == after else { continue }
+            // The count read (the size of /proc/self/fd on Linux 6.2+) and the fallback listing.
             #expect(reading.openFileDescriptors == before)
+            #expect(listed == before)
             agreed = true
         }
         #expect(agreed, "no quiet moment to compare the descriptor count in")
