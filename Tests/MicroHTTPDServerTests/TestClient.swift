@@ -13,13 +13,13 @@ final class LiveServer {
     let lines = Locked<[String]>([])
 
     init(authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
-         _ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
+         logFormat: ServerLog.Format = .text, _ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
         var configuration = ServerConfiguration()
         configuration.host = "127.0.0.1"
         configuration.port = 0
         configure(&configuration)
         let lines = self.lines
-        let log = ServerLog(minimumLevel: .debug) { line in lines.withLock { $0.append(line) } }
+        let log = ServerLog(minimumLevel: .debug, format: logFormat) { line in lines.withLock { $0.append(line) } }
         responder = Responder(service: TokenService(manager: PushTokenManager(logHandler: log.managerHandler)),
                               maxSubscribers: configuration.maxSubscribers, authentication: authentication,
                               crossOrigin: crossOrigin)
