@@ -26,6 +26,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 # Reproducible output: element ids from a fixed salt, text as <text> (no glyph paths that
 # depend on the installed font's version), no creation date.
@@ -93,12 +94,25 @@ def load_http(folder):
 
 
 def subtitle(folder):
+    """The run's date and machine, and how many of its runs cpuguard saw disturbed."""
     path = os.path.join(folder, "versions.txt")
     if not os.path.exists(path):
         return ""
     with open(path) as f:
         lines = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
-    return "%s; %s" % (lines.get("date", "?"), lines.get("kernel", "").split("  mem:")[0])
+    note = "%s, %s" % (lines.get("date", "?")[:10], lines.get("kernel", "").split("  mem:")[0].replace("  ", ", "))
+    records = []
+    for name in sorted(glob.glob(os.path.join(folder, "sse-*.json"))):
+        with open(name) as f:
+            records.append(json.load(f))
+    http = os.path.join(folder, "http.jsonl")
+    if os.path.exists(http):
+        with open(http) as f:
+            records += [json.loads(line) for line in f if line.strip()]
+    disturbed = sum(1 for r in records if r.get("disturbed"))
+    if disturbed:
+        note += "; %d of %d runs disturbed by other processes" % (disturbed, len(records))
+    return note
 
 
 def save(figure, out, name):
@@ -123,10 +137,14 @@ def fanout_chart(fanout, note, out):
         axis.set_yscale("log")
         axis.set_xticks(counts)
         axis.set_xticklabels(["{:,}".format(n) for n in counts])
-        axis.minorticks_off()
+        axis.xaxis.set_minor_formatter(NullFormatter())
+        # Plain milliseconds at 1, 2, 5 × 10^k rather than powers of ten alone.
+        axis.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: "{:g}".format(value)))
+        axis.yaxis.set_minor_formatter(NullFormatter())
         axis.grid(True, which="major", alpha=0.3)
     axes[0].legend(loc="upper left", fontsize=8)
-    figure.suptitle("Server-Sent Events fan-out: one publish to every subscriber" + (" (%s)" % note if note else ""),
+    figure.suptitle("Server-Sent Events fan-out: one publish to every subscriber" + ("\n" + note if note else ""),
                     fontsize=10)
     figure.tight_layout()
     save(figure, out, "fanout")
@@ -136,7 +154,7 @@ def http_chart(rates, note, out):
     bars = [(name, rates[key]) for key, name in HTTP_BARS if rates.get(key)]
     bars += [("%s: %s" % key, value) for key, value in sorted(rates.items())
              if value and key not in dict(HTTP_BARS)]
-    figure, axis = plt.subplots(figsize=(8, 0.45 * len(bars) + 1.2))
+    figure, axis = plt.subplots(figsize=(8.5, 0.45 * len(bars) + 1.4))
     names = [b[0] for b in bars][::-1]
     values = [b[1] for b in bars][::-1]
     colors = ["#1f77b4" if name.startswith("ours") else "#bbbbbb" for name in names]
@@ -145,7 +163,7 @@ def http_chart(rates, note, out):
         axis.text(value, y, " {:,.0f}".format(value), va="center", fontsize=8)
     axis.set_xlabel("requests per second (wrk, keep-alive, median of the repeats)")
     axis.set_xlim(0, max(values) * 1.18)
-    axis.set_title("HTTP request rates" + (" (%s)" % note if note else ""), fontsize=10)
+    figure.suptitle("HTTP request rates" + ("\n" + note if note else ""), fontsize=10)
     axis.grid(True, axis="x", alpha=0.3)
     figure.tight_layout()
     save(figure, out, "http")
