@@ -139,6 +139,7 @@ if [ "$log_format" = json ]; then
   files=("$E2E_LOG_DIR"/stderr-*.log)
   lines=0
   bad=0
+  # shellcheck disable=SC2016 # $line is jq's variable, not the shell's
   jq_program='. as $line | try (fromjson
     | if type == "object"
          and (.time | type == "string" and test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?Z$"))

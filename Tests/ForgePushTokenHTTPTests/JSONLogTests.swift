@@ -50,6 +50,7 @@ struct JSONLogTests {
     @Test("quotes, backslashes, line breaks and control characters are escaped: one valid line", arguments: [
         "a\"b", "back\\slash", "two\nlines", "cr\r\nlf", "\u{1B}[31mred\u{1B}[0m", "nul\u{0}byte", "tab\there",
         "del\u{7F}", "c1\u{85}\u{9B}31m", "emoji 🎉 é", "\u{2028}separator", "{\"injected\":1}",
+        "plain ASCII /token/stream?x=1&y=[2] {} ~", "", "trailing backslash \\",
     ])
     func escaping(_ message: String) throws {
         let lines = ServerLogTests.Lines()
@@ -83,6 +84,25 @@ struct JSONLogTests {
         // No status sent, no peer known: the fields are left out rather than invented.
         #expect(parsed[1]["status"] == nil && parsed[1]["remote"] == nil)
         #expect(parsed[1]["bytes"] as? Int == 0)
+    }
+
+    @Test("lines logged from many threads at once are each whole and valid")
+    func concurrentLines() throws {
+        let lines = ServerLogTests.Lines()
+        let log = ServerLog(format: .json, sink: lines.sink)
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            for index in 0..<100 {
+                if index.isMultiple(of: 2) {
+                    log.log(.warning, "thread \(thread) line \(index) \"quoted\"\n")
+                } else {
+                    log.access(method: "GET", path: "/token", status: 200, bytes: index, durationMicros: 1,
+                               remote: "127.0.0.1:\(thread)")
+                }
+            }
+        }
+        let parsed = try Self.objects(lines)
+        #expect(parsed.count == 800)
+        #expect(parsed.filter { $0["method"] != nil }.count == 400)
     }
 
     @Test("the text format's access line is unchanged, without the peer")
