@@ -41,8 +41,8 @@ public struct ServerLog: Sendable {
     public var minimumLevel: PushTokenManager.LogLevel
     private let sink: @Sendable (String) -> Void
 
-    /// Creates a log writing lines at or above `minimumLevel` to `sink` (default: standard
-    /// error). Each line given to `sink` ends with a newline.
+    /// Creates a log writing lines at or above `minimumLevel`, in `format` (default text), to `sink`
+    /// (default: standard error). Each line given to `sink` ends with a newline.
     public init(minimumLevel: PushTokenManager.LogLevel = .info, format: Format = .text,
                 sink: @escaping @Sendable (String) -> Void = ServerLog.standardError) {
         self.minimumLevel = minimumLevel
