@@ -14,6 +14,8 @@
 #   sse      sse_fanout (bench/sse_fanout, a copy of the shared harness's client): N subscribers for
 #            each N in $SSE_NS, $SSE_M publishes $SSE_INTERVAL_MS ms apart, a fresh server per run:
 #            delivery delay p50/p99/max, missed events, connect time, server RSS per subscriber.
+#            A count over what the open-file hard limit allows is measured at the largest whole
+#            thousand that fits (about 18,000 with a hard limit of 20,000), with a note.
 #   idle     $IDLE_N idle subscribers: server CPU over $IDLE_SECONDS s between heartbeats.
 #   start    spawn to the `listening on` log line (bench/startup.py, 5 starts per run).
 # Our server runs with --access-log off and no state file unless stated.
@@ -24,11 +26,16 @@
 # `return 200` (GET /token) and nginx + nchan (1 worker; POST /register publish and
 # /token/stream fan-out, RSS per subscriber).
 #
-# Results (raw JSON and summary.md) go to bench/results/<stamp>/ (ignored by git) or --out DIR.
+# --peers also runs the C fan-out floor (fanout-c: epoll, one write per subscriber, no HTTP
+# parsing) through the same sse_fanout client.
+#
+# Results (raw JSON and summary.md) go to bench/results/<stamp>/ (ignored by git) or --out DIR,
+# with charts (bench/charts.py: fanout.png/.svg, the delay p50/p99 against the subscriber count;
+# http.png/.svg, the request rates) when matplotlib is installed (python3-matplotlib).
 # Bounded: without --peers about 4 minutes, with --peers about 7 (a busy machine adds cpuguard's
 # waits; once the run passes $BUDGET seconds it stops waiting and retrying). Loopback only.
 #
-# Env: REPEATS (3) DURATION (5s) WRK_THREADS (2) WRK_CONNS (64) SSE_NS ("1000 10000") SSE_M (5)
+# Env: REPEATS (3) DURATION (5s) WRK_THREADS (2) WRK_CONNS (64) SSE_NS ("1000 5000 10000 20000") SSE_M (5)
 #      SSE_INTERVAL_MS (1000) IDLE_N (10000) IDLE_SECONDS (8) TRIES (3) MAX_FOREIGN (0.10)
 #      WAIT_QUIET (30) PORT_BASE (18080) BENCH_SCRATCH SHARED_BENCH BUDGET (300 / 840 with --peers)
 #      MHD_THREADS (the C server's threads; default as ours)
@@ -42,14 +49,14 @@ while (($#)); do
     --peers) PEERS=1; shift;;
     --binary) BINARY="$2"; shift 2;;
     --out) OUT="$2"; shift 2;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done
 
 REPEATS="${REPEATS:-3}"; DURATION="${DURATION:-5s}"
 WRK_THREADS="${WRK_THREADS:-2}"; WRK_CONNS="${WRK_CONNS:-64}"
-SSE_NS="${SSE_NS:-1000 10000}"; SSE_M="${SSE_M:-5}"; SSE_INTERVAL_MS="${SSE_INTERVAL_MS:-1000}"
+SSE_NS="${SSE_NS:-1000 5000 10000 20000}"; SSE_M="${SSE_M:-5}"; SSE_INTERVAL_MS="${SSE_INTERVAL_MS:-1000}"
 IDLE_N="${IDLE_N:-10000}"; IDLE_SECONDS="${IDLE_SECONDS:-8}"
 TRIES="${TRIES:-3}"; MAX_FOREIGN="${MAX_FOREIGN:-0.10}"; WAIT_QUIET="${WAIT_QUIET:-30}"
 PORT_BASE="${PORT_BASE:-18080}"
@@ -60,17 +67,26 @@ cores="$(nproc)"; MHD_THREADS="${MHD_THREADS:-$(( cores > 8 ? 8 : cores ))}"
 BENCH_SCRATCH="${BENCH_SCRATCH:-${TMPDIR:-/tmp}/forge-push-token-bench-build}"
 SHARED_BENCH="${SHARED_BENCH:-$repo/../shared/bench}"
 if [[ "$PEERS" == 1 ]]; then BUDGET="${BUDGET:-840}"; else BUDGET="${BUDGET:-300}"; fi
-OUR_PORT=$PORT_BASE; NGINX_PORT=$((PORT_BASE + 1)); MHD_PORT=$((PORT_BASE + 2))
+OUR_PORT=$PORT_BASE; NGINX_PORT=$((PORT_BASE + 1)); MHD_PORT=$((PORT_BASE + 2)); FC_PORT=$((PORT_BASE + 3))
 ours="http://127.0.0.1:$OUR_PORT"; ng="http://127.0.0.1:$NGINX_PORT"; mh="http://127.0.0.1:$MHD_PORT"
+fc="http://127.0.0.1:$FC_PORT"
 
 for tool in wrk gcc python3 curl; do
   command -v "$tool" >/dev/null || { echo "$tool not found (apt-get install -y wrk gcc python3 curl)" >&2; exit 1; }
 done
 hard="$(ulimit -Hn)"
 if [[ "$hard" != unlimited ]]; then
-  for n in $SSE_NS $IDLE_N; do
-    (( n + 64 <= hard )) || { echo "fd hard limit $hard is too low for $n subscribers" >&2; exit 1; }
+  fit=$(( (hard - 1024) / 1000 * 1000 ))
+  counts=()
+  for n in $SSE_NS; do
+    if (( n + 64 > hard )); then
+      echo "fd hard limit $hard is too low for $n subscribers: fan-out measured at $fit instead" >&2
+      n=$fit
+    fi
+    counts+=("$n")
   done
+  SSE_NS="$(printf '%s\n' "${counts[@]}" | sort -nu | tr '\n' ' ' | sed 's/ $//')"
+  (( IDLE_N + 64 <= hard )) || { echo "fd hard limit $hard is too low for $IDLE_N subscribers" >&2; exit 1; }
 fi
 
 out="${OUT:-$here/results/$(date +%Y%m%d-%H%M%S)}"
@@ -82,6 +98,7 @@ cleanup() {
   if [[ -n "${peer_dir:-}" ]]; then
     PORT="$NGINX_PORT" "$peer_dir/peers/nginx-nchan/stop.sh" >/dev/null 2>&1 || true
     "$peer_dir/peers/mhd-c/stop.sh" >/dev/null 2>&1 || true
+    "$peer_dir/peers/fanout-c/stop.sh" >/dev/null 2>&1 || true
   fi
   rm -rf "$work"
 }
@@ -103,7 +120,9 @@ if [[ "$PEERS" == 1 ]]; then
   peer_dir="$work/shared-bench"
   chmod -R u+w "$peer_dir"
   make -s -C "$peer_dir/peers/mhd-c" mhd_token
+  make -s -C "$peer_dir/peers/fanout-c" fanout_c
   NG_PID="$peer_dir/peers/nginx-nchan/run/nginx.pid"; MH_PID="$peer_dir/peers/mhd-c/run/mhd_token.pid"
+  FC_PID="$peer_dir/peers/fanout-c/run/fanout_c.pid"
 fi
 
 {
@@ -194,15 +213,16 @@ sse() {
   if (( SECONDS > BUDGET )); then wait_quiet=1; tries=1; fi
   DISTURBED=1
   for try in $(seq 1 "$tries"); do
-    if [[ "$label" == ours ]]; then start_ours; pid="$OUR_PID"; url="$ours"
-    else ng_start; sleep 0.5; pid="$(cat "$NG_PID")"; url="$ng"; fi
+    if [[ "$label" == ours ]]; then start_ours --max-subscribers "$((n + 16))"; pid="$OUR_PID"; url="$ours"
+    elif [[ "$label" == fanout-c ]]; then fc_start; pid="$(cat "$FC_PID")"; url="$fc"
+    else WORKER_CONNECTIONS="$(( n + 1024 > 16384 ? n + 1024 : 16384 ))" ng_start; sleep 0.5; pid="$(cat "$NG_PID")"; url="$ng"; fi
     rc=0
     rm -f "$dest"
     python3 "$here/cpuguard.py" --label "$label-n$n#$try" --log "$out/guard.jsonl" --pid "$pid" \
       --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$fanout" --url "$url" -n "$n" -m "$SSE_M" \
       --interval-ms "$SSE_INTERVAL_MS" --pid "$pid" --label "$label" --max-seconds 120 --quiet --json "$dest" \
       > "$work/out" || rc=$?
-    if [[ "$label" == ours ]]; then stop_ours; else ng_stop; fi
+    if [[ "$label" == ours ]]; then stop_ours; elif [[ "$label" == fanout-c ]]; then fc_stop; else ng_stop; fi
     if [[ $rc != 75 ]]; then DISTURBED=0; break; fi
     echo "  (other processes were busy during $label N=$n: redone with a fresh server)" >&2
   done
@@ -217,6 +237,8 @@ ng_start() { PORT="$NGINX_PORT" WORKERS=1 "$peer_dir/peers/nginx-nchan/start.sh"
 ng_stop() { PORT="$NGINX_PORT" "$peer_dir/peers/nginx-nchan/stop.sh" >/dev/null; }
 mh_start() { PORT="$MHD_PORT" THREADS="$MHD_THREADS" "$peer_dir/peers/mhd-c/start.sh" >/dev/null; }
 mh_stop() { "$peer_dir/peers/mhd-c/stop.sh" >/dev/null; }
+fc_start() { PORT="$FC_PORT" "$peer_dir/peers/fanout-c/start.sh" >/dev/null; }
+fc_stop() { "$peer_dir/peers/fanout-c/stop.sh" >/dev/null; }
 
 for r in $(seq 1 "$REPEATS"); do
   echo "=== HTTP, repeat $r/$REPEATS"
@@ -248,7 +270,10 @@ for r in $(seq 1 "$REPEATS"); do
   for n in $SSE_NS; do
     echo "=== SSE fan-out N=$n, $SSE_M publishes ${SSE_INTERVAL_MS} ms apart, repeat $r/$REPEATS"
     sse ours "$n" "$out/sse-ours-n$n-r$r.json"
-    if [[ "$PEERS" == 1 ]]; then sse nchan "$n" "$out/sse-nchan-n$n-r$r.json"; fi
+    if [[ "$PEERS" == 1 ]]; then
+      sse nchan "$n" "$out/sse-nchan-n$n-r$r.json"
+      sse fanout-c "$n" "$out/sse-fanout-c-n$n-r$r.json"
+    fi
   done
 done
 
@@ -267,4 +292,14 @@ for r in $(seq 1 "$REPEATS"); do
 done
 
 python3 "$here/summarize.py" "$out" | tee "$out/summary.md"
+# Debian's python3-matplotlib is for /usr/bin/python3, which may not be the python3 on PATH.
+chart_python=""
+for py in python3 /usr/bin/python3; do
+  if "$py" -c "import matplotlib" 2>/dev/null; then chart_python="$py"; break; fi
+done
+if [[ -n "$chart_python" ]]; then
+  "$chart_python" "$here/charts.py" "$out" || echo "charts.py failed" >&2
+else
+  echo "no charts: matplotlib is missing (apt-get install -y python3-matplotlib)" >&2
+fi
 echo "raw results and summary: $out/ (whole run ${SECONDS} s)"

@@ -98,8 +98,15 @@ def seconds(duration):
     return total
 
 services = compose.get("services", {})
-check(len(services) == 1, f"one service expected, found {list(services)}")
-name, service = next(iter(services.items()))
+# The service itself, and the Prometheus that loads docker/prometheus/ (issue 13).
+check({"forge-push-token", "prometheus"} <= set(services),
+      f"services forge-push-token and prometheus expected, found {list(services)}")
+name, service = "forge-push-token", services.get("forge-push-token", {})
+prometheus = services.get("prometheus", {})
+check("./prometheus:/etc/prometheus:ro" in prometheus.get("volumes", []),
+      "prometheus does not mount docker/prometheus/ read-only at /etc/prometheus")
+check("--config.file=/etc/prometheus/prometheus.yml" in prometheus.get("command", []),
+      "prometheus does not load /etc/prometheus/prometheus.yml")
 check(service.get("build", {}).get("dockerfile") == "docker/Dockerfile", "build.dockerfile must be docker/Dockerfile")
 check(service.get("build", {}).get("context") == "..", "build.context must be .. (the repository root)")
 check(service.get("restart") == "unless-stopped", "restart must be unless-stopped")

@@ -17,6 +17,46 @@ import time
 
 HOST = "127.0.0.1"
 LISTENING = "listening on http://"
+# e2e/run.sh runs a pass with E2E_LOG_FORMAT=json: every server then logs JSON lines
+# (--log-format json through FORGE_PUSH_TOKEN_LOG_FORMAT), keeps its standard error in
+# E2E_LOG_DIR, and every secret a test sends (device tokens, bearer tokens) is listed in
+# E2E_LOG_DIR/secrets.txt; run.sh then checks every line with jq and that no secret was logged.
+LOG_FORMAT = os.environ.get("E2E_LOG_FORMAT", "text")
+LOG_DIR = os.environ.get("E2E_LOG_DIR") or None
+_SLOG_LEVELS = {"DEBUG": "debug", "INFO": "info", "WARN": "warning", "ERROR": "error"}
+
+
+def remember_secret(value):
+    """Lists `value` (a device token, a bearer token) among what no log line may hold."""
+    if LOG_DIR and value and len(value) >= 8:
+        with open(os.path.join(LOG_DIR, "secrets.txt"), "a") as f:
+            f.write(value.strip() + "\n")
+
+
+def text_log(raw):
+    """The log `raw` as the text format writes it: a JSON line (--log-format json) becomes
+    `<time> <level> <message>` again, an access line `<method> <path> <status> <n> bytes <n> us`,
+    a fatal error its bare message; other lines stay as they are. Tests read either format."""
+    out = []
+    for line in raw.splitlines(True):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            out.append(line)
+            continue
+        if not isinstance(record, dict) or "msg" not in record:
+            out.append(line)
+            continue
+        message = record["msg"]
+        if "method" in record:
+            message = "%s %s %s %s bytes %s us" % (record["method"], record["path"], record.get("status", "-"),
+                                                  record["bytes"], record["duration_us"])
+        if record.get("level") == "ERROR" and message.startswith("forge-push-token-server: "):
+            out.append(message + "\n")
+        else:
+            out.append("%s %s %s\n" % (record.get("time"), _SLOG_LEVELS.get(record.get("level"), record.get("level")),
+                                        message))
+    return "".join(out)
 
 _started = {}  # pid -> Popen, every server process not yet reaped
 _started_lock = threading.Lock()
@@ -88,14 +128,23 @@ class Server:
     # -- lifecycle --------------------------------------------------------------------------
     def spawn(self):
         """Starts the process without waiting for it to listen."""
-        fd, self.stderr_path = tempfile.mkstemp(prefix="stderr-", suffix=".log", dir=self.workdir)
+        fd, self.stderr_path = tempfile.mkstemp(prefix="stderr-", suffix=".log", dir=LOG_DIR or self.workdir)
         os.close(fd)
         environment = dict(os.environ)
         for key in list(environment):
             if key.startswith("FORGE_PUSH_TOKEN_"):
                 del environment[key]
+        if LOG_FORMAT != "text":
+            environment["FORGE_PUSH_TOKEN_LOG_FORMAT"] = LOG_FORMAT
         if self.env:
             environment.update(self.env)
+            remember_secret(self.env.get("FORGE_PUSH_TOKEN_AUTH_TOKEN"))
+        for flag, value in zip(self.args, self.args[1:]):
+            if flag == "--auth-token":
+                remember_secret(value)
+        for arg in self.args:
+            if arg.startswith("--auth-token="):
+                remember_secret(arg.split("=", 1)[1])
         self.started_at = time.time()
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen([self.binary] + self.args, stdin=subprocess.DEVNULL,
@@ -124,6 +173,10 @@ class Server:
                       % (LISTENING, timeout, self.stderr()[-2000:]))
 
     def stderr(self):
+        """Standard error so far, in the text format whatever --log-format (see `text_log`)."""
+        return text_log(self.raw_stderr())
+
+    def raw_stderr(self):
         try:
             with open(self.stderr_path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
@@ -190,6 +243,12 @@ class Server:
 
 def request(port, method, path, body=None, headers=None, timeout=5):
     """One request on a fresh connection: (status, headers as a lower-case dict, body bytes)."""
+    if LOG_DIR:
+        if method == "POST" and path.startswith("/register") and body:
+            remember_secret(body.decode("utf-8", "replace"))
+        authorization = (headers or {}).get("Authorization", "")
+        if authorization.startswith("Bearer "):
+            remember_secret(authorization[len("Bearer "):])
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})

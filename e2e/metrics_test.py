@@ -13,7 +13,9 @@ then parses /metrics with prometheus_client's text parser and checks:
     paths folded into one route label (no raw path as a label value);
   * the duration histogram: `le` increasing, buckets non-decreasing, +Inf bucket == _count,
     _count per route == the requests counted for that route, _sum >= 0;
-  * forge_push_token_start_time_seconds within the time the process was started.
+  * the standard process series (process_*, the names of the Prometheus client libraries), with
+    process_start_time_seconds within the time the process was started (it replaced
+    forge_push_token_start_time_seconds), the build info, the subscriber limit.
 
     python3 e2e/metrics_test.py --server PATH
 """
@@ -39,7 +41,14 @@ FAMILIES = {
     "forge_push_token_events_skipped": "counter",
     "forge_push_token_http_requests": "counter",
     "forge_push_token_http_request_duration_seconds": "histogram",
-    "forge_push_token_start_time_seconds": "gauge",
+    "forge_push_token_subscribers_limit": "gauge",
+    "forge_push_token_build_info": "gauge",
+    "process_cpu_seconds": "counter",
+    "process_resident_memory_bytes": "gauge",
+    "process_virtual_memory_bytes": "gauge",
+    "process_start_time_seconds": "gauge",
+    "process_open_fds": "gauge",
+    "process_max_fds": "gauge",
 }
 
 
@@ -183,9 +192,22 @@ def exercise_and_check(server, before, after):
                    " (one subscriber received %d events, the first, current one included)" % len(received))
     expect_counter(families, PREFIX + "events_skipped", 0, " (the subscriber read every event)")
 
-    start = single_value(families, PREFIX + "start_time_seconds", PREFIX + "start_time_seconds")
+    check(PREFIX + "start_time_seconds" not in families, "forge_push_token_start_time_seconds is still exported")
+    start = single_value(families, "process_start_time_seconds", "process_start_time_seconds")
+    # /proc counts the start in clock ticks since boot (1/100 s), and btime is whole seconds.
     check(before - 2 <= start <= after + 2,
-          "start_time_seconds %r is not within the start of the process [%r, %r]" % (start, before, after))
+          "process_start_time_seconds %r is not within the start of the process [%r, %r]" % (start, before, after))
+    check(single_value(families, PREFIX + "subscribers_limit", PREFIX + "subscribers_limit") == 10000,
+          "forge_push_token_subscribers_limit is not the default --max-subscribers 10000")
+    info = samples(families, PREFIX + "build_info")
+    check(len(info) == 1 and info[0].value == 1 and set(info[0].labels) == {"version"} and info[0].labels["version"],
+          "forge_push_token_build_info is not one sample {version=...} 1: %r" % (info,))
+    fds = single_value(families, "process_open_fds", "process_open_fds")
+    check(5 <= fds <= single_value(families, "process_max_fds", "process_max_fds"),
+          "process_open_fds %r is not between 5 (stdio, the listening socket, epoll, a subscriber) and process_max_fds" % fds)
+    check(single_value(families, "process_resident_memory_bytes", "process_resident_memory_bytes") > 1e6,
+          "process_resident_memory_bytes is under 1 MB")
+    check(single_value(families, "process_cpu_seconds", "process_cpu_seconds_total") >= 0, "negative CPU time")
 
     requests = requests_by_labels(families)
     log("  http_requests_total: %s" % ", ".join("%s %s %s=%g" % (k + (v,)) for k, v in sorted(requests.items())))

@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# End-to-end tests of forge-push-token-server (issue 7: /metrics, --state-file, the live page).
+# End-to-end tests of forge-push-token-server (issue 7: /metrics, --state-file, the live page;
+# issue 13: a real Prometheus scraping the service, JSON logs).
 #
-#   e2e/run.sh --server PATH [metrics|state_file|browser|hardening ...]
+#   e2e/run.sh --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|prometheus ...]
+#
+# Every server of the pass runs with --log-format json by default (FORGE_PUSH_TOKEN_LOG_FORMAT;
+# the tests read its lines back as text); afterwards every line every server wrote is checked with
+# jq (one slog-style JSON object: time, level, msg; access lines with their fields), for raw
+# control characters, and for any device or bearer token a test sent. --log-format text runs the
+# pass with text logs and skips that check.
 #
 # Installs what it needs, once: a venv at ${XDG_CACHE_HOME:-$HOME/.cache}/forge-push-token/e2e-venv
 # with e2e/requirements.txt (reused while that file is unchanged), and Debian's chromium and
@@ -11,22 +18,25 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { echo "usage: $0 --server PATH [metrics|state_file|browser|hardening ...]" >&2; }
+usage() { echo "usage: $0 --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|prometheus ...]" >&2; }
 server=""
+log_format=json
 selected=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) [ $# -ge 2 ] || { usage; exit 64; }; server="$2"; shift 2 ;;
     --server=*) server="${1#--server=}"; shift ;;
+    --log-format) [ $# -ge 2 ] || { usage; exit 64; }; log_format="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    metrics|state_file|browser|hardening) selected+=("$1"); shift ;;
+    metrics|state_file|browser|hardening|prometheus) selected+=("$1"); shift ;;
     *) echo "unknown argument: $1" >&2; usage; exit 64 ;;
   esac
 done
 [ -n "$server" ] || { usage; exit 64; }
 [ -x "$server" ] && [ -f "$server" ] || { echo "not an executable file: $server" >&2; exit 64; }
 server="$(cd "$(dirname "$server")" && pwd)/$(basename "$server")"
-[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening)
+[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening prometheus)
+case "$log_format" in json|text) ;; *) echo "--log-format must be json or text" >&2; exit 64 ;; esac
 
 say() { printf '==> %s\n' "$*"; }
 export DEBIAN_FRONTEND=noninteractive
@@ -67,6 +77,15 @@ if [[ " ${selected[*]} " == *" hardening "* ]]; then
   fi
 fi
 
+# Debian's prometheus (a real one scrapes the service); jq checks the JSON log lines.
+missing=()
+if [[ " ${selected[*]} " == *" prometheus "* ]]; then command -v prometheus >/dev/null || missing+=(prometheus); fi
+if [ "$log_format" = json ]; then command -v jq >/dev/null || missing+=(jq); fi
+if ((${#missing[@]})); then
+  say "installing ${missing[*]} (apt)"
+  apt_install "${missing[@]}" || { echo "could not install ${missing[*]}" >&2; exit 1; }
+fi
+
 # -- venv --------------------------------------------------------------------------------------
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/forge-push-token/e2e-venv"
 stamp="$venv/.e2e-requirements"
@@ -91,7 +110,11 @@ fi
 export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$here/artifacts}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 mkdir -p "$E2E_ARTIFACTS"
-declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90)
+declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90 [prometheus]=60)
+export E2E_LOG_FORMAT="$log_format"
+E2E_LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/e2e-logs.XXXXXX")"
+export E2E_LOG_DIR
+say "server logs: --log-format $log_format, kept in $E2E_LOG_DIR"
 passed=0
 failed=0
 failures=()
@@ -110,6 +133,49 @@ for name in "${selected[@]}"; do
     say "$name FAILED (exit $code) in $((SECONDS - t0)) s"
   fi
 done
+# -- every log line of the pass: one slog-style JSON object, no raw control character, no secret --
+if [ "$log_format" = json ]; then
+  say "checking every server log line with jq"
+  files=("$E2E_LOG_DIR"/stderr-*.log)
+  lines=0
+  bad=0
+  # shellcheck disable=SC2016 # $line is jq's variable, not the shell's
+  jq_program='. as $line | try (fromjson
+    | if type == "object"
+         and (.time | type == "string" and test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?Z$"))
+         and (.level | IN("DEBUG", "INFO", "WARN", "ERROR"))
+         and (.msg | type == "string")
+         and ((has("method") | not) or ((.method | type == "string") and (.path | type == "string")
+              and (.bytes | type == "number") and (.duration_us | type == "number")
+              and ((.status // 0) | type == "number") and ((.remote // "") | type == "string")))
+      then empty else "not a slog record: \($line)" end)
+    catch "not JSON: \($line)"'
+  for file in "${files[@]}"; do
+    [ -f "$file" ] || continue
+    lines=$((lines + $(wc -l < "$file")))
+    if [ -s "$file" ] && [ "$(tail -c 1 "$file" | od -An -c | tr -d ' ')" != '\n' ]; then
+      echo "$file: the last line has no newline" >&2; bad=$((bad + 1))
+    fi
+    out="$(jq -rR "$jq_program" "$file" 2>&1)" || { echo "jq failed on $file: $out" >&2; bad=$((bad + 1)); }
+    if [ -n "$out" ]; then echo "$file:" >&2; printf '%s\n' "$out" | head -5 >&2; bad=$((bad + 1)); fi
+    if LC_ALL=C grep -naP '[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$file" | head -3 >&2; then
+      echo "$file: a raw control character" >&2; bad=$((bad + 1))
+    fi
+    if [ -s "$E2E_LOG_DIR/secrets.txt" ] && grep -n -i -F -f "$E2E_LOG_DIR/secrets.txt" "$file" | head -3 >&2; then
+      echo "$file: a device token or bearer token a test sent is in the log" >&2; bad=$((bad + 1))
+    fi
+  done
+  secrets=$(sort -u "$E2E_LOG_DIR/secrets.txt" 2>/dev/null | wc -l)
+  if [ ! -f "${files[0]}" ] || [ "$lines" -lt 2 ]; then
+    echo "only ${#files[@]} server logs with $lines lines: the JSON pass did not run" >&2; bad=$((bad + 1))
+  fi
+  if [ "$bad" = 0 ]; then
+    passed=$((passed + 1)); say "json logs passed: $lines lines of ${#files[@]} servers parse with jq; none holds one of $secrets secrets"
+    rm -rf "$E2E_LOG_DIR"
+  else
+    failed=$((failed + 1)); failures+=(json_logs); say "json logs FAILED ($bad problems); logs kept in $E2E_LOG_DIR"
+  fi
+fi
 say "tests took $((SECONDS - started)) s; artifacts in $E2E_ARTIFACTS"
 [ $failed = 0 ] || echo "failed: ${failures[*]}"
 echo "$passed passed, $failed failed"

@@ -8,10 +8,13 @@
 #      openapi.yaml, and by the churn script (fds and RSS back to their baseline);
 #   4. the libFuzzer target over request decoding and routing, for about 60 s (fuzz/run.sh);
 #   5. end-to-end tests of the release binary: /metrics parsed by prometheus_client, the state
-#      file across restarts and SIGKILLs, the live page in headless Chromium, and the hardening
-#      flags (auth, TLS, CORS, limits, a slowloris) (e2e/run.sh), and REDbot's HTTP lint of every
-#      route (e2e/redbot_check.sh);
-#   6. the container checks: hadolint, the runtime-library check, and the debootstrap rootfs run.
+#      file across restarts and SIGKILLs, the live page in headless Chromium, the hardening
+#      flags (auth, TLS, CORS, limits, a slowloris), a real Prometheus scraping the service, and
+#      every server's --log-format json lines checked with jq (e2e/run.sh), and REDbot's HTTP lint
+#      of every route (e2e/redbot_check.sh);
+#   6. the operator checks (scripts/ops-checks.sh): promtool on the alert rules and a live scrape,
+#      systemd-analyze on the unit, the benchmark charts, the CPU cost of a scrape;
+#   7. the container checks: hadolint, the runtime-library check, and the debootstrap rootfs run.
 # Each configuration is built once and reused. Set SKIP_TSAN=1, SKIP_ASAN=1, SKIP_FUZZ=1 or
 # SKIP_DOCKER=1 to leave a step out locally; CI runs everything.
 set -euo pipefail
@@ -70,6 +73,11 @@ bash e2e/run.sh --server "$server"
 # BAD note. Installs REDbot into its own venv once (e2e/redbot_check.sh).
 step "REDbot: no WARN or BAD note on any route"
 bash e2e/redbot_check.sh --server "$server"
+
+# Issue 13: the operators' tools on what ships beside the service (scripts/ops-checks.sh): promtool
+# on docker/prometheus/ and a live scrape, systemd-analyze on the unit, the benchmark charts.
+step "operator checks: promtool (rules, alert tests, config, a live scrape), systemd-analyze, charts, scrape cost"
+bash scripts/ops-checks.sh --server "$server"
 
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   step "container checks"

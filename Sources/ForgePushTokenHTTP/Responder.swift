@@ -55,15 +55,20 @@ public final class Responder: Sendable {
         public var microseconds: Int?
         /// Whether it was an event stream (its duration is not a latency).
         public var wasStream: Bool
+        /// The peer's address (`host:port`, IPv6 in brackets; behind a proxy, the proxy's), when
+        /// the engine was asked for it (`logsPeerAddresses`).
+        public var remote: String?
 
         /// A finished request.
-        public init(method: String, path: String, status: Int, bytes: Int, microseconds: Int?, wasStream: Bool) {
+        public init(method: String, path: String, status: Int, bytes: Int, microseconds: Int?, wasStream: Bool,
+                    remote: String? = nil) {
             self.method = method
             self.path = path
             self.status = status
             self.bytes = bytes
             self.microseconds = microseconds
             self.wasStream = wasStream
+            self.remote = remote
         }
     }
 
@@ -170,7 +175,9 @@ public final class Responder: Sendable {
         case .healthz:
             return .response(refuse(health(), origin: origin))
         case .metrics:
-            let text = metrics.render(subscribers: owner.subscriberCount, events: owner.deliveries)
+            let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: StoreHealth.stateNotSaved) : nil
+            let text = metrics.render(subscribers: owner.subscriberCount, events: owner.deliveries,
+                                      maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved)
             return .response(refuse(HTTPResponse(status: 200, headers: ["Content-Type": ServiceMetrics.contentType,
                                                                         "Cache-Control": "no-store"],
                                                  body: Array(text.utf8)), origin: origin))
@@ -310,14 +317,17 @@ public final class Responder: Sendable {
 
     // MARK: Records
 
-    /// Counts `finished` in the metrics and, with `accessLog`, logs it:
-    /// `METHOD PATH STATUS N bytes N us` (status `-` when none was sent).
+    /// Whether `recordFinished(_:)` logs the peer's address (the JSON access log's `remote`), so
+    /// that the engine looks it up only then.
+    public var logsPeerAddresses: Bool { accessLog && log?.format == .json }
+
+    /// Counts `finished` in the metrics and, with `accessLog`, logs it (`ServerLog.access`).
     public func recordFinished(_ finished: FinishedRequest) {
         metrics.recordRequest(path: finished.path, method: finished.method, status: finished.status,
                               seconds: finished.wasStream ? nil : finished.microseconds.map { Double($0) / 1e6 })
         guard accessLog, let log else { return }
-        let status = finished.status == 0 ? "-" : String(finished.status)
-        log.log(.info, "\(finished.method) \(finished.path) \(status) \(finished.bytes) bytes \(finished.microseconds ?? 0) us")
+        log.access(method: finished.method, path: finished.path, status: finished.status == 0 ? nil : finished.status,
+                   bytes: finished.bytes, durationMicros: Int64(finished.microseconds ?? 0), remote: finished.remote)
     }
 
     /// Counts a connection refused on accept because of `limit`.

@@ -12,12 +12,27 @@ import Darwin
 #endif
 import ForgePushToken
 
-/// The service's log: one line per message, `<ISO 8601 UTC timestamp> <level> <message>`, at or
-/// above a minimum level, written to standard error by default.
+/// The service's log: one line per message, at or above a minimum level, written to standard error
+/// by default. In the `text` format a line is `<ISO 8601 UTC timestamp> <level> <message>`; in the
+/// `json` format it is one JSON object with the field names of Go's `log/slog` JSON handler
+/// (`time`, `level`, `msg`), which log pipelines already map (see `Format`).
 ///
 /// Thread-safety: `Sendable`; lines from different threads never interleave (each is one
 /// `write(2)` of the whole line by the default sink).
 public struct ServerLog: Sendable {
+    /// How each line is written (`--log-format`).
+    public enum Format: String, Sendable, CaseIterable {
+        /// `2026-11-29T23:04:05.678Z info message`: for people reading a terminal.
+        case text
+        /// `{"time":"2026-11-29T23:04:05.678Z","level":"INFO","msg":"message"}`: one JSON object
+        /// per line (RFC 8259, encoded by Foundation's `JSONEncoder`), `time` in RFC 3339 UTC,
+        /// `level` one of `DEBUG`, `INFO`, `WARN`, `ERROR`; access lines add `method`, `path`,
+        /// `status`, `bytes`, `duration_us` and `remote`.
+        case json
+    }
+
+    /// How lines are written.
+    public var format: Format = .text
     private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
         scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
     }
@@ -26,11 +41,12 @@ public struct ServerLog: Sendable {
     public var minimumLevel: PushTokenManager.LogLevel
     private let sink: @Sendable (String) -> Void
 
-    /// Creates a log writing lines at or above `minimumLevel` to `sink` (default: standard
-    /// error). Each line given to `sink` ends with a newline.
-    public init(minimumLevel: PushTokenManager.LogLevel = .info,
+    /// Creates a log writing lines at or above `minimumLevel`, in `format` (default text), to `sink`
+    /// (default: standard error). Each line given to `sink` ends with a newline.
+    public init(minimumLevel: PushTokenManager.LogLevel = .info, format: Format = .text,
                 sink: @escaping @Sendable (String) -> Void = ServerLog.standardError) {
         self.minimumLevel = minimumLevel
+        self.format = format
         self.sink = sink
     }
 
@@ -38,8 +54,15 @@ public struct ServerLog: Sendable {
     /// are replaced by spaces so that one message is one line, and every other control character
     /// (C0, DEL, C1: text a client sent, such as a `POST /fail` message, must not drive the
     /// operator's terminal) by `\u{…}` escapes.
+    ///
+    /// In the `json` format the message is the `msg` field instead: the JSON encoder escapes line
+    /// breaks and C0 controls, and DEL and C1 controls become `\u{…}` text as above.
     public func log(_ level: PushTokenManager.LogLevel, _ message: @autoclosure () -> String) {
         guard level >= minimumLevel else { return }
+        if format == .json {
+            sink(JSONLine.line(level: level, message: message()))
+            return
+        }
         var text = message()
         if text.unicodeScalars.contains(where: Self.isControl) {
             var cleaned = ""
@@ -59,6 +82,31 @@ public struct ServerLog: Sendable {
             text = cleaned
         }
         sink("\(Self.timestamp()) \(level.rawValue) \(text)\n")
+    }
+
+    /// Writes the access-log line of one completed request, at level info.
+    /// - Parameters:
+    ///   - method, path: the request's method and path (never its query, which may carry
+    ///     `access_token`).
+    ///   - status: the status sent, or `nil` when none was (the connection ended first).
+    ///   - bytes: body bytes sent (for an event stream, every byte written to it).
+    ///   - durationMicros: from the request's arrival to its completion, in microseconds.
+    ///   - remote: the peer's address and port (`127.0.0.1:5000`, `[::1]:5000`); behind a proxy,
+    ///     the proxy's. `nil` when unknown.
+    ///
+    /// Text: `GET /token 200 57 bytes 41 us` (no peer, as before). JSON: `msg` is
+    /// `"<method> <path>"`, and the other values are fields of their own.
+    public func access(method: String, path: String, status: Int?, bytes: Int, durationMicros: Int64,
+                       remote: @autoclosure () -> String?) {
+        guard minimumLevel <= .info else { return }
+        switch format {
+        case .text:
+            log(.info, "\(method) \(path) \(status.map(String.init) ?? "-") \(bytes) bytes \(durationMicros) us")
+        case .json:
+            sink(JSONLine.line(level: .info, message: "\(method) \(path)",
+                               access: .init(method: method, path: path, status: status, bytes: bytes,
+                                             durationMicros: durationMicros, remote: remote())))
+        }
     }
 
     /// The current UTC time as ISO 8601 with milliseconds, `2026-11-29T23:04:05.678Z`, formatted by

@@ -79,12 +79,20 @@ public final class ServiceMetrics: Sendable {
     }
 
     private let state = Locked(State())
-    /// When the service started, in seconds since the Unix epoch.
+    private let buildVersion = Locked<String?>(nil)
+    /// When the service started, in seconds since the Unix epoch (`process_start_time_seconds`
+    /// where `/proc` cannot be read).
     public let startTime: Double
 
     /// Creates metrics, all zero, with the start time now.
     public init() {
         startTime = Date.now.timeIntervalSince1970
+    }
+
+    /// Sets the version that `forge_push_token_build_info{version="…"} 1` reports (not exported
+    /// until set).
+    public func setBuildVersion(_ version: String) {
+        buildVersion.withLock { $0 = version }
     }
 
     /// Adds one to `counter`.
@@ -133,7 +141,14 @@ public final class ServiceMetrics: Sendable {
     /// - Parameters:
     ///   - subscribers: event-stream subscribers connected now.
     ///   - events: events sent to subscribers and skipped by conflation, since start.
-    public func render(subscribers: Int, events: DeliveryCounts) -> String {
+    ///   - maxSubscribers: the configured subscriber limit (`--max-subscribers`), exported as
+    ///     `forge_push_token_subscribers_limit`; `nil` leaves the series out.
+    ///   - stateSaved: whether every change is in the state file (`forge_push_token_state_saved`
+    ///     1, or 0 after a failed write); `nil` (no `--state-file`) leaves the series out.
+    ///
+    /// The process metrics (`process_*`) and the build information follow the service's own.
+    public func render(subscribers: Int, events: DeliveryCounts, maxSubscribers: Int? = nil,
+                       stateSaved: Bool? = nil) -> String {
         let state = state.withLock { $0 }
         var text = ""
         func family(_ name: String, _ type: String, _ help: String) {
@@ -170,9 +185,51 @@ public final class ServiceMetrics: Sendable {
             text += "\(name)_sum{route=\"\(route)\"} \(histogram.sum)\n"
             text += "\(name)_count{route=\"\(route)\"} \(histogram.count)\n"
         }
-        family("forge_push_token_start_time_seconds", "gauge", "When the service started, in seconds since the Unix epoch.")
-        text += "forge_push_token_start_time_seconds \(startTime)\n"
+        text += operatorSeries(maxSubscribers: maxSubscribers, stateSaved: stateSaved)
         return text
+    }
+
+    /// The series operators' alerts read (docker/prometheus/rules.yml): the subscriber limit, the
+    /// state file's health, the build, and the standard process metrics.
+    private func operatorSeries(maxSubscribers: Int?, stateSaved: Bool?) -> String {
+        var text = ""
+        func gauge(_ name: String, _ help: String, _ value: String) {
+            text += "# HELP \(name) \(help)\n# TYPE \(name) gauge\n\(name) \(value)\n"
+        }
+        if let maxSubscribers {
+            gauge("forge_push_token_subscribers_limit", "Most event-stream subscribers admitted at once (--max-subscribers).",
+                  "\(maxSubscribers)")
+        }
+        if let stateSaved {
+            gauge("forge_push_token_state_saved",
+                  "1 when every token change is saved in the state file, 0 after a write failed (until one succeeds).",
+                  stateSaved ? "1" : "0")
+        }
+        if let version = buildVersion.withLock({ $0 }) {
+            let name = "forge_push_token_build_info"
+            text += "# HELP \(name) Always 1; the version label names the running build.\n# TYPE \(name) gauge\n"
+            text += "\(name){version=\"\(Self.escapeLabel(version))\"} 1\n"
+        }
+        if let process = ProcessMetrics.read() {
+            text += process.exposition
+        } else {
+            gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "\(startTime)")
+        }
+        return text
+    }
+
+    /// A label value escaped as the exposition format asks: backslash, double quote, line feed.
+    static func escapeLabel(_ value: String) -> String {
+        var escaped = ""
+        for character in value {
+            switch character {
+            case "\\": escaped += "\\\\"
+            case "\"": escaped += "\\\""
+            case "\n": escaped += "\\n"
+            default: escaped.append(character)
+            }
+        }
+        return escaped
     }
 
     /// The `Content-Type` of `render`'s text.

@@ -33,6 +33,9 @@ public final class StateFileStore: TokenStore {
     /// `.ownerSerialized`: the decision is a comparison with the owner's state.
     public var ordering: CommitOrdering { .ownerSerialized }
 
+    /// `true`: every change is written to the file, and a write can fail.
+    public var savesState: Bool { true }
+
     /// Decides against `base`, writes the new state (or `base` again while unsaved) and completes
     /// at once: `.applied`/`.unchanged` when the file holds the result, `.notSaved` when not.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {

@@ -35,6 +35,15 @@ public protocol TokenStore: AnyObject, Sendable {
     /// Stops background work (threads, connections). Called once, at the end of shutdown; the
     /// state the store keeps is left as it is.
     func stop()
+
+    /// Whether the store writes a durable copy of its own that can fail to be saved (the state
+    /// file): `/metrics` then exports whether the state is saved. `false` unless a store says so.
+    var savesState: Bool { get }
+}
+
+extension TokenStore {
+    /// `false`: a store keeps no copy that can fail to be saved unless it says so.
+    public var savesState: Bool { false }
 }
 
 /// How a store's commits are ordered.

@@ -37,7 +37,7 @@ func mhdRequestCompleted(
     guard let cls, let contextSlot, let raw = contextSlot.pointee else { return }
     contextSlot.pointee = nil
     let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
-    finishRequest(server: server, slot: raw)
+    finishRequest(server: server, slot: raw, connection: connection)
 }
 
 /// `MHD_AcceptPolicyCallback`: admits a new connection or has libmicrohttpd close it at once,

@@ -226,7 +226,7 @@ private func answer(_ pending: PendingResponse, on connection: OpaquePointer, co
 
 /// The request-completed callback (`mhdRequestCompleted`): counts the request out, records it
 /// (metrics, access log) and releases its context. `slot` is what `*con_cls` held.
-func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer) {
+func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer, connection: OpaquePointer?) {
     // A target marker still in the slot: libmicrohttpd ended the request (431, a bad
     // Content-Length, a reset, a timeout, shutdown) before the access handler ever ran, so there
     // is no context and nothing was counted in.
@@ -245,7 +245,8 @@ func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer) {
     let micros = Int(elapsed.components.seconds) * 1_000_000 + Int(elapsed.components.attoseconds / 1_000_000_000_000)
     server.responder.recordFinished(.init(method: context.method, path: context.path, status: context.status,
                                           bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
-                                          wasStream: context.stream != nil))
+                                          wasStream: context.stream != nil,
+                                          remote: server.responder.logsPeerAddresses ? peerAddress(of: connection) : nil))
 }
 
 /// Queues a complete response (libmicrohttpd copies the body).

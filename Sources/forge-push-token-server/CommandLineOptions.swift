@@ -13,6 +13,8 @@ import MicroHTTPDServer
 struct CommandLineOptions: Equatable {
     var server = ServerConfiguration()
     var logLevel: PushTokenManager.LogLevel = .info
+    /// `--log-format text|json`.
+    var logFormat: ServerLog.Format = .text
     /// `--state-file PATH`: where the token and its version survive restarts; `nil` for none.
     var stateFile: String?
     /// `--auth-token` or the content of `--auth-token-file`: the bearer token writers (or, with
@@ -35,6 +37,7 @@ struct CommandLineOptions: Equatable {
         usage: forge-push-token-server [--host ADDR] [--port N] [--heartbeat SECONDS]
                                        [--max-body-bytes N] [--max-subscribers N]
                                        [--log-level debug|info|warning|error] [--access-log on|off]
+                                       [--log-format text|json]
                                        [--state-file PATH]
                                        [--auth-token TOKEN | --auth-token-file PATH] [--auth-scope writes|all]
                                        [--tls-cert PATH --tls-key PATH] [--cors-origin ORIGIN ...]
@@ -49,6 +52,8 @@ struct CommandLineOptions: Equatable {
           --max-subscribers N     most event-stream subscribers at once (default 10000)
           --log-level LEVEL       debug, info, warning or error (default info)
           --access-log on|off     one log line per request (default on)
+          --log-format text|json  text lines, or one JSON object per line with the field names
+                                  of Go's log/slog: time, level, msg (default text)
           --state-file PATH       keep the token and its version in PATH across restarts (written
                                   durably before each change is answered; default: none)
           --auth-token TOKEN      require 'Authorization: Bearer TOKEN' (RFC 6750) on POST /register
@@ -84,7 +89,7 @@ struct CommandLineOptions: Equatable {
         """
 
     /// The flags that take a value, in the order of the usage text.
-    static let valueFlags = ["host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log",
+    static let valueFlags = ["host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log", "log-format",
                              "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
                              "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
                              "max-url-bytes", "idle-timeout"]
@@ -169,6 +174,21 @@ struct CommandLineOptions: Equatable {
             throw error
         }
         return options
+    }
+
+    /// The log format `arguments` and `environment` ask for, found without parsing the rest (for
+    /// the usage error of options that do not parse): the last `--log-format json` or
+    /// `--log-format=json`, else `FORGE_PUSH_TOKEN_LOG_FORMAT`; `.text` otherwise.
+    static func requestedLogFormat(_ arguments: [String], environment: [String: String]) -> ServerLog.Format {
+        var format = environment[variable(for: "log-format")].flatMap(ServerLog.Format.init(rawValue:)) ?? .text
+        for (index, argument) in arguments.enumerated() {
+            if argument.hasPrefix("--log-format=") {
+                format = ServerLog.Format(rawValue: String(argument.dropFirst("--log-format=".count))) ?? format
+            } else if argument == "--log-format", index + 1 < arguments.count {
+                format = ServerLog.Format(rawValue: arguments[index + 1]) ?? format
+            }
+        }
+        return format
     }
 
     /// The environment variable of `flag`: `FORGE_PUSH_TOKEN_` and the flag in upper case, `-` as `_`.
@@ -318,6 +338,12 @@ struct CommandLineOptions: Equatable {
                 throw UsageError(description: "--log-level must be debug, info, warning or error, not \(level)")
             }
             logLevel = parsed
+        }
+        if let format = values["log-format"] {
+            guard let parsed = ServerLog.Format(rawValue: format) else {
+                throw UsageError(description: "--log-format must be text or json, not \(format)")
+            }
+            logFormat = parsed
         }
         if let path = values["state-file"] {
             guard !path.isEmpty else { throw UsageError(description: "--state-file needs a path") }

@@ -34,8 +34,14 @@ sigaddset(&signals, SIGUSR2)
 pthread_sigmask(SIG_BLOCK, &signals, nil)
 signal(SIGPIPE, SIG_IGN)
 
-func printError(_ text: String) {
-    ServerLog.standardError(text.hasSuffix("\n") ? text : text + "\n")
+/// Writes a fatal error to standard error: as it is in the text format, as one `ERROR` line in the
+/// json format (so that every line of the log parses, even the last one).
+func printError(_ text: String, format: ServerLog.Format = .text) {
+    if format == .json {
+        ServerLog(minimumLevel: .error, format: .json).log(.error, text)
+    } else {
+        ServerLog.standardError(text.hasSuffix("\n") ? text : text + "\n")
+    }
 }
 
 let options: CommandLineOptions
@@ -43,7 +49,13 @@ do {
     options = try CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst()),
                                            environment: ProcessInfo.processInfo.environment)
 } catch {
-    printError("forge-push-token-server: \(error)\n\n\(CommandLineOptions.usage)")
+    // The options did not parse, but a log pipeline still wants JSON when it was asked for.
+    if CommandLineOptions.requestedLogFormat(Array(CommandLine.arguments.dropFirst()),
+                                             environment: ProcessInfo.processInfo.environment) == .json {
+        printError("forge-push-token-server: \(error) (see --help)", format: .json)
+    } else {
+        printError("forge-push-token-server: \(error)\n\n\(CommandLineOptions.usage)")
+    }
     exit(64)
 }
 switch options.action {
@@ -60,7 +72,7 @@ case .run:
 }
 
 
-let log = ServerLog(minimumLevel: options.logLevel)
+let log = ServerLog(minimumLevel: options.logLevel, format: options.logFormat)
 // The store keeps the versioned token; the owner serves it (docs/architecture.md).
 let store: any TokenStore
 let initial: TokenState
@@ -69,13 +81,13 @@ if let path = options.stateFile {
     do {
         initial = try fileStore.load()
     } catch {
-        printError("forge-push-token-server: \(error)")
+        printError("forge-push-token-server: \(error)", format: options.logFormat)
         exit(1)
     }
     // Found now, not at the first change: a folder that is missing or not writable.
     guard access(fileStore.file.folder, W_OK) == 0 else {
         printError("forge-push-token-server: the folder of state file \(path) is missing or not writable: "
-                   + systemErrorText(errno))
+                   + systemErrorText(errno), format: options.logFormat)
         exit(1)
     }
     log.log(.info, "state file \(path): version \(initial.version)")
@@ -88,6 +100,7 @@ let owner = TokenOwner<TokenSnapshot>(store: store, initial: initial, maxSubscri
 owner.start()
 let responder = Responder(owner: owner, authentication: options.authentication, crossOrigin: options.crossOrigin,
                           log: log, accessLog: options.server.accessLog)
+responder.metrics.setBuildVersion(serverVersion)
 for warning in options.startupWarnings {
     log.log(.warning, warning)
 }
@@ -96,7 +109,7 @@ do {
     server = try MicroHTTPDServer(configuration: options.server, responder: responder, log: log)
     try server.start()
 } catch {
-    printError("forge-push-token-server: \(error)")
+    printError("forge-push-token-server: \(error)", format: options.logFormat)
     exit(1)
 }
 

@@ -69,3 +69,43 @@ import MicroHTTPDServer
         #expect(CommandLineOptions.usage.contains("--max-subscribers"))
     }
 }
+
+/// `--log-format text|json` and `FORGE_PUSH_TOKEN_LOG_FORMAT` (issue 13).
+@Suite struct LogFormatOptionsTests {
+    @Test func logFormatFlagAndVariable() throws {
+        #expect(try CommandLineOptions.parse([], environment: [:]).logFormat == .text)
+        #expect(try CommandLineOptions.parse(["--log-format", "json"], environment: [:]).logFormat == .json)
+        #expect(try CommandLineOptions.parse(["--log-format=text"], environment: [:]).logFormat == .text)
+        let environment = ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"]
+        #expect(try CommandLineOptions.parse([], environment: environment).logFormat == .json)
+        #expect(try CommandLineOptions.parse(["--log-format", "text"], environment: environment).logFormat == .text)
+        #expect(try CommandLineOptions.parse([], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": ""]).logFormat == .text)
+        #expect(CommandLineOptions.usage.contains("--log-format text|json"))
+    }
+
+    @Test func badLogFormatIsAUsageError() {
+        for (arguments, environment, expected) in [
+            (["--log-format", "JSON"], [:], "--log-format must be text or json, not JSON"),
+            (["--log-format", "logfmt"], [:], "--log-format must be text or json, not logfmt"),
+            ([], ["FORGE_PUSH_TOKEN_LOG_FORMAT": "yaml"], "(set by FORGE_PUSH_TOKEN_LOG_FORMAT)"),
+        ] as [([String], [String: String], String)] {
+            do {
+                _ = try CommandLineOptions.parse(arguments, environment: environment)
+                Issue.record("\(arguments) \(environment) was accepted")
+            } catch {
+                #expect(error.description.contains(expected), "\(error.description)")
+            }
+        }
+    }
+}
+
+extension LogFormatOptionsTests {
+    @Test func requestedLogFormatIsFoundEvenWhenOtherOptionsDoNotParse() {
+        #expect(CommandLineOptions.requestedLogFormat(["--port", "x", "--log-format", "json"], environment: [:]) == .json)
+        #expect(CommandLineOptions.requestedLogFormat(["--log-format=json", "--bogus"], environment: [:]) == .json)
+        #expect(CommandLineOptions.requestedLogFormat(["--bogus"], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"]) == .json)
+        #expect(CommandLineOptions.requestedLogFormat(["--log-format", "text"], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"]) == .text)
+        #expect(CommandLineOptions.requestedLogFormat(["--log-format"], environment: [:]) == .text)
+        #expect(CommandLineOptions.requestedLogFormat([], environment: [:]) == .text)
+    }
+}

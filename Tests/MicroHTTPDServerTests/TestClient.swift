@@ -16,14 +16,14 @@ final class LiveServer {
     let lines = Locked<[String]>([])
 
     init(authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
-         store: any TokenStore = MemoryTokenStore(),
+         store: any TokenStore = MemoryTokenStore(), logFormat: ServerLog.Format = .text,
          _ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
         var configuration = ServerConfiguration()
         configuration.host = "127.0.0.1"
         configuration.port = 0
         configure(&configuration)
         let lines = self.lines
-        let log = ServerLog(minimumLevel: .debug) { line in lines.withLock { $0.append(line) } }
+        let log = ServerLog(minimumLevel: .debug, format: logFormat) { line in lines.withLock { $0.append(line) } }
         owner = TokenOwner(store: store, initial: .initial, maxSubscribers: configuration.maxSubscribers)
         owner.start()
         responder = Responder(owner: owner, authentication: authentication, crossOrigin: crossOrigin, log: log,
