@@ -41,9 +41,6 @@ public final class EventSubscriber: TokenSubscriber {
         var heartbeatDue = false
         var ending: Ending?
         var suspended = false
-        /// Events this subscriber started to write, and events it skipped (replaced unwritten).
-        var sent: UInt64 = 0
-        var skipped: UInt64 = 0
 
         mutating func takeResume() -> Bool {
             guard suspended else { return false }
@@ -56,10 +53,14 @@ public final class EventSubscriber: TokenSubscriber {
     public let id: UInt64
     private let state: Locked<State>
     private let resume: @Sendable () -> Void
+    private let tally: DeliveryTally
 
-    /// A subscriber whose first event is `first`; `wake` resumes its connection (see above).
-    public init(id: UInt64, first: TokenSnapshot, wake: @escaping @Sendable () -> Void) {
+    /// A subscriber whose first event is `first`; `wake` resumes its connection (see above); each
+    /// event it writes or skips is added to `tally`.
+    public init(id: UInt64, first: TokenSnapshot, tally: DeliveryTally = DeliveryTally(),
+                wake: @escaping @Sendable () -> Void) {
         self.id = id
+        self.tally = tally
         self.state = Locked(State(pending: first, lastOffered: first.version))
         self.resume = wake
     }
@@ -69,11 +70,6 @@ public final class EventSubscriber: TokenSubscriber {
         resume()
     }
 
-    /// Events sent to this subscriber and events it skipped (conflation), so far.
-    public var deliveries: DeliveryCounts {
-        state.withLock { DeliveryCounts(sent: $0.sent, skipped: $0.skipped) }
-    }
-
     /// Offers `snapshot`; it replaces any unwritten older one, and is ignored when its version is
     /// not newer than the last one offered (so ids never repeat or go back).
     /// - Returns: `true` when the caller must resume the connection.
@@ -81,7 +77,7 @@ public final class EventSubscriber: TokenSubscriber {
         state.withLock { state in
             if let last = state.lastOffered, snapshot.version <= last { return false }
             guard state.ending == nil else { return false }
-            if state.pending != nil { state.skipped += 1 }
+            if state.pending != nil { tally.addSkipped() }
             state.pending = snapshot
             state.lastOffered = snapshot.version
             return state.takeResume()
@@ -121,7 +117,7 @@ public final class EventSubscriber: TokenSubscriber {
                 if let next = state.pending {
                     state.output = next.event
                     state.pending = nil
-                    state.sent += 1
+                    tally.addSent()
                     state.heartbeatDue = false
                 } else if state.heartbeatDue, state.ending == nil {
                     state.output = ServerSentEvents.heartbeat

@@ -76,6 +76,8 @@ public final class Responder: Sendable {
     let owner: TokenOwner<TokenSnapshot>
     /// The service's counters, served at `GET /metrics`.
     public let metrics = ServiceMetrics()
+    /// Events sent to and skipped by every subscriber, past and present.
+    public let deliveries = DeliveryTally()
     /// Seconds a refused subscriber is told to wait (`Retry-After`).
     public let retryAfterSeconds = 5
     /// Who may call which route; `nil` when the service runs without a token.
@@ -176,7 +178,7 @@ public final class Responder: Sendable {
             return .response(refuse(health(), origin: origin))
         case .metrics:
             let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: StoreHealth.stateNotSaved) : nil
-            let text = metrics.render(subscribers: owner.subscriberCount, events: owner.deliveries,
+            let text = metrics.render(subscribers: owner.subscriberCount, events: deliveries.counts,
                                       maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved)
             return .response(refuse(HTTPResponse(status: 200, headers: ["Content-Type": ServiceMetrics.contentType,
                                                                         "Cache-Control": "no-store"],
@@ -267,7 +269,9 @@ public final class Responder: Sendable {
                                 wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
         let origin = admitted.request.headers["Origin"]
         do {
-            let subscriber = try owner.subscribe { id, first in EventSubscriber(id: id, first: first, wake: wake) }
+            let subscriber = try owner.subscribe { [deliveries] id, first in
+                EventSubscriber(id: id, first: first, tally: deliveries, wake: wake)
+            }
             // The owner built it with the closure above, so it is an EventSubscriber.
             let stream = subscriber as! EventSubscriber
             return (refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin), stream)

@@ -57,9 +57,6 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// The number of subscribers.
     public var subscriberCount: Int { machine.withLock { $0.subscriberCount } }
 
-    /// Deliveries over every subscriber, past and present.
-    public var deliveries: DeliveryCounts { machine.withLock { $0.deliveries } }
-
     // MARK: Writing
 
     /// Proposes `token` (lowercase hex, or `nil` to clear) to the store and applies its decision:

@@ -37,8 +37,6 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     public let maxSubscribers: Int
     private var subscribers: [UInt64: Subscriber] = [:]
     private var nextSubscriberID: UInt64 = 0
-    /// Deliveries of subscribers already removed.
-    private var retired = DeliveryCounts()
 
     /// A machine whose current state is `initial`, admitting at most `maxSubscribers` (≥ 1).
     public init(initial: TokenState, health: StoreHealth = .ok, maxSubscribers: Int) {
@@ -50,11 +48,6 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 
     /// The number of subscribers.
     public var subscriberCount: Int { subscribers.count }
-
-    /// Deliveries over every subscriber, past and present.
-    public var deliveries: DeliveryCounts {
-        subscribers.values.reduce(retired) { $0 + $1.deliveries }
-    }
 
     // MARK: Events
 
@@ -72,8 +65,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 
     /// A subscriber left (its connection is gone). Unknown ids are ignored.
     public mutating func unsubscribe(_ id: UInt64) {
-        guard let subscriber = subscribers.removeValue(forKey: id) else { return }
-        retired = retired + subscriber.deliveries
+        subscribers.removeValue(forKey: id)
     }
 
     /// The subscriber with `id`, to end at once (its client has gone); `nil` when unknown.

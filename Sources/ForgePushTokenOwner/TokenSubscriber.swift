@@ -33,8 +33,6 @@ public protocol TokenSubscriber<Rendition>: AnyObject, Sendable {
     /// returned `true`, outside every lock of the owner.
     func wake()
 
-    /// Events this subscriber sent and events it skipped (replaced unsent by a newer one).
-    var deliveries: DeliveryCounts { get }
 }
 
 /// How a subscription ends.
@@ -43,23 +41,4 @@ public enum SubscriberEnding: Sendable, Equatable {
     case finish
     /// At once, without a clean end.
     case abort
-}
-
-/// Events delivered to subscribers and events skipped by conflation.
-public struct DeliveryCounts: Sendable, Equatable {
-    /// Events started on a subscriber's connection.
-    public var sent: UInt64
-    /// Events a slow subscriber skipped because a newer one replaced them unsent.
-    public var skipped: UInt64
-
-    /// Counts of `sent` and `skipped` events.
-    public init(sent: UInt64 = 0, skipped: UInt64 = 0) {
-        self.sent = sent
-        self.skipped = skipped
-    }
-
-    /// The sum of two counts.
-    public static func + (lhs: DeliveryCounts, rhs: DeliveryCounts) -> DeliveryCounts {
-        DeliveryCounts(sent: lhs.sent &+ rhs.sent, skipped: lhs.skipped &+ rhs.skipped)
-    }
 }

@@ -42,6 +42,5 @@ final class RecordingSubscriber: TokenSubscriber {
     func heartbeatTick() -> Bool { state.withLock { $0.ticks += 1; return true } }
     func end(_ ending: SubscriberEnding) -> Bool { state.withLock { $0.endings.append(ending); return true } }
     func wake() { state.withLock { $0.wakes += 1 } }
-    var deliveries: DeliveryCounts { state.withLock { DeliveryCounts(sent: UInt64($0.offered.count), skipped: 0) } }
     var offered: [TokenState] { state.withLock { $0.offered } }
 }
