@@ -100,11 +100,6 @@ public final class ServiceMetrics: Sendable {
         state.withLock { $0.counters[counter.rawValue] += 1 }
     }
 
-    /// The value of `counter`.
-    public func value(_ counter: Counter) -> UInt64 {
-        state.withLock { $0.counters[counter.rawValue] }
-    }
-
     /// Records one completed HTTP request.
     /// - Parameters:
     ///   - path: the request path; only the API's routes are kept as labels, anything else is

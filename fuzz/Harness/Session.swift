@@ -390,7 +390,9 @@ final class Session {
     // MARK: - Metrics
 
     func checkCounters() {
-        let metrics = responder.metrics
+        // The counters as /metrics shows them.
+        let text = responder.metrics.render(subscribers: 0, events: DeliveryCounts())
+        let metrics = RenderedCounters(text: text)
         require(metrics.value(.tokenChanges) == changes && metrics.value(.registrationsAccepted) == registrationsAccepted
                     && metrics.value(.registrationsRejected) == registrationsRejected
                     && metrics.value(.failuresReported) == failuresReported
@@ -458,5 +460,18 @@ final class Session {
         } else {
             require(false, "/healthz answered an event stream", context: context)
         }
+    }
+}
+
+/// The counters of a rendered `/metrics` text, by `ServiceMetrics.Counter`.
+struct RenderedCounters {
+    let text: String
+
+    /// The counter's value, or `UInt64.max` when its line is missing or not a number.
+    func value(_ counter: ServiceMetrics.Counter) -> UInt64 {
+        for line in text.split(separator: "\n") where line.hasPrefix(counter.name + " ") {
+            return line.split(separator: " ").last.flatMap { UInt64($0) } ?? .max
+        }
+        return .max
     }
 }
