@@ -48,10 +48,12 @@ import selectors
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import e2e_support as support  # noqa: E402  (the one server process helper of e2e/ and bench/)
 
 HEX = re.compile(r"[0-9a-f]*")
 STREAM_REQUEST = b"GET /token/stream HTTP/1.1\r\nHost: churn\r\nAccept: text/event-stream\r\n\r\n"
@@ -84,66 +86,26 @@ class Failures:
 
 # --- the server process -------------------------------------------------------------------------
 
-class Server:
-    def __init__(self, path, heartbeat, max_subscribers):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_PUSH_TOKEN_")}
-        self.proc = subprocess.Popen(
-            [path, "--host", "127.0.0.1", "--port", "0", "--access-log", "off",
-             "--heartbeat", str(heartbeat), "--max-subscribers", str(max_subscribers)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        self.pid = self.proc.pid
-        self.log = collections.deque(maxlen=40)  # the last lines of its standard error
-        self.warnings = 0  # warning and error lines, but POST /fail's own (expected) ones
-        self.notable = collections.Counter()  # those, by message (without the time)
-        self.port = None
-        self.listening = threading.Event()
-        threading.Thread(target=self._drain, daemon=True).start()
+class Server(support.Server):
+    """The server process (e2e/e2e_support.py's), with the churn's reading of its log."""
 
-    def _drain(self):
-        for raw in self.proc.stderr:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.log.append(line)
-            if (" warning " in line or " error " in line) and "registration failed:" not in line:
-                self.warnings += 1
-                self.notable[line.split(" ", 1)[-1]] += 1
-            m = re.search(r"listening on http://\S+:(\d+)", line)
-            if m and self.port is None:
-                self.port = int(m.group(1))
-                self.listening.set()
-        self.listening.set()
+    def __init__(self, path, heartbeat, max_subscribers):
+        super().__init__(path, ["--host", "127.0.0.1", "--port", "0", "--access-log", "off",
+                                "--heartbeat", str(heartbeat), "--max-subscribers", str(max_subscribers)])
 
     def wait_listening(self, seconds):
-        self.listening.wait(seconds)
-        if self.port is None:
-            sys.exit("churn: the server did not log `listening on` within %g s (exit status %s)\n%s"
-                     % (seconds, self.proc.poll(), "\n".join(self.log)))
+        try:
+            self.start(timeout=seconds)
+        except support.Failure as error:
+            sys.exit("churn: %s" % error)
 
-    def fds(self):
-        return len(os.listdir("/proc/%d/fd" % self.pid))
-
-    def rss_kb(self):
-        with open("/proc/%d/status" % self.pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        raise RuntimeError("no VmRSS")
-
-    def cpu_seconds(self):
-        with open("/proc/%d/stat" % self.pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def notable(self):
+        """Warning and error lines of its log but POST /fail's own (expected) ones, by message."""
+        lines = collections.Counter()
+        for line in self.stderr().splitlines():
+            if (" warning " in line or " error " in line) and "registration failed:" not in line:
+                lines[line.split(" ", 1)[-1]] += 1
+        return lines
 
 
 def get(port, path):
@@ -705,9 +667,10 @@ def main():
             print("stayer events: min %d, median %d, max %d of %d changes: %s"
                   % (min(counts), statistics.median(counts), max(counts), tally["changed"],
                      " ".join(map(str, counts))))
-        if server.warnings:
-            print("server log: %d warning/error lines besides POST /fail's:" % server.warnings)
-            for message, count in server.notable.most_common(5):
+        notable = server.notable()
+        if notable:
+            print("server log: %d warning/error lines besides POST /fail's:" % sum(notable.values()))
+            for message, count in notable.most_common(5):
                 print("  %6d  %s" % (count, message))
     except SystemExit:
         pass

@@ -20,17 +20,11 @@ import json
 import argparse
 import os
 import resource
-import socket
-import subprocess
 import sys
 import time
 
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import e2e_support as support  # noqa: E402  (the one server process helper of e2e/ and bench/)
 
 
 def main():
@@ -46,43 +40,22 @@ def main():
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.n + 64)), hard))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([args.server, "--port", str(port), "--access-log", "off",
-                               "--heartbeat", str(args.heartbeat), "--max-subscribers", str(args.n + 10)],
-                              stderr=subprocess.DEVNULL)
+    server = support.Server(args.server, ["--host", "127.0.0.1", "--port", "0", "--access-log", "off",
+                                          "--heartbeat", str(args.heartbeat),
+                                          "--max-subscribers", str(args.n + 10)])
     server_started = time.time()
+    server.start(timeout=20)
     subscribers = []
     try:
-        deadline = time.time() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    sys.exit("server did not start")
-                time.sleep(0.05)
-        for _ in range(args.n):
-            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-            sock.sendall(b"GET /token/stream HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
-            subscribers.append(sock)
-        for sock in subscribers:
-            data = b""
-            while b"data:" not in data:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    sys.exit("a subscriber was closed before its first event")
-                data += chunk
+        subscribers = support.open_subscribers(server.port, args.n)
         connected = time.time() - server_started
         time.sleep(1)  # let every connection settle into its suspended state
         if time.time() + args.seconds > server_started + args.heartbeat:
             print("warning: the window reaches the first heartbeat (connecting took %.1f s)" % connected,
                   file=sys.stderr)
-        before, started = cpu_seconds(server.pid), time.time()
+        before, started = server.cpu_seconds(), time.time()
         time.sleep(args.seconds)
-        used, elapsed = cpu_seconds(server.pid) - before, time.time() - started
+        used, elapsed = server.cpu_seconds() - before, time.time() - started
         percent = 100 * used / elapsed
         print("idle subscribers: %d, window %.1f s, server CPU %.3f s = %.2f%% of one core (limit %.2f%%)"
               % (args.n, elapsed, used, percent, args.max_percent))
@@ -95,11 +68,7 @@ def main():
     finally:
         for sock in subscribers:
             sock.close()
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -22,17 +22,12 @@ import http.client
 import json
 import os
 import resource
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import e2e_support as support  # noqa: E402  (the one server process helper of e2e/ and bench/)
 
 
 def main():
@@ -50,47 +45,27 @@ def main():
         sys.exit("the open-file hard limit %d is too low for %d subscribers" % (hard, args.n))
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, args.n + 64) if hard == resource.RLIM_INFINITY
                                                 else min(hard, max(soft, args.n + 64)), hard))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     # No heartbeat within the run, no access log: the scrapes are all the server does.
-    server = subprocess.Popen([args.server, "--port", str(port), "--access-log", "off", "--heartbeat", "3600",
-                               "--max-subscribers", str(args.n + 10)], stderr=subprocess.DEVNULL)
+    server = support.Server(args.server, ["--host", "127.0.0.1", "--port", "0", "--access-log", "off",
+                                          "--heartbeat", "3600", "--max-subscribers", str(args.n + 10)])
+    server.start(timeout=20)
+    port = server.port
     subscribers = []
     try:
-        deadline = time.time() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    sys.exit("server did not start")
-                time.sleep(0.05)
         started = time.time()
-        for _ in range(args.n):
-            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-            sock.sendall(b"GET /token/stream HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
-            subscribers.append(sock)
-        for sock in subscribers:
-            data = b""
-            while b"data:" not in data:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    sys.exit("a subscriber was closed before its first event")
-                data += chunk
+        subscribers = support.open_subscribers(port, args.n)
         print("%d subscribers connected in %.1f s" % (args.n, time.time() - started))
         time.sleep(1)
 
-        before = cpu_seconds(server.pid)
+        before = server.cpu_seconds()
         time.sleep(args.idle_seconds)
-        idle_rate = (cpu_seconds(server.pid) - before) / args.idle_seconds
+        idle_rate = (server.cpu_seconds() - before) / args.idle_seconds
 
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         latencies = []
         size = 0
         wall0 = time.monotonic()
-        cpu0 = cpu_seconds(server.pid)
+        cpu0 = server.cpu_seconds()
         for _ in range(args.k):
             t0 = time.monotonic()
             conn.request("GET", "/metrics")
@@ -100,7 +75,7 @@ def main():
             if response.status != 200:
                 sys.exit("GET /metrics answered %d" % response.status)
             size = len(body)
-        cpu1 = cpu_seconds(server.pid)
+        cpu1 = server.cpu_seconds()
         wall = time.monotonic() - wall0
         conn.close()
         text = body.decode()
@@ -135,12 +110,7 @@ def main():
     finally:
         for sock in subscribers:
             sock.close()
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(5)
+        server.stop()
 
 
 if __name__ == "__main__":

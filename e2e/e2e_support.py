@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -222,6 +223,32 @@ class Server:
             with _started_lock:
                 _started.pop(self.proc.pid, None)
 
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- what /proc says of the process (bench/ uses these too) ------------------------------
+    def fds(self):
+        """Open file descriptors."""
+        return len(os.listdir("/proc/%d/fd" % self.proc.pid))
+
+    def rss_kb(self):
+        """Resident set size in kB."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def cpu_seconds(self):
+        """User plus system CPU time so far, in seconds."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
     # -- HTTP -------------------------------------------------------------------------------
     def request(self, method, path, body=None, headers=None, timeout=5):
         return request(self.port, method, path, body=body, headers=headers, timeout=timeout)
@@ -326,6 +353,32 @@ class EventStream:
         self.response.close()
         self.conn.close()
         self.sock.close()
+
+
+STREAM_REQUEST = b"GET /token/stream HTTP/1.1\r\nHost: e2e\r\nAccept: text/event-stream\r\n\r\n"
+
+
+def open_subscribers(port, count, timeout=10):
+    """`count` raw `GET /token/stream` sockets, each read up to its first event (for loads of
+    thousands, where an `EventStream` each would cost too much). The caller closes them."""
+    subscribers = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection((HOST, port), timeout=timeout)
+            subscribers.append(sock)
+            sock.sendall(STREAM_REQUEST)
+        for sock in subscribers:
+            data = b""
+            while b"data:" not in data:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise Failure("a subscriber was closed before its first event")
+                data += chunk
+    except BaseException:
+        for sock in subscribers:
+            sock.close()
+        raise
+    return subscribers
 
 
 def token_hex(*parts):
