@@ -48,22 +48,15 @@ enum JSONLine {
         line += "\",\"msg\":"
         line += string(message)
         if let access {
-            line += ",\"method\":"
-            line += string(access.method)
-            line += ",\"path\":"
-            line += string(access.path)
-            if let status = access.status {
-                line += ",\"status\":"
-                line += String(status)
-            }
-            line += ",\"bytes\":"
-            line += String(access.bytes)
-            line += ",\"duration_us\":"
-            line += String(access.durationMicros)
-            if let remote = access.remote {
-                line += ",\"remote\":"
-                line += string(remote)
-            }
+            // A field: `,"name":` and the value, a JSON string or a whole number.
+            func field(_ name: String, _ text: String) { line += ",\"\(name)\":" + string(text) }
+            func field(_ name: String, number: some BinaryInteger) { line += ",\"\(name)\":\(number)" }
+            field("method", access.method)
+            field("path", access.path)
+            if let status = access.status { field("status", number: status) }
+            field("bytes", number: access.bytes)
+            field("duration_us", number: access.durationMicros)
+            if let remote = access.remote { field("remote", remote) }
         }
         line += "}\n"
         return line
