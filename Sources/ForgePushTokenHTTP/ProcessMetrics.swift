@@ -46,7 +46,7 @@ package struct ProcessMetrics: Equatable, Sendable {
                                                            bootTime: bootTime) else { return nil }
         metrics.openFileDescriptors = countOpenFileDescriptors()
         var limit = rlimit()
-        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max /* RLIM_INFINITY */ {
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max {  // rlim_t.max: RLIM_INFINITY
             metrics.maxFileDescriptors = Int(clamping: limit.rlim_cur)
         }
         return metrics

@@ -62,7 +62,7 @@ final class DaemonLoop: Sendable {
         // In epoll mode, MHD_get_fdset2 reports the daemon's epoll fd, and only it.
         var readSet = fd_set(), writeSet = fd_set(), exceptSet = fd_set()
         var maxFD: Int32 = -1
-        guard MHD_get_fdset2(daemon.pointer, &readSet, &writeSet, &exceptSet, &maxFD, 1024 /* FD_SETSIZE */) == .YES,
+        guard MHD_get_fdset2(daemon.pointer, &readSet, &writeSet, &exceptSet, &maxFD, fdSetSize) == .YES,
               maxFD >= 0 else {
             throw .socket(call: "MHD_get_fdset2", address: "libmicrohttpd daemon", errno: EBADF)
         }

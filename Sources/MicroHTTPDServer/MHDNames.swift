@@ -21,6 +21,9 @@ enum ConnectionNotification {
     static let closed: UInt32 = 1
 }
 
+/// `FD_SETSIZE` (glibc): the size of an `fd_set`, which `MHD_get_fdset2` is told.
+let fdSetSize: UInt32 = 1024
+
 /// `MHD_SIZE_UNKNOWN`: a response body of unknown size (sent chunked).
 let responseSizeUnknown = UInt64.max
 

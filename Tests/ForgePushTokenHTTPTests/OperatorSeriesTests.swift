@@ -61,7 +61,7 @@ struct OperatorSeriesTests {
         // Other tests open and close descriptors in parallel: retry until a reading falls in a
         // quiet moment, when listings before and after it agree.
         let descriptors = (0..<20).map { _ in open("/dev/null", O_RDONLY) }
-        defer { descriptors.forEach { close($0) } }
+        defer { for descriptor in descriptors { close(descriptor) } }
         var agreed = false
         for _ in 0..<20 where !agreed {
             let before = try Self.listedDescriptors()

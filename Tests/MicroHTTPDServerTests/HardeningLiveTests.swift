@@ -70,7 +70,7 @@ extension LiveServerTests {
         func perAddressLimit() throws {
             let live = try LiveServer { $0.maxConnectionsPerAddress = 2 }
             let held = try (0..<2).map { _ in try live.client() }
-            defer { held.forEach { $0.close() } }
+            defer { for client in held { client.close() } }
             for client in held { #expect(try client.request("GET", "/token").status == 200) }
             let refused = try live.client()
             defer { refused.close() }
