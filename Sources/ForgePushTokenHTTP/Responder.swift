@@ -26,8 +26,9 @@ public final class Responder: Sendable {
 
     /// What the head of a request decided.
     public enum Admission: Sendable {
-        /// Answer this, without carrying the request out (its body, if any, is not needed).
-        case answer(HTTPResponse)
+        /// Answer this, without carrying the request out (its body, if any, is not needed);
+        /// `route` is the path's route, `nil` for an unknown path (for the metrics).
+        case answer(HTTPResponse, route: Route?)
         /// Read the body (if any) and call `respond(to:)`.
         case proceed(AdmittedRequest)
     }
@@ -46,6 +47,9 @@ public final class Responder: Sendable {
         public var method: String
         /// The path, without the query (which may hold a bearer token).
         public var path: String
+        /// The route `admit(_:)` matched, or `nil` (an unknown path, or a request the engine
+        /// refused before asking).
+        public var route: Route?
         /// The status sent, or 0 when none was.
         public var status: Int
         /// Body bytes sent.
@@ -60,10 +64,11 @@ public final class Responder: Sendable {
         public var remote: String?
 
         /// A finished request.
-        public init(method: String, path: String, status: Int, bytes: Int, microseconds: Int?, wasStream: Bool,
-                    remote: String? = nil) {
+        public init(method: String, path: String, route: Route?, status: Int, bytes: Int, microseconds: Int?,
+                    wasStream: Bool, remote: String? = nil) {
             self.method = method
             self.path = path
+            self.route = route
             self.status = status
             self.bytes = bytes
             self.microseconds = microseconds
@@ -122,21 +127,24 @@ public final class Responder: Sendable {
     public func admit(_ head: HTTPRequest) -> Admission {
         let origin = head.headers["Origin"]
         guard let route = Route(path: head.path) else {
-            return .answer(refuse(.error(404, ServiceError("not_found", "no route for \(head.path)")), origin: origin))
+            return .answer(refuse(.error(404, ServiceError("not_found", "no route for \(head.path)")), origin: origin),
+                           route: nil)
         }
         let method = head.method
-        if method == "OPTIONS" { return .answer(refuse(crossOrigin.options(for: route, request: head), origin: origin)) }
+        if method == "OPTIONS" {
+            return .answer(refuse(crossOrigin.options(for: route, request: head), origin: origin), route: route)
+        }
         guard route.allowedMethods.contains(method) else {
             let allow = route.allowedMethods.joined(separator: ", ")
             return .answer(refuse(.error(405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
-                                         headers: ["Allow": allow]), origin: origin))
+                                         headers: ["Allow": allow]), origin: origin), route: route)
         }
         if let authentication, authentication.protects(route) {
             let outcome = authentication.check(authorization: head.headers["Authorization"], query: head.query,
                                                method: method)
             if outcome != .authorized {
                 metrics.increment(.unauthorizedRequests)
-                return .answer(refuse(BearerAuthentication.unauthorized(outcome), origin: origin))
+                return .answer(refuse(BearerAuthentication.unauthorized(outcome), origin: origin), route: route)
             }
         }
         return .proceed(AdmittedRequest(route: route, request: head))
@@ -192,7 +200,7 @@ public final class Responder: Sendable {
     /// head (an engine without a separate head step).
     public func respond(to request: HTTPRequest) -> Reply {
         switch admit(request) {
-        case .answer(let response): .response(response)
+        case .answer(let response, _): .response(response)
         case .proceed(let admitted): respond(to: admitted)
         }
     }
@@ -327,7 +335,7 @@ public final class Responder: Sendable {
 
     /// Counts `finished` in the metrics and, with `accessLog`, logs it (`ServerLog.access`).
     public func recordFinished(_ finished: FinishedRequest) {
-        metrics.recordRequest(path: finished.path, method: finished.method, status: finished.status,
+        metrics.recordRequest(route: finished.route, method: finished.method, status: finished.status,
                               seconds: finished.wasStream ? nil : finished.microseconds.map { Double($0) / 1e6 })
         guard accessLog, let log else { return }
         log.access(method: finished.method, path: finished.path, status: finished.status == 0 ? nil : finished.status,

@@ -102,17 +102,17 @@ public final class ServiceMetrics: Sendable {
 
     /// Records one completed HTTP request.
     /// - Parameters:
-    ///   - path: the request path; only the API's routes are kept as labels, anything else is
-    ///     counted as `route="other"`.
+    ///   - route: the request's route (matched once, by `Responder.admit`), or `nil` for a path that
+    ///     is none of the API's, counted as `route="other"`.
     ///   - method: the method; other than GET, HEAD, POST, OPTIONS it is counted as `other`.
     ///   - status: the status code sent.
     ///   - seconds: from the request's arrival to its completion, or `nil` when not timed (event
     ///     streams, whose duration is the connection's lifetime, and requests the engine answered
     ///     on a fast path without a start time).
-    public func recordRequest(path: String, method: String, status: Int, seconds: Double?) {
+    public func recordRequest(route: Route?, method: String, status: Int, seconds: Double?) {
         // Once per request: no array literal, the bucket found outside the lock, the histogram
         // updated in place (copying it out of the dictionary and back copied its buckets).
-        let route = Route(path: path)?.rawValue ?? "other"
+        let route = route?.rawValue ?? "other"
         let method = switch method {
         case "GET", "HEAD", "POST", "OPTIONS": method
         default: "other"

@@ -33,6 +33,8 @@ final class RequestContext {
     let path: String
     let started = ContinuousClock.now
     var progress: Progress = .answered
+    /// The route `Responder.admit` matched (kept for the metrics once the request is over).
+    var route: Route?
     var body: [UInt8] = []
     /// Body bytes received so far, kept or not.
     var received = 0
@@ -105,12 +107,15 @@ func handleRequest(
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         let origin = head.headers["Origin"]
         if let refusal = targetRefusal(first, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
+            context.route = Route(path: head.path)  // for the metrics' label only: the head is not admitted
             context.progress = .refused(responder.refuse(refusal, origin: origin))
         } else {
             switch responder.admit(head) {
-            case .answer(let response):
+            case .answer(let response, let route):
+                context.route = route
                 context.progress = .refused(response)
             case .proceed(let admitted):
+                context.route = admitted.route
                 if let length, length > UInt64(limit) {
                     context.progress = .tooLarge
                     return respond(responder.refuse(Responder.payloadTooLarge(limit: limit), origin: origin),
@@ -146,6 +151,7 @@ func handleRequest(
         let context = RequestContext(method: existing == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
                                      chunked: true)  // the one kind of body this path lets through
         context.progress = .tokenRead
+        context.route = .token
         existing = Unmanaged.passRetained(context).toOpaque()
         contextSlot.pointee = existing
     }
@@ -235,7 +241,7 @@ func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer, conn
     if SlotMarker.isTokenRead(slot) || SlotMarker.isTokenNotModified(slot) {
         // The fast path keeps no context, so no start time: counted, not timed.
         let get = slot == SlotMarker.tokenGet || slot == SlotMarker.tokenGetNotModified
-        server.responder.recordFinished(.init(method: get ? "GET" : "HEAD", path: "/token",
+        server.responder.recordFinished(.init(method: get ? "GET" : "HEAD", path: "/token", route: .token,
                                               status: SlotMarker.isTokenNotModified(slot) ? 304 : 200, bytes: 0,
                                               microseconds: nil, wasStream: false))
         return
@@ -243,7 +249,8 @@ func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer, conn
     let context = Unmanaged<RequestContext>.fromOpaque(slot).takeRetainedValue()
     let elapsed = ContinuousClock.now - context.started
     let micros = Int(elapsed.components.seconds) * 1_000_000 + Int(elapsed.components.attoseconds / 1_000_000_000_000)
-    server.responder.recordFinished(.init(method: context.method, path: context.path, status: context.status,
+    server.responder.recordFinished(.init(method: context.method, path: context.path, route: context.route,
+                                          status: context.status,
                                           bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
                                           wasStream: context.stream != nil,
                                           remote: server.responder.logsPeerAddresses ? peerAddress(of: connection) : nil))

@@ -92,7 +92,7 @@ final class Session {
         let head: HTTPResponse?
         let reply: Responder.Reply
         switch admission {
-        case .answer(let response):
+        case .answer(let response, _):
             head = response
             reply = .response(response)
         case .proceed(let admitted):
@@ -115,7 +115,7 @@ final class Session {
         case .later:
             fatalError("\(context): the harness's stores decide at once, but the answer came later")
         }
-        responder.metrics.recordRequest(path: request.path, method: request.method, status: status, seconds: 0.0002)
+        responder.metrics.recordRequest(route: route, method: request.method, status: status, seconds: 0.0002)
 
         let after = owner.current
         if (400..<500).contains(status) {
