@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project, in the order a failure is cheapest to find:
-#   1. debug build of everything with -warnings-as-errors, and the unit and live-server tests;
+#   1. debug build of everything with -warnings-as-errors, and the unit and live-server tests
+#      (the library's end-to-end upload test starts the debug server binary); the library's
+#      platform branches against stand-in modules, and its DocC catalog;
 #   2. the same tests under Thread Sanitizer, then under Address Sanitizer with LeakSanitizer (each
 #      in its own scratch folder, so no build evicts another);
 #   3. the release build of the server (static Swift runtime, exactly as docker/Dockerfile builds
@@ -29,6 +31,12 @@ fi
 step "debug build (-warnings-as-errors) and tests"
 swift build --build-tests -Xswiftc -warnings-as-errors
 swift test --skip-build
+
+# The library for app developers (issue 12): the UIKit, AppKit and WatchKit branches type-checked
+# against stand-in modules, and the DocC catalog built with warnings as errors and 100 % coverage.
+step "library: platform branches (stand-in UIKit/AppKit/WatchKit) and DocC"
+bash scripts/check-platform-branches.sh
+bash scripts/build-docs.sh
 
 if [ "${SKIP_TSAN:-0}" != 1 ]; then
   step "tests under Thread Sanitizer"

@@ -10,7 +10,7 @@ import WatchKit
 ///
 /// The seam between ``PushTokenManager/registerForRemoteNotifications(using:)`` and the platform's
 /// application object, so that the platform-independent part can be tested anywhere. On Apple
-/// platforms, ``PushTokenManager/registerForRemoteNotifications()`` uses a registrar that calls
+/// platforms, `PushTokenManager.registerForRemoteNotifications()` (no argument) uses a registrar that calls
 /// the application object's `registerForRemoteNotifications()`.
 ///
 /// Main-actor isolated, like the application objects it stands for. It is not class-constrained:
