@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of the project, in the order a failure is cheapest to find:
-#   1. debug build of everything with -warnings-as-errors, and the unit and live-server tests
-#      (the library's end-to-end upload test starts the debug server binary); the library's
-#      platform branches against stand-in modules, and its DocC catalog;
+#   1. debug build of everything with -warnings-as-errors, and the unit and live-server tests;
 #   2. the same tests under Thread Sanitizer, then under Address Sanitizer with LeakSanitizer (each
 #      in its own scratch folder, so no build evicts another);
 #   3. the release build of the server (static Swift runtime, exactly as docker/Dockerfile builds
