@@ -16,8 +16,10 @@ struct ObservationTests {
         init(_ manager: PushTokenManager) {
             withObservationTracking {
                 _ = manager.token
-            } onChange: { [seen] in
-                let current = manager.token
+            } onChange: { [seen, weak manager] in
+                // Weak: a tracker that never fires stays in the manager's registrar, and a strong
+                // capture would make a cycle (manager → registrar → handler → manager).
+                let current = manager?.token
                 seen.withLock { $0.append(current) }
             }
         }
@@ -87,18 +89,21 @@ struct ObservationTests {
     @Test func concurrentChangesFromManyThreadsEachReachATracker() async {
         // Under Thread Sanitizer too: trackers installed and fired from several threads at once.
         let manager = PushTokenManager(logHandler: silent)
-        let fired = Locked(0)
+        let fired = Locked([Int](repeating: 0, count: 8 * 200))
         await runOnThreads(8) { thread in
             for n in 0..<200 {
+                let tracker = thread * 200 + n
                 withObservationTracking {
                     _ = manager.token
                 } onChange: {
-                    fired.withLock { $0 += 1 }
+                    fired.withLock { $0[tracker] += 1 }
                 }
                 manager.didRegister(deviceToken: token(UInt32(thread * 1_000 + n + 1)))
             }
         }
         // Every tracker was installed before a change that was its thread's own, so each fired.
-        #expect(fired.withLock { $0 } == 8 * 200)
+        // Changes made at the same moment on two threads may both reach a tracker before it
+        // removes itself (Observation promises at least one call, as for any Observable class).
+        #expect(fired.withLock { $0 }.allSatisfy { $0 >= 1 })
     }
 }
