@@ -102,7 +102,7 @@ extension PushTokenManager {
     /// ```swift
     /// let uploads = Task {
     ///     await pushTokens.uploadTokenChanges { token in
-    ///         try await api.putDeviceToken(token)  // token == nil: delete it on the server
+    ///         try await api.sendDeviceToken(token)  // nil: clear it on the server
     ///     }
     /// }
     /// ```
