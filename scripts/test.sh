@@ -34,6 +34,12 @@ step "debug build (-warnings-as-errors) and tests"
 swift build --build-tests -Xswiftc -warnings-as-errors
 swift test --skip-build
 
+# The library for app developers (issue 12): the UIKit, AppKit and WatchKit branches type-checked
+# against stand-in modules, and the DocC catalog built with warnings as errors and 100 % coverage.
+step "library: platform branches (stand-in UIKit/AppKit/WatchKit) and DocC"
+bash scripts/check-platform-branches.sh
+bash scripts/build-docs.sh
+
 if [ "${SKIP_TSAN:-0}" != 1 ]; then
   step "tests under Thread Sanitizer"
   swift build --build-tests --sanitize=thread --scratch-path .build/tsan -Xswiftc -warnings-as-errors

@@ -4,6 +4,10 @@ import FoundationEssentials
 import Foundation
 #endif
 
+#if canImport(Observation)
+import Observation
+#endif
+
 #if canImport(os)
 import os
 #elseif canImport(Glibc)
@@ -39,6 +43,10 @@ import Musl
 ///
 /// Lifetime: open ``tokenStream`` subscriptions do not keep the manager alive. When the manager is
 /// deinitialised, every open stream finishes, so `for await` loops over them end.
+///
+/// Observation: where the platform has it (iOS 17, macOS 14, tvOS 17, watchOS 10, visionOS 1,
+/// Linux), the manager is `Observable`, so a SwiftUI view that reads ``token`` is updated when it
+/// changes; see ``token``. On older systems the manager works the same without it.
 public final class PushTokenManager: Sendable {
     /// Receives the manager's log messages.
     ///
@@ -58,6 +66,9 @@ public final class PushTokenManager: Sendable {
     ///   bytes).
     /// - ``error``: `"registration failed: <description of the error>"`
     ///   (``didFailToRegister(error:)``).
+    /// - ``error``: `"device token upload failed (attempt N): <description of the error>; …"`
+    ///   (``uploadTokenChanges(retryPolicy:clock:randomSource:upload:)``, with the token's text
+    ///   removed from the error's description).
     public enum LogLevel: String, Sendable, Comparable {
         /// Diagnostic detail.
         case debug
@@ -116,7 +127,14 @@ public final class PushTokenManager: Sendable {
     private let state: Locked<State>
     /// Serialises delivery; holds a reusable list of the continuations being yielded to.
     private let delivery: Locked<[AsyncStream<String?>.Continuation]>
-    private let log: LogHandler
+    /// The log handler; used by this file and by TokenUpload.swift.
+    let log: LogHandler
+    /// An `ObservationRegistrar` where the platform has Observation, else `nil`. Boxed in an
+    /// existential because a stored property cannot have a type that is newer than the package's
+    /// minimum versions (`ObservationRegistrar` needs iOS 17 / macOS 14 / tvOS 17 / watchOS 10).
+    /// The registrar is `Sendable` and does its own locking; the manager never calls it while
+    /// holding either of its locks.
+    private let observation: (any Sendable)?
 
     /// Creates a manager with no token (``token`` is `nil`) that logs to the platform's default
     /// destination.
@@ -138,6 +156,15 @@ public final class PushTokenManager: Sendable {
         self.state = Locked(State())
         self.delivery = Locked([])
         self.log = logHandler
+        #if canImport(Observation)
+        if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *) {
+            self.observation = ObservationRegistrar()
+        } else {
+            self.observation = nil
+        }
+        #else
+        self.observation = nil
+        #endif
     }
 
     deinit {
@@ -162,8 +189,21 @@ public final class PushTokenManager: Sendable {
     /// Thread-safe; a read made after ``didRegister(deviceToken:)`` or
     /// ``didFailToRegister(error:)`` returned (on any thread that has synchronised with that call)
     /// reflects it.
+    ///
+    /// Observable where the platform has Observation: a read inside a SwiftUI view's `body` or
+    /// `withObservationTracking(_:onChange:)` is tracked, and the tracking fires when ``token``
+    /// changes value (not when the current token is registered again). Observers are told right
+    /// after the new value is visible, on the thread that made the change and outside the
+    /// manager's locks, so an `onChange` handler that reads ``token`` sees the new value (or a
+    /// newer one) and may call back into the manager.
     public var token: String? {
-        state.withLock { $0.token }
+        #if canImport(Observation)
+        if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
+           let registrar = observation as? ObservationRegistrar {
+            registrar.access(self, keyPath: \.token)
+        }
+        #endif
+        return state.withLock { $0.token }
     }
 
     /// A new, independent subscription to the token: its current value, then every change.
@@ -259,19 +299,39 @@ public final class PushTokenManager: Sendable {
     ///
     /// Under `delivery`, so that concurrent calls deliver in the order they changed `token`; the
     /// subscribers are yielded to outside `state` (see the comment on the stored properties).
+    ///
+    /// Observers (Observation) are told after both locks are released, so that their `onChange`
+    /// handlers may call back into the manager.
     private func publish(_ newToken: String?) {
-        delivery.withLock { recipients in
-            state.withLock { state in
-                guard state.token != newToken else { return }
+        let changed = delivery.withLock { recipients in
+            let changed = state.withLock { state in
+                guard state.token != newToken else { return false }
                 state.token = newToken
                 recipients.append(contentsOf: state.subscribers.values)
+                return true
             }
             for continuation in recipients {
                 continuation.yield(newToken)
             }
             // Released here, under `delivery` but not under `state`.
             recipients.removeAll(keepingCapacity: true)
+            return changed
         }
+        if changed {
+            notifyObservers()
+        }
+    }
+
+    /// Tells Observation that ``token`` changed: `willSet` (which fires the `onChange` of
+    /// `withObservationTracking`) and `didSet`, back to back, after the change.
+    private func notifyObservers() {
+        #if canImport(Observation)
+        if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
+           let registrar = observation as? ObservationRegistrar {
+            registrar.willSet(self, keyPath: \.token)
+            registrar.didSet(self, keyPath: \.token)
+        }
+        #endif
     }
 
     /// The number of open ``tokenStream`` subscriptions (for tests).
@@ -305,3 +365,11 @@ extension PushTokenManager {
         #endif
     }
 }
+
+#if canImport(Observation)
+/// `PushTokenManager` participates in Observation where the platform has it: reads of
+/// ``PushTokenManager/token`` are tracked and its changes reported through an
+/// `ObservationRegistrar` (see ``PushTokenManager/token``).
+@available(iOS 17, macOS 14, tvOS 17, watchOS 10, *)
+extension PushTokenManager: Observable {}
+#endif

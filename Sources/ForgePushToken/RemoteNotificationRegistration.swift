@@ -10,7 +10,7 @@ import WatchKit
 ///
 /// The seam between ``PushTokenManager/registerForRemoteNotifications(using:)`` and the platform's
 /// application object, so that the platform-independent part can be tested anywhere. On Apple
-/// platforms, ``PushTokenManager/registerForRemoteNotifications()`` uses a registrar that calls
+/// platforms, `PushTokenManager.registerForRemoteNotifications()` (no argument) uses a registrar that calls
 /// the application object's `registerForRemoteNotifications()`.
 ///
 /// Main-actor isolated, like the application objects it stands for. It is not class-constrained:
@@ -36,13 +36,25 @@ extension PushTokenManager {
     }
 }
 
-// The adapters below are a few lines each and have not been compiled: no Apple SDK exists on the
-// Linux machines this package is developed and tested on. Each only forwards to the documented
-// `registerForRemoteNotifications()` of the platform's shared application object.
+// The adapters below only forward to the documented `registerForRemoteNotifications()` of the
+// platform's shared application object. No Apple SDK exists on the Linux machines this package is
+// developed on, so scripts/check-platform-branches.sh type-checks each branch against small
+// stand-in modules named UIKit, AppKit and WatchKit (Tests/PlatformStandIns/) that declare the
+// members called here with Apple's signatures, isolation (`@MainActor` classes) and availability.
+// What that proves: each branch is taken when its module can be imported, it compiles in the
+// Swift 6 language mode without warnings, the calls match Apple's signatures, and they are made
+// on the main actor. What it does not prove: availability (platform attributes are not evaluated
+// when compiling for Linux; the ones below were settled from Apple's documentation, cited on each
+// adapter) and the behaviour of the real frameworks.
 
 #if canImport(UIKit) && !os(watchOS)
 /// Calls `UIApplication.shared.registerForRemoteNotifications()` (iOS, iPadOS, tvOS, visionOS,
-/// Mac Catalyst). Not compiled on Linux: kept to one obviously right line.
+/// Mac Catalyst).
+///
+/// Availability, from Apple's documentation: `UIApplication.shared` is unavailable in iOS app
+/// extensions (`NS_EXTENSION_UNAVAILABLE_IOS` in UIApplication.h), and Swift applies an
+/// `iOSApplicationExtension` rule to Mac Catalyst, tvOS and visionOS app extensions too. The four
+/// attributes below state that same rule for each platform explicitly, so they match UIKit's.
 @available(iOSApplicationExtension, unavailable)
 @available(macCatalystApplicationExtension, unavailable)
 @available(tvOSApplicationExtension, unavailable)
@@ -62,10 +74,9 @@ extension PushTokenManager {
     /// `application(_:didFailToRegisterForRemoteNotificationsWithError:)`; forward it to
     /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
     /// for `UIApplication.registerForRemoteNotifications()`. Not available in app extensions,
-    /// which have no shared application.
+    /// where UIKit makes `UIApplication.shared` unavailable.
     ///
-    /// Not compiled on Linux (no UIKit there): a one-line adapter over
-    /// ``registerForRemoteNotifications(using:)``, which is tested.
+    /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
     @available(iOSApplicationExtension, unavailable)
     @available(macCatalystApplicationExtension, unavailable)
     @available(tvOSApplicationExtension, unavailable)
@@ -76,8 +87,11 @@ extension PushTokenManager {
     }
 }
 #elseif canImport(AppKit)
-/// Calls `NSApplication.shared.registerForRemoteNotifications()` (macOS). Not compiled on
-/// Linux: kept to one obviously right line.
+/// Calls `NSApplication.shared.registerForRemoteNotifications()` (macOS 10.14 and later, per
+/// Apple's documentation; this package requires macOS 12).
+///
+/// AppKit does not mark `NSApplication.shared` unavailable in app extensions; this package does,
+/// because an app extension has no application delegate to receive the outcome.
 @available(macOSApplicationExtension, unavailable)
 struct ApplicationRegistrar: RemoteNotificationRegistrar {
     func registerForRemoteNotifications() {
@@ -95,8 +109,7 @@ extension PushTokenManager {
     /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
     /// for `NSApplication.registerForRemoteNotifications()`. Not available in app extensions.
     ///
-    /// Not compiled on Linux (no AppKit there): a one-line adapter over
-    /// ``registerForRemoteNotifications(using:)``, which is tested.
+    /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
     @available(macOSApplicationExtension, unavailable)
     @MainActor
     public func registerForRemoteNotifications() {
@@ -104,27 +117,35 @@ extension PushTokenManager {
     }
 }
 #elseif canImport(WatchKit)
-/// Calls `WKExtension.shared().registerForRemoteNotifications()` (watchOS; `WKExtension`
-/// rather than `WKApplication`, which needs watchOS 9, because this package supports watchOS 8).
-/// Not compiled on Linux: kept to one obviously right line.
+/// Calls `WKApplication.shared().registerForRemoteNotifications()` (watchOS).
+///
+/// Why `WKApplication`, from Apple's documentation: `WKApplication`, its `shared()` and its
+/// `registerForRemoteNotifications()` are available from watchOS 7.0, below this package's
+/// watchOS 8 minimum, so no `@available` gate is needed; it is the app object of single-target
+/// watchOS apps, the only kind Xcode 14 and later creates. `WKExtension` (the object of the older
+/// two-target, extension-based apps) is deprecated from watchOS 9.2, so calling it would break
+/// the build of an app targeting 9.2 or later with warnings as errors. An extension-based app
+/// calls `WKExtension.shared().registerForRemoteNotifications()` itself, or passes its own
+/// registrar to ``PushTokenManager/registerForRemoteNotifications(using:)``.
 struct ApplicationRegistrar: RemoteNotificationRegistrar {
     func registerForRemoteNotifications() {
-        WKExtension.shared().registerForRemoteNotifications()
+        WKApplication.shared().registerForRemoteNotifications()
     }
 }
 
 extension PushTokenManager {
     /// Registers the app for remote notifications by calling
-    /// `WKExtension.shared().registerForRemoteNotifications()` on the main actor.
+    /// `WKApplication.shared().registerForRemoteNotifications()` on the main actor.
     ///
-    /// Returns at once. The outcome arrives through the extension delegate's
+    /// Returns at once. The outcome arrives through the app delegate's (`WKApplicationDelegate`)
     /// `didRegisterForRemoteNotifications(withDeviceToken:)` or
     /// `didFailToRegisterForRemoteNotificationsWithError(_:)`; forward it to
     /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
-    /// for `WKExtension.registerForRemoteNotifications()`.
+    /// for `WKApplication.registerForRemoteNotifications()` (watchOS 7.0 and later). For a
+    /// single-target watchOS app; an extension-based app passes its own registrar to
+    /// ``registerForRemoteNotifications(using:)``.
     ///
-    /// Not compiled on Linux (no WatchKit there): a one-line adapter over
-    /// ``registerForRemoteNotifications(using:)``, which is tested.
+    /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
     @MainActor
     public func registerForRemoteNotifications() {
         registerForRemoteNotifications(using: ApplicationRegistrar())

@@ -1,59 +1,63 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Testing
 
 import ForgePushToken
 
-// The upload-on-change example of docs/library.md, compiled and tested here. The code between
-// the two marker lines must match the example in docs/library.md character for character; the
-// test `documentationShowsThisCode` checks it.
+// The upload examples of docs/library.md, compiled and tested here. The code between each pair of
+// marker lines must appear in docs/library.md character for character; the test
+// `documentationShowsThisCode` checks it. `forgePushTokenServerUpload(baseURL:)` is also the
+// upload function of the end-to-end test (ServerUploadEndToEndTests.swift).
 
-// BEGIN DeviceTokenUploader
-/// Uploads the device token to your backend whenever it changes.
-///
-/// Skips `nil` (no token) and a token that was already uploaded. Retries a failed upload with
-/// exponential backoff, and gives up on a token at its next retry once the manager holds another one.
-actor DeviceTokenUploader {
-    private let manager: PushTokenManager
-    private let upload: @Sendable (String) async throws -> Void
-    private let firstRetryDelay: UInt64  // nanoseconds
-    private let maximumRetryDelay: UInt64  // nanoseconds
-    private var lastUploaded: String?
+// BEGIN upload on change
+/// Your backend's device-token endpoints.
+protocol DeviceTokenAPI: Sendable {
+    func putDeviceToken(_ token: String) async throws
+    func deleteDeviceToken() async throws
+}
 
-    init(
-        manager: PushTokenManager,
-        firstRetryDelay: UInt64 = 2_000_000_000,
-        maximumRetryDelay: UInt64 = 300_000_000_000,
-        upload: @escaping @Sendable (String) async throws -> Void
-    ) {
-        self.manager = manager
-        self.upload = upload
-        self.firstRetryDelay = firstRetryDelay
-        self.maximumRetryDelay = maximumRetryDelay
-    }
-
-    /// Runs until the calling task is cancelled.
-    func run() async {
-        for await token in manager.tokenStream {
-            guard let token, token != lastUploaded else { continue }
-            await uploadRetrying(token)
-        }
-    }
-
-    private func uploadRetrying(_ token: String) async {
-        var delay = firstRetryDelay
-        while !Task.isCancelled, manager.token == token {
-            do {
-                try await upload(token)
-                lastUploaded = token
-                return
-            } catch {
-                try? await Task.sleep(nanoseconds: delay)
-                delay = min(delay * 2, maximumRetryDelay)
+/// Keeps the backend in step with the device token until the returned task is cancelled:
+/// uploads each new token, clears it when the app loses its token, retries failures.
+func startUploadingDeviceToken(
+    from pushTokens: PushTokenManager,
+    to api: some DeviceTokenAPI
+) -> Task<Void, Never> {
+    Task {
+        await pushTokens.uploadTokenChanges { token in
+            if let token {
+                try await api.putDeviceToken(token)
+            } else {
+                try await api.deleteDeviceToken()
             }
         }
     }
 }
-// END DeviceTokenUploader
+// END upload on change
+
+// BEGIN forge-push-token-server upload
+/// An upload function for `uploadTokenChanges` that sends the token to a
+/// forge-push-token-server: `POST /register` with `{"deviceToken":"<hex>"}`, or `POST /fail`
+/// when the app has no token (which clears it on the server). Throws unless the server answers
+/// 2xx.
+func forgePushTokenServerUpload(
+    baseURL: URL,
+    session: URLSession = .shared
+) -> @Sendable (String?) async throws -> Void {
+    { token in
+        var request = URLRequest(url: baseURL.appendingPathComponent(token == nil ? "fail" : "register"))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try JSONEncoder().encode(
+            token.map { ["deviceToken": $0] } ?? ["message": "the app has no device token"])
+        let (_, response) = try await session.data(for: request)
+        guard let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status) else {
+            throw URLError(.badServerResponse)
+        }
+    }
+}
+// END forge-push-token-server upload
 
 /// A list guarded by a lock (this file imports only the library's public API).
 private final class Recorded: @unchecked Sendable {
@@ -72,75 +76,64 @@ private final class Recorded: @unchecked Sendable {
     var all: [String] { lock.withLock { values } }
 }
 
-/// A backend that fails the first upload of chosen tokens and reports every success.
-private final class FakeBackend: Sendable {
-    let failFirstAttemptOf: Set<String>
-    let attempts = Recorded()
-    let uploads: AsyncStream<String>
-    private let uploaded: AsyncStream<String>.Continuation
+/// A backend that records each call and fails the first `put` of chosen tokens.
+private final class FakeAPI: DeviceTokenAPI {
+    let failFirstPutOf: Set<String>
+    let calls = Recorded()
+    let received: AsyncStream<String>
+    private let receive: AsyncStream<String>.Continuation
 
-    init(failFirstAttemptOf: Set<String>) {
-        self.failFirstAttemptOf = failFirstAttemptOf
-        (uploads, uploaded) = AsyncStream.makeStream(of: String.self)
+    init(failFirstPutOf: Set<String> = []) {
+        self.failFirstPutOf = failFirstPutOf
+        (received, receive) = AsyncStream.makeStream(of: String.self)
     }
 
-    @Sendable func upload(_ token: String) async throws {
-        if attempts.append(token) == 0, failFirstAttemptOf.contains(token) {
+    func putDeviceToken(_ token: String) async throws {
+        let call = "put \(token)"
+        if calls.append(call) == 0, failFirstPutOf.contains(token) {
             throw TestError(description: "backend unavailable")
         }
-        uploaded.yield(token)
+        receive.yield(call)
+    }
+
+    func deleteDeviceToken() async throws {
+        calls.append("delete")
+        receive.yield("delete")
     }
 }
 
-@Suite("Documentation example", .timeLimit(.minutes(1)))
+@Suite("Documentation examples", .timeLimit(.minutes(1)))
 struct DocumentationExampleTests {
-    @Test func uploaderUploadsEachNewTokenOnceAndRetriesFailures() async {
+    @Test func uploadOnChangePutsEachNewTokenAndDeletesAClearedOne() async {
         let manager = PushTokenManager(logHandler: silent)
-        let backend = FakeBackend(failFirstAttemptOf: [hex(0xb)])
-        let uploader = DeviceTokenUploader(
-            manager: manager, firstRetryDelay: 1_000_000, upload: backend.upload)
-        let running = Task { await uploader.run() }
-        var uploads = backend.uploads.makeAsyncIterator()
+        let api = FakeAPI()
+        let running = startUploadingDeviceToken(from: manager, to: api)
+        var received = api.received.makeAsyncIterator()
 
         manager.didRegister(deviceToken: token(0xa))
-        #expect(await uploads.next() == hex(0xa))
-
-        manager.didRegister(deviceToken: token(0xa))  // no change
-        manager.didFailToRegister(error: TestError(description: "x"))  // nil: skipped
-        manager.didRegister(deviceToken: token(0xa))  // already uploaded: skipped
-        manager.didRegister(deviceToken: token(0xb))  // fails once, then retried
-        #expect(await uploads.next() == hex(0xb))
-
-        manager.didRegister(deviceToken: token(0xc))
-        #expect(await uploads.next() == hex(0xc))
+        #expect(await received.next() == "put \(hex(0xa))")
+        manager.didRegister(deviceToken: token(0xa))  // no change: nothing
+        manager.didFailToRegister(error: TestError(description: "x"))  // cleared: delete
+        #expect(await received.next() == "delete")
+        manager.didRegister(deviceToken: token(0xb))
+        #expect(await received.next() == "put \(hex(0xb))")
 
         running.cancel()
         await running.value
-        #expect(backend.attempts.all == [hex(0xa), hex(0xb), hex(0xb), hex(0xc)])
+        #expect(api.calls.all == ["put \(hex(0xa))", "delete", "put \(hex(0xb))"])
     }
 
-    @Test func uploaderGivesUpOnATokenThatWasReplaced() async {
+    @Test func uploadOnChangeRetriesAFailedUpload() async {
+        // The example uses the standard policy: the retry comes after 0.5 to 1 s of real time.
         let manager = PushTokenManager(logHandler: silent)
-        let attempts = Recorded()
-        let (succeeded, success) = AsyncStream.makeStream(of: String.self)
-        let uploader = DeviceTokenUploader(manager: manager, firstRetryDelay: 1_000_000) { value in
-            // Token A never uploads; after its second attempt fails, B replaces it.
-            if value == hex(0xa) {
-                if attempts.append(value) == 1 {
-                    manager.didRegister(deviceToken: token(0xb))
-                }
-                throw TestError(description: "rejected")
-            }
-            attempts.append(value)
-            success.yield(value)
-        }
-        let running = Task { await uploader.run() }
-        manager.didRegister(deviceToken: token(0xa))
-        var successes = succeeded.makeAsyncIterator()
-        #expect(await successes.next() == hex(0xb))
+        let api = FakeAPI(failFirstPutOf: [hex(0xc)])
+        let running = startUploadingDeviceToken(from: manager, to: api)
+        var received = api.received.makeAsyncIterator()
+        manager.didRegister(deviceToken: token(0xc))
+        #expect(await received.next() == "put \(hex(0xc))")
         running.cancel()
         await running.value
-        #expect(attempts.all == [hex(0xa), hex(0xa), hex(0xb)])
+        #expect(api.calls.all == ["put \(hex(0xc))", "put \(hex(0xc))"])
     }
 
     @Test func documentationShowsThisCode() throws {
@@ -148,10 +141,15 @@ struct DocumentationExampleTests {
         let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let source = try String(contentsOf: here, encoding: .utf8)
         let docs = try String(contentsOf: root.appendingPathComponent("docs/library.md"), encoding: .utf8)
-        let begin = "// BEGIN DeviceTokenUploader\n", end = "// END DeviceTokenUploader\n"
-        let example = try #require(source.range(of: begin).flatMap { start in
-            source.range(of: end, range: start.upperBound..<source.endIndex).map { source[start.upperBound..<$0.lowerBound] }
-        })
-        #expect(docs.contains(example))
+        for name in ["upload on change", "forge-push-token-server upload"] {
+            let begin = "// BEGIN \(name)\n", end = "// END \(name)\n"
+            let example = try #require(source.range(of: begin).flatMap { start in
+                source.range(of: end, range: start.upperBound..<source.endIndex).map {
+                    source[start.upperBound..<$0.lowerBound]
+                }
+            })
+            #expect(example.count > 200)
+            #expect(docs.contains(example), "docs/library.md does not show the example \(name)")
+        }
     }
 }

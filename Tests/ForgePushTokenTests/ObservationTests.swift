@@ -1,0 +1,109 @@
+import Foundation
+import Observation
+import Testing
+
+@testable import ForgePushToken
+
+/// `PushTokenManager` is `Observable`: what a SwiftUI view that reads `token` relies on, checked
+/// with `withObservationTracking` (the function SwiftUI's tracking is built on).
+@Suite("Observation")
+struct ObservationTests {
+    /// Tracks one read of `manager.token` and counts its `onChange` calls, recording the value of
+    /// `token` the handler sees.
+    final class Tracker: Sendable {
+        private let seen = Locked<[String?]>([])
+
+        init(_ manager: PushTokenManager) {
+            withObservationTracking {
+                _ = manager.token
+            } onChange: { [seen, weak manager] in
+                // Weak: a tracker that never fires stays in the manager's registrar, and a strong
+                // capture would make a cycle (manager → registrar → handler → manager).
+                let current = manager?.token
+                seen.withLock { $0.append(current) }
+            }
+        }
+
+        var calls: [String?] { seen.withLock { $0 } }
+    }
+
+    @Test func theManagerIsObservable() {
+        func requiresObservable<T: Observable & Sendable>(_: T.Type) -> Bool { true }
+        #expect(requiresObservable(PushTokenManager.self))
+    }
+
+    @Test func aChangeFiresOnChangeOnce() {
+        let manager = PushTokenManager(logHandler: silent)
+        let tracker = Tracker(manager)
+        manager.didRegister(deviceToken: token(1))
+        #expect(tracker.calls == [hex(1)])  // the handler already sees the new value
+        manager.didRegister(deviceToken: token(2))
+        #expect(tracker.calls == [hex(1)])  // tracking is one-shot, as Observation defines it
+    }
+
+    @Test func reRegisteringTheSameTokenDoesNotFire() {
+        let manager = PushTokenManager(logHandler: silent)
+        manager.didRegister(deviceToken: token(1))
+        let tracker = Tracker(manager)
+        manager.didRegister(deviceToken: token(1))
+        manager.didRegister(deviceToken: Data())  // rejected: no change either
+        #expect(tracker.calls.isEmpty)
+        manager.didRegister(deviceToken: token(2))
+        #expect(tracker.calls == [hex(2)])
+    }
+
+    @Test func aFailureFiresOnlyWhenItClearsAToken() {
+        let manager = PushTokenManager(logHandler: silent)
+        let tracker = Tracker(manager)
+        manager.didFailToRegister(error: TestError(description: "no token yet"))
+        #expect(tracker.calls.isEmpty)
+        manager.didRegister(deviceToken: token(3))
+        let second = Tracker(manager)
+        manager.didFailToRegister(error: TestError(description: "revoked"))
+        #expect(tracker.calls == [hex(3)])
+        #expect(second.calls == [nil])
+    }
+
+    @Test func untrackedPropertiesAndOtherManagersDoNotFire() {
+        let manager = PushTokenManager(logHandler: silent)
+        let other = PushTokenManager(logHandler: silent)
+        let tracker = Tracker(manager)
+        other.didRegister(deviceToken: token(1))
+        _ = manager.tokenStream
+        #expect(tracker.calls.isEmpty)
+    }
+
+    @Test func theHandlerMayCallBackIntoTheManager() async {
+        // onChange runs outside the manager's locks: registering from it must not deadlock.
+        let manager = PushTokenManager(logHandler: silent)
+        withObservationTracking {
+            _ = manager.token
+        } onChange: {
+            manager.didRegister(deviceToken: token(99))
+        }
+        manager.didRegister(deviceToken: token(1))
+        #expect(manager.token == hex(99))
+        #expect(await next(manager.tokenStream) == .some(hex(99)))
+    }
+
+    @Test func concurrentChangesFromManyThreadsEachReachATracker() async {
+        // Under Thread Sanitizer too: trackers installed and fired from several threads at once.
+        let manager = PushTokenManager(logHandler: silent)
+        let fired = Locked([Int](repeating: 0, count: 8 * 200))
+        await runOnThreads(8) { thread in
+            for n in 0..<200 {
+                let tracker = thread * 200 + n
+                withObservationTracking {
+                    _ = manager.token
+                } onChange: {
+                    fired.withLock { $0[tracker] += 1 }
+                }
+                manager.didRegister(deviceToken: token(UInt32(thread * 1_000 + n + 1)))
+            }
+        }
+        // Every tracker was installed before a change that was its thread's own, so each fired.
+        // Changes made at the same moment on two threads may both reach a tracker before it
+        // removes itself (Observation promises at least one call, as for any Observable class).
+        #expect(fired.withLock { $0 }.allSatisfy { $0 >= 1 })
+    }
+}

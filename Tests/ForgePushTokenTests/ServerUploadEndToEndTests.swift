@@ -1,0 +1,171 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@testable import ForgePushToken
+
+/// The library's upload API with a `URLSession` upload function (docs/library.md's
+/// `forgePushTokenServerUpload(baseURL:)`) against a real forge-push-token-server.
+///
+/// The server is the binary `swift build --build-tests` builds beside this test bundle (in the
+/// same configuration and scratch folder, so the sanitizer runs use a sanitized server), started
+/// on a free loopback port and stopped by its process id (SIGTERM). Set `FORGE_PUSH_TOKEN_SERVER` to use
+/// another binary.
+@Suite("End to end: uploads to forge-push-token-server", .timeLimit(.minutes(1)))
+struct ServerUploadEndToEndTests {
+    @Test func tokensLandOnTheServerAndARetryLandsAfterARestart() async throws {
+        var server = try await ServerProcess.start(port: 0)
+        defer { server.stop() }
+        let port = server.port
+        let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
+        let log = LogRecorder()
+        let manager = PushTokenManager(logHandler: log.handler)
+        let policy = try PushTokenManager.UploadRetryPolicy(
+            initialDelay: .milliseconds(50), maximumDelay: .milliseconds(400), jitter: 0.5)
+        let uploads = Task {
+            await manager.uploadTokenChanges(retryPolicy: policy, upload: forgePushTokenServerUpload(baseURL: base))
+        }
+
+        // A token registered on the manager reaches GET /token and GET /token/stream.
+        let first = Data((0..<32).map { UInt8($0) })
+        let firstHex = DeviceTokenHex.encode(first)
+        manager.didRegister(deviceToken: first)
+        try await eventually { try await serverToken(base) == firstHex }
+        let events = try readEventStream(base.appendingPathComponent("token/stream"), seconds: 1)
+        #expect(events.contains("data: {\"token\":\"\(firstHex)\"}"))
+
+        // The server goes away; the next token's upload fails and is retried with backoff...
+        server.stop()
+        let second = Data((0..<32).map { UInt8(255 - $0) })
+        let secondHex = DeviceTokenHex.encode(second)
+        manager.didRegister(deviceToken: second)
+        await waitUntil { log.recorded.contains { $0.message.contains("retrying in") } }
+
+        // ...and lands once the server is back on the same port.
+        server = try await ServerProcess.start(port: port)
+        try await eventually { try await serverToken(base) == secondHex }
+
+        // The app loses its token: the server's is cleared.
+        manager.didFailToRegister(error: TestError(description: "revoked"))
+        try await eventually { try await serverToken(base) == .some(nil) }
+
+        uploads.cancel()
+        await uploads.value
+        let messages = log.recorded.map(\.message)
+        #expect(messages.allSatisfy { !$0.contains(firstHex) && !$0.contains(secondHex) })
+    }
+}
+
+/// The token the server at `base` holds (`GET /token`): `.some(nil)` when it has none, `nil` when
+/// the server cannot be reached.
+private func serverToken(_ base: URL) async throws -> String?? {
+    struct Body: Decodable { var token: String? }
+    guard let (data, response) = try? await URLSession.shared.data(from: base.appendingPathComponent("token")) else {
+        return nil
+    }
+    #expect((response as? HTTPURLResponse)?.statusCode == 200)
+    return .some(try JSONDecoder().decode(Body.self, from: data).token)
+}
+
+/// Retries `condition` every 20 ms until it holds; fails the test (through the suite's time limit)
+/// if it never does.
+private func eventually(
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async throws {
+    while try await !condition() {
+        try await Task.sleep(for: .milliseconds(20))
+    }
+}
+
+/// The first `seconds` of the event stream at `url`, read with curl (`-N`: unbuffered).
+private func readEventStream(_ url: URL, seconds: Int) throws -> String {
+    let curl = Process()
+    curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+    curl.arguments = ["-sN", "--max-time", "\(seconds)", url.absoluteString]
+    let output = Pipe()
+    curl.standardOutput = output
+    try curl.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    curl.waitUntilExit()
+    return String(decoding: data, as: UTF8.self)
+}
+
+/// A forge-push-token-server child process on 127.0.0.1.
+struct ServerProcess {
+    let process: Process
+    let port: Int
+
+    /// The server binary: `FORGE_PUSH_TOKEN_SERVER`, or the one built beside this test bundle.
+    static var binary: URL {
+        if let path = ProcessInfo.processInfo.environment["FORGE_PUSH_TOKEN_SERVER"], !path.isEmpty {
+            return URL(fileURLWithPath: path)
+        }
+        let bundle = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        return bundle.deletingLastPathComponent().appendingPathComponent("forge-push-token-server")
+    }
+
+    /// Starts the server on `port` (0: a free port found first) and waits until it answers
+    /// `GET /healthz`.
+    ///
+    /// Readiness is polled rather than read from the server's "listening on" line: the server's
+    /// standard output is block-buffered when it is a pipe, so the line arrives late.
+    static func start(port: Int) async throws -> ServerProcess {
+        let binary = binary
+        guard FileManager.default.isExecutableFile(atPath: binary.path) else {
+            throw TestError(description: "no server binary at \(binary.path): run swift build --build-tests first")
+        }
+        let port = port == 0 ? try freeLoopbackPort() : port
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["--host", "127.0.0.1", "--port", "\(port)", "--access-log", "off"]
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let server = ServerProcess(process: process, port: port)
+        let health = try #require(URL(string: "http://127.0.0.1:\(port)/healthz"))
+        for _ in 0..<500 {
+            guard process.isRunning else {
+                throw TestError(description: "the server exited with status \(process.terminationStatus)")
+            }
+            if let (_, response) = try? await URLSession.shared.data(from: health),
+               (response as? HTTPURLResponse)?.statusCode == 200 {
+                return server
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        server.stop()
+        throw TestError(description: "the server did not answer GET /healthz within 10 s")
+    }
+
+    /// A TCP port on 127.0.0.1 that nothing listens on now (bound to port 0, read, released).
+    private static func freeLoopbackPort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TestError(description: "socket() failed: \(errno)") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                bind(fd, address, length) == 0 && getsockname(fd, address, &length) == 0
+            }
+        }
+        guard bound else { throw TestError(description: "bind() failed: \(errno)") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Stops the server (SIGTERM, a graceful shutdown) and waits for it to exit. Idempotent.
+    func stop() {
+        if process.isRunning {
+            process.terminate()
+        }
+        process.waitUntilExit()
+    }
+}

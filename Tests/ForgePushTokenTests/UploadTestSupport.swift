@@ -1,0 +1,187 @@
+import Foundation
+import Testing
+
+@testable import ForgePushToken
+
+/// A clock whose time moves only when a test calls ``advance(by:)``, so that tests never sleep and
+/// every wait is observable.
+///
+/// Records the duration of every sleep requested (deadline minus the time of the request).
+final class ManualClock: Clock, Sendable {
+    struct Instant: InstantProtocol {
+        var offset: Duration
+
+        func advanced(by duration: Duration) -> Instant { Instant(offset: offset + duration) }
+        func duration(to other: Instant) -> Duration { other.offset - offset }
+        static func < (lhs: Instant, rhs: Instant) -> Bool { lhs.offset < rhs.offset }
+    }
+
+    private struct Sleeper: Sendable {
+        var id: UInt64
+        var deadline: Instant
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State: Sendable {
+        var now = Instant(offset: .zero)
+        var sleepers: [Sleeper] = []
+        var nextID: UInt64 = 0
+        var requested: [Duration] = []
+    }
+
+    private let state = Locked(State())
+
+    var now: Instant { state.withLock { $0.now } }
+    var minimumResolution: Duration { .zero }
+
+    /// The durations of every sleep requested so far, in order.
+    var requestedSleeps: [Duration] { state.withLock { $0.requested } }
+    /// How many tasks are sleeping on this clock now.
+    var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+
+    func sleep(until deadline: Instant, tolerance: Duration?) async throws {
+        let id = state.withLock { state in
+            defer { state.nextID += 1 }
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let immediate: Result<Void, any Error>? = state.withLock { state in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    state.requested.append(state.now.duration(to: deadline))
+                    if deadline <= state.now { return .success(()) }
+                    state.sleepers.append(Sleeper(id: id, deadline: deadline, continuation: continuation))
+                    return nil
+                }
+                if let immediate { continuation.resume(with: immediate) }
+            }
+        } onCancel: {
+            let sleeper = state.withLock { state in
+                state.sleepers.firstIndex { $0.id == id }.map { state.sleepers.remove(at: $0) }
+            }
+            sleeper?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Moves time forward by `duration` and wakes every sleeper whose deadline has come.
+    func advance(by duration: Duration) {
+        let due = state.withLock { state in
+            state.now = state.now.advanced(by: duration)
+            let now = state.now
+            let due = state.sleepers.filter { $0.deadline <= now }
+            state.sleepers.removeAll { $0.deadline <= now }
+            return due
+        }
+        for sleeper in due {
+            sleeper.continuation.resume()
+        }
+    }
+}
+
+/// A random source that returns the given values in order, cycling.
+struct ScriptedRandom: RandomNumberGenerator {
+    var values: [UInt64]
+    var index = 0
+
+    mutating func next() -> UInt64 {
+        defer { index += 1 }
+        return values[index % values.count]
+    }
+}
+
+/// An upload function whose calls a test answers one by one, recording every call and how many
+/// ran at once.
+final class ScriptedBackend: Sendable {
+    /// One call of ``upload(_:)`` waiting for its answer.
+    struct Call: Sendable {
+        let id: UInt64
+        let value: String?
+        fileprivate let backend: ScriptedBackend
+
+        func succeed() { backend.answer(id, with: .success(())) }
+        func fail(_ error: any Error) { backend.answer(id, with: .failure(error)) }
+    }
+
+    private struct State: Sendable {
+        /// Calls not yet handed to the test by `nextCall()`.
+        var waiting: [Call] = []
+        /// Every call not yet answered, by id.
+        var open: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var values: [String?] = []
+        var inFlight = 0
+        var maximumInFlight = 0
+        var cancelled = 0
+        var nextID: UInt64 = 0
+    }
+
+    private let state = Locked(State())
+    /// When `true`, every call succeeds at once (after a `Task.yield()`) instead of waiting.
+    let automatic: Bool
+
+    init(automatic: Bool = false) {
+        self.automatic = automatic
+    }
+
+    /// Every value uploaded (attempted), in order.
+    var values: [String?] { state.withLock { $0.values } }
+    /// The most calls that ever ran at once.
+    var maximumInFlight: Int { state.withLock { $0.maximumInFlight } }
+    /// How many calls are waiting for an answer now.
+    var waitingCount: Int { state.withLock { $0.waiting.count } }
+    /// How many calls ended because their task was cancelled.
+    var cancelledCount: Int { state.withLock { $0.cancelled } }
+
+    @Sendable func upload(_ value: String?) async throws {
+        let id = state.withLock { state in
+            state.values.append(value)
+            state.inFlight += 1
+            state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
+            defer { state.nextID += 1 }
+            return state.nextID
+        }
+        defer { state.withLock { $0.inFlight -= 1 } }
+        if automatic {
+            await Task.yield()
+            return
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let cancelled = state.withLock { state in
+                    if Task.isCancelled { return true }
+                    state.waiting.append(Call(id: id, value: value, backend: self))
+                    state.open[id] = continuation
+                    return false
+                }
+                if cancelled { continuation.resume(throwing: CancellationError()) }
+            }
+        } onCancel: {
+            let open = state.withLock { state in
+                let continuation = state.open.removeValue(forKey: id)
+                if continuation != nil { state.cancelled += 1 }
+                return continuation
+            }
+            open?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Ends call `id` with `result`, unless it has ended already (cancelled).
+    fileprivate func answer(_ id: UInt64, with result: Result<Void, any Error>) {
+        state.withLock { $0.open.removeValue(forKey: id) }?.resume(with: result)
+    }
+
+    /// The oldest call waiting for an answer, waiting for one if there is none.
+    func nextCall(sourceLocation: SourceLocation = #_sourceLocation) async -> Call? {
+        await waitUntil({ waitingCount > 0 }, sourceLocation: sourceLocation)
+        return state.withLock { state in
+            state.waiting.isEmpty ? nil : state.waiting.removeFirst()
+        }
+    }
+}
+
+/// Lets other tasks run for a while (yielding, never sleeping), so that a wrong action they might
+/// take has the chance to happen before the test checks it did not.
+func letOtherTasksRun(_ rounds: Int = 200) async {
+    for _ in 0..<rounds {
+        await Task.yield()
+    }
+}
