@@ -61,7 +61,7 @@ let package = Package(
         // Helpers the test targets share (log recorder, threads, waiting on a condition).
         .target(name: "ForgePushTokenTestSupport", dependencies: ["ForgePushToken"], path: "Tests/TestSupport",
                 swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"], swiftSettings: swiftSettings),
+        .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),

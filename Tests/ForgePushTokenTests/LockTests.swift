@@ -1,4 +1,5 @@
 import Testing
+import ForgePushTokenTestSupport
 
 @testable import ForgePushToken
 

@@ -1,6 +1,7 @@
 import Foundation
 import Observation
 import Testing
+import ForgePushTokenTestSupport
 
 @testable import ForgePushToken
 

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Testing
+import ForgePushTokenTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif

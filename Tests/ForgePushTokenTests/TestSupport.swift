@@ -2,9 +2,10 @@ import Foundation
 import Testing
 
 @testable import ForgePushToken
+import ForgePushTokenTestSupport
 
-/// A log handler that discards everything.
-let silent: PushTokenManager.LogHandler = { _, _ in }
+/// A log handler that discards everything (the shared test support's `quiet`).
+let silent: PushTokenManager.LogHandler = quiet
 
 /// An error with a fixed description.
 struct TestError: Error, CustomStringConvertible {
@@ -77,41 +78,4 @@ func expectNoEmission(
     try await Task.sleep(for: .milliseconds(50))
     followUp()
     #expect(await value(of: pending) == .some(expected), sourceLocation: sourceLocation)
-}
-
-/// Records log messages.
-final class LogRecorder: Sendable {
-    struct Entry: Equatable, Sendable {
-        var level: PushTokenManager.LogLevel
-        var message: String
-    }
-
-    private let entries = Locked<[Entry]>([])
-
-    var handler: PushTokenManager.LogHandler {
-        { [entries] level, message in
-            entries.withLock { $0.append(Entry(level: level, message: message)) }
-        }
-    }
-
-    var recorded: [Entry] {
-        entries.withLock { $0 }
-    }
-}
-
-/// Runs `body(i)` for `i` in `0..<count`, each on its own new thread, and returns when all have
-/// finished, without blocking a cooperative thread.
-func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
-    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-        let remaining = Locked(count)
-        for index in 0..<count {
-            let thread = Thread {
-                body(index)
-                if remaining.withLock({ $0 -= 1; return $0 }) == 0 {
-                    done.resume()
-                }
-            }
-            thread.start()
-        }
-    }
 }
