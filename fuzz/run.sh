@@ -70,7 +70,7 @@ sources_stamp() {
     {
         echo "$2"
         swiftc --version 2>&1
-        for module in ForgePushToken ForgePushTokenHTTP; do
+        for module in ForgePushToken ForgePushTokenOwner ForgePushTokenHTTP; do
             (cd "$1/$module" && ls && cat ./*.swift)
         done
         cat "$FUZZ_DIR"/Harness/*.swift

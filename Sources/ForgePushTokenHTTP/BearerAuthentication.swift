@@ -93,8 +93,9 @@ public struct BearerAuthentication: Sendable {
 
     /// The 401 answer to a request whose check gave `outcome` (`.missing` or `.invalid`): code
     /// `unauthorized` with `WWW-Authenticate: Bearer realm="…"`, plus `error="invalid_token"` when
-    /// a wrong token was sent (RFC 6750 §3).
-    public static func unauthorized(_ outcome: Outcome) -> HTTPResponse {
+    /// a wrong token was sent (RFC 6750 §3). The message names the `access_token` query parameter
+    /// only to a `GET` or `HEAD`, the only methods that may use it.
+    public static func unauthorized(_ outcome: Outcome, method: String) -> HTTPResponse {
         var challenge = "Bearer realm=\"\(realm)\""
         let message: String
         if outcome == .invalid {
@@ -102,7 +103,7 @@ public struct BearerAuthentication: Sendable {
             message = "the bearer token is not the service's token"
         } else {
             message = "send the service's token as 'Authorization: Bearer <token>'"
-                + " (GET and HEAD also take it as the access_token query parameter)"
+                + (method == "GET" || method == "HEAD" ? " or as the access_token query parameter" : "")
         }
         return .error(401, ServiceError("unauthorized", message), headers: ["WWW-Authenticate": challenge])
     }

@@ -50,12 +50,14 @@ public struct CrossOriginPolicy: Sendable, Equatable {
     /// `response` with the CORS header fields added when `origin` is allowed; unchanged otherwise
     /// (and when it has them already, as a preflight answer does).
     public func decorate(_ response: HTTPResponse, origin: String?) -> HTTPResponse {
-        guard let allowed = allowOriginValue(for: origin), response.headers["Access-Control-Allow-Origin"] == nil else {
-            return response
-        }
+        guard isEnabled, response.headers["Access-Control-Allow-Origin"] == nil else { return response }
         var decorated = response
+        // With CORS on, every answer depends on the request's Origin (the Fetch standard, "CORS
+        // protocol and HTTP caches"): a cache must not serve one origin's answer to another, nor
+        // the answer to a request without Origin to one with it.
+        if decorated.headers["Vary"] == nil { decorated.headers.add("Vary", "Origin") }
+        guard let allowed = allowOriginValue(for: origin) else { return decorated }
         decorated.headers.add("Access-Control-Allow-Origin", allowed)
-        decorated.headers.add("Vary", "Origin")
         decorated.headers.add("Access-Control-Expose-Headers", Self.exposedHeaders)
         return decorated
     }

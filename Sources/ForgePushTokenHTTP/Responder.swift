@@ -144,7 +144,7 @@ public final class Responder: Sendable {
                                                method: method)
             if outcome != .authorized {
                 metrics.increment(.unauthorizedRequests)
-                return .answer(refuse(BearerAuthentication.unauthorized(outcome), origin: origin), route: route)
+                return .answer(refuse(BearerAuthentication.unauthorized(outcome, method: method), origin: origin), route: route)
             }
         }
         return .proceed(AdmittedRequest(route: route, request: head))

@@ -25,6 +25,9 @@ struct CommandLineOptions: Equatable {
     /// `--cors-origin`, validated, in order (`*` allows every origin).
     var crossOrigin = CrossOriginPolicy()
     var action: Action = .run
+    /// `FORGE_PUSH_TOKEN_*` variables that name no setting (a misspelling would otherwise go
+    /// unnoticed: a mistyped `..._AUTH_TOKEN_FILE` leaves the service open), sorted.
+    var unknownVariables: [String] = []
 
     enum Action: Equatable { case run, help, version, healthCheck }
 
@@ -117,6 +120,8 @@ struct CommandLineOptions: Equatable {
         let fromEnvironment = Set(values.keys).union(lists.keys)
         var fromFlags: Set<String> = []
         var options = CommandLineOptions()
+        let known = Set(valueFlags.map(variable(for:)))
+        options.unknownVariables = environment.keys.filter { $0.hasPrefix("FORGE_PUSH_TOKEN_") && !known.contains($0) }.sorted()
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
@@ -293,6 +298,10 @@ struct CommandLineOptions: Equatable {
     /// usually behind a TLS-terminating proxy, and the warning would be noise.)
     var startupWarnings: [String] {
         var warnings: [String] = []
+        for variable in unknownVariables {
+            // The name only: the value may be a secret.
+            warnings.append("\(variable) is not a setting of this service and is ignored (misspelt?)")
+        }
         let loopback = HostAddress.isLoopback(server.host)
         if authToken == nil && !loopback {
             warnings.append("listening on \(server.host), which is not loopback, without --auth-token:"

@@ -75,6 +75,10 @@ import MicroHTTPDServer
         #expect(short.count == 1 && short[0].contains("only 6 characters") && !short[0].contains("abc123"))
         #expect(try parse(["--host", "::", "--auth-token", Self.token]).startupWarnings.isEmpty)
         #expect(try parse(["--host", "127.0.0.2"]).startupWarnings.isEmpty)
+        // A misspelt variable is named (never its value); the known ones are not.
+        let misspelt = try parse([], ["FORGE_PUSH_TOKEN_AUTH_TOKEN_FLIE": "/run/secret", "FORGE_PUSH_TOKEN_PORT": "9000",
+                                      "OTHER": "x"]).startupWarnings
+        #expect(misspelt == ["FORGE_PUSH_TOKEN_AUTH_TOKEN_FLIE is not a setting of this service and is ignored (misspelt?)"])
     }
 
     @Test func tlsNeedsBothFilesAndReadsThem() throws {
