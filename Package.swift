@@ -26,6 +26,18 @@ let package = Package(
             providers: [.apt(["libmicrohttpd-dev"]), .brew(["libmicrohttpd"])]
         ),
 
+        // hiredis as a system library (Debian: libhiredis-dev 0.14), with a shim header for the
+        // parts Swift cannot reach directly (the context's errstr array, reply elements).
+        .systemLibrary(
+            name: "CHiredis",
+            pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"]), .brew(["hiredis"])]
+        ),
+
+        // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
+        // store that lets replicas share one token (docs/replicas.md).
+        .target(name: "RedisTokenStore", dependencies: ["CHiredis", "ForgePushToken"]),
+
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
         .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken"]),
 
@@ -41,6 +53,7 @@ let package = Package(
         .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"]),
         .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP"]),
         .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP"]),
+        .testTarget(name: "RedisTokenStoreTests", dependencies: ["RedisTokenStore"]),
         .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,594 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#endif
+import Foundation
+import ForgePushToken
+
+/// Keeps the token in Redis so that several replicas of the service share it (cluster.md;
+/// docs/replicas.md): the layout is `PREFIX:state` (a hash of `version` and `token`) and the
+/// pub/sub channel `PREFIX:changes`.
+///
+/// Two background threads, each with its own connection:
+/// - the writer takes commits and state checks from a bounded queue (full: the commit fails at
+///   once with `.unavailable`), sends what is queued in one pipelined batch (`EVALSHA` of the
+///   scripts in `RedisScripts`, `EVAL` again on `NOSCRIPT`) and waits at most `writeTimeout`
+///   for the replies (no reply in time: `.unknown`, and the connection is made again);
+/// - the subscriber subscribes to `PREFIX:changes`, then asks the writer for a state check (so a
+///   change made while it was away is never missed), sends a `PING` every `heartbeatInterval`
+///   and treats a Redis that does not answer within `heartbeatTimeout` as unreachable (a hung
+///   Redis, stopped with `SIGSTOP`, is detected within 5 s), asks for a state check every
+///   `checkInterval`, and reconnects by itself with `ReconnectBackoff`.
+/// Request threads only enqueue; they never wait for Redis or a reconnect.
+///
+/// What arrives from Redis (a change message, a check's or a commit's result) is handed to the
+/// `onState` callback of `start`, which must apply it only if it is newer than what the replica
+/// has (versions only grow). Health changes go to `onHealth`.
+///
+/// Logs (through `log`): Redis lost (warning, once per outage), Redis back (info, with how long
+/// it was gone), state written back after a data loss (warning, with both versions), an invalid
+/// `PREFIX:state` (error, with how to repair it). The password is never logged.
+///
+/// Thread-safety: all members may be called from any thread. Callbacks run on the store's
+/// threads (or, for a commit refused because the queue is full, on the caller's); they must not
+/// block.
+public final class RedisTokenStore: Sendable {
+    /// Settings of the store.
+    public struct Configuration: Sendable {
+        /// Where Redis is.
+        public var endpoint: RedisEndpoint
+        /// The key namespace.
+        public var prefix: RedisKeyPrefix
+        /// Seconds a write (or a connect) may take before it counts as failed (2 s, cluster.md).
+        public var writeTimeout: Double = 2
+        /// Pending commits and checks the writer queue holds before refusing more.
+        public var queueCapacity: Int = 4096
+        /// Seconds between `PING`s on the subscription connection.
+        public var heartbeatInterval: Double = 1
+        /// Seconds without an answer to a `PING` after which Redis counts as unreachable.
+        public var heartbeatTimeout: Double = 3
+        /// Seconds between periodic checks of `PREFIX:state`.
+        public var checkInterval: Double = 2
+
+        /// Creates a configuration with the contract's timings.
+        public init(endpoint: RedisEndpoint, prefix: RedisKeyPrefix = .standard) {
+            self.endpoint = endpoint
+            self.prefix = prefix
+        }
+    }
+
+    /// The state of the link to Redis, as `/healthz` reports it (`redis` field).
+    public enum Health: String, Sendable, Equatable {
+        /// Subscribed and the state was read: `connected`.
+        case connected
+        /// Not connected (refused, timed out, hung, closed): `unreachable`.
+        case unreachable
+        /// Wrong password or user: `auth_failed`.
+        case authFailed = "auth_failed"
+        /// `PREFIX:state` holds something this service did not write: `invalid_state`.
+        case invalidState = "invalid_state"
+    }
+
+    /// The outcome of a commit.
+    public enum CommitOutcome: Sendable, Equatable {
+        /// Redis confirmed it; `state` is the stored state after it (which may be newer than the
+        /// replica's), `changed` whether this commit changed the token.
+        case applied(SharedTokenState, changed: Bool)
+        /// Redis was not asked or refused: nothing was written.
+        case unavailable(Health)
+        /// No answer in time: the write may or may not have been applied.
+        case unknown
+    }
+
+    private enum Job: Sendable {
+        case change(token: String?, enqueued: Double, completion: @Sendable (CommitOutcome) -> Void)
+        case check(completion: (@Sendable (SharedTokenState?) -> Void)?)
+    }
+
+    private struct Callbacks: Sendable {
+        var currentState: @Sendable () -> SharedTokenState?
+        var onState: @Sendable (SharedTokenState) -> Void
+        var onHealth: @Sendable (Health) -> Void
+    }
+
+    private struct Status: Sendable {
+        var health: Health = .unreachable
+        var subscribed = false
+        var everConnected = false
+        var lostAt: Double? = nil
+        var lossLogged = false
+        var checkPending = false
+        var stopping = false
+        var callbacks: Callbacks? = nil
+        var up = false
+        var reconnects: UInt64 = 0
+        var errors: UInt64 = 0
+        var writeBuckets = [UInt64](repeating: 0, count: RedisTokenStore.writeBuckets.count)
+        var writeCount: UInt64 = 0
+        var writeSum: Double = 0
+    }
+
+    /// Upper bounds, in seconds, of the `forge_push_token_redis_write_seconds` buckets.
+    public static let writeBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+
+    /// The configuration the store runs with.
+    public let configuration: Configuration
+    private let log: @Sendable (PushTokenManager.LogLevel, String) -> Void
+    private let status = Locked(Status())
+    /// The writer queue; guarded by `queueCondition`.
+    private let queue = Locked<[Job]>([])
+    private let queueCondition = NSCondition()
+    private let threads = DispatchGroup()
+
+    /// Creates a store; nothing connects until `start`.
+    public init(configuration: Configuration,
+                log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void) {
+        self.configuration = configuration
+        self.log = log
+    }
+
+    /// Starts the writer and subscriber threads.
+    /// - Parameters:
+    ///   - currentState: the replica's state, or `nil` before it has one (used to write it back
+    ///     when Redis lost its data).
+    ///   - onState: receives every state learned from Redis, possibly older than the replica's or
+    ///     repeated: apply it only if its version is higher.
+    ///   - onHealth: receives every change of `health`.
+    public func start(currentState: @escaping @Sendable () -> SharedTokenState?,
+                      onState: @escaping @Sendable (SharedTokenState) -> Void,
+                      onHealth: @escaping @Sendable (Health) -> Void) {
+        status.withLock { $0.callbacks = Callbacks(currentState: currentState, onState: onState, onHealth: onHealth) }
+        for (name, body) in [("redis-writer", writerLoop), ("redis-subscriber", subscriberLoop)] as [(String, @Sendable () -> Void)] {
+            threads.enter()
+            let thread = Thread { [threads] in
+                body()
+                threads.leave()
+            }
+            thread.name = name
+            thread.start()
+        }
+    }
+
+    /// Stops both threads (within about a tenth of a second, or `writeTimeout` when a write is
+    /// in flight) and fails what is still queued with `.unavailable`. Nothing is written to
+    /// Redis (a replica's shutdown never touches the state).
+    public func stop() {
+        status.withLock { $0.stopping = true }
+        queueCondition.lock()
+        queueCondition.broadcast()
+        queueCondition.unlock()
+        _ = threads.wait(timeout: .now() + configuration.writeTimeout + 2)
+    }
+
+    /// The current health.
+    public var health: Health { status.withLock { $0.health } }
+
+    /// Proposes `token` (`nil`: no token) as the shared token. `completion` runs once, on the
+    /// writer thread, after Redis answered or the write timed out; or at once, on the caller's
+    /// thread, when the queue is full or the store is stopping.
+    public func commit(token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        let health = self.health
+        if !enqueue(.change(token: token, enqueued: monotonicSeconds(), completion: completion)) {
+            completion(.unavailable(health == .connected ? .unreachable : health))
+        }
+    }
+
+    /// Reads (and reconciles) `PREFIX:state` now; `completion` gets the stored state, or `nil`
+    /// when Redis could not be read. Used before serving a subscriber whose `Last-Event-ID` is
+    /// above the replica's version.
+    public func refresh(completion: @escaping @Sendable (SharedTokenState?) -> Void) {
+        if !enqueue(.check(completion: completion)) { completion(nil) }
+    }
+
+    private func enqueue(_ job: Job) -> Bool {
+        if status.withLock({ $0.stopping }) { return false }
+        queueCondition.lock()
+        defer { queueCondition.unlock() }
+        let accepted = queue.withLock { jobs -> Bool in
+            guard jobs.count < configuration.queueCapacity else { return false }
+            jobs.append(job)
+            return true
+        }
+        if accepted { queueCondition.signal() }
+        return accepted
+    }
+
+    /// Asks the writer for a state check unless one is already queued.
+    private func requestCheck() {
+        let needed = status.withLock { state -> Bool in
+            if state.checkPending { return false }
+            state.checkPending = true
+            return true
+        }
+        if needed && !enqueue(.check(completion: nil)) {
+            status.withLock { $0.checkPending = false }
+        }
+    }
+
+    // MARK: - Health, logs, metrics
+
+    private func setHealth(_ new: Health, detail: String) {
+        let now = monotonicSeconds()
+        var lines: [(PushTokenManager.LogLevel, String)] = []
+        let (changed, callback) = status.withLock { state -> (Bool, (@Sendable (Health) -> Void)?) in
+            let old = state.health
+            if new == .connected {
+                if !state.everConnected {
+                    lines.append((.info, "Redis connected at \(configuration.endpoint), key prefix \(configuration.prefix)"))
+                } else if let lostAt = state.lostAt {
+                    let gone = String(format: "%.1f", now - lostAt)
+                    lines.append((.info, "Redis back after \(gone) s at \(configuration.endpoint)"))
+                }
+                state.everConnected = true
+                state.lostAt = nil
+                state.lossLogged = false
+                state.up = true
+            } else {
+                state.up = false
+                if state.lostAt == nil { state.lostAt = now }
+                if !state.lossLogged || old != new {
+                    state.lossLogged = true
+                    switch new {
+                    case .invalidState:
+                        lines.append((.error, "Redis key \(configuration.prefix.stateKey) holds data this service did not write (\(detail)); "
+                            + "it is never overwritten: inspect it with HGETALL \(configuration.prefix.stateKey) and delete it "
+                            + "(DEL \(configuration.prefix.stateKey)) so that the replicas write their state back"))
+                    case .authFailed:
+                        lines.append((.warning, "Redis at \(configuration.endpoint) refused the credentials (\(detail)); retrying in the background"))
+                    default:
+                        let when = state.everConnected ? "lost" : "unreachable at start"
+                        lines.append((.warning, "Redis \(when) at \(configuration.endpoint) (\(detail)); retrying in the background"))
+                    }
+                }
+            }
+            state.health = new
+            return (old != new, state.callbacks?.onHealth)
+        }
+        for (level, line) in lines { log(level, line) }
+        if changed { callback?(new) }
+    }
+
+    private func countError() {
+        status.withLock { $0.errors &+= 1 }
+    }
+
+    private func recordWrite(seconds: Double) {
+        status.withLock { state in
+            for (index, bound) in Self.writeBuckets.enumerated() where seconds <= bound {
+                state.writeBuckets[index] &+= 1
+            }
+            state.writeCount &+= 1
+            state.writeSum += seconds
+        }
+    }
+
+    /// The store's metrics in the Prometheus text format (version 0.0.4): the gauge
+    /// `forge_push_token_redis_up` (0 or 1), the counters `forge_push_token_redis_reconnects_total`
+    /// and `forge_push_token_redis_errors_total`, and the histogram
+    /// `forge_push_token_redis_write_seconds` (round trip of each commit, from enqueue to reply).
+    public func renderMetrics() -> String {
+        let snapshot = status.withLock { $0 }
+        var out = ""
+        out += "# HELP forge_push_token_redis_up Whether the subscription to Redis is live and the state was read (1) or not (0).\n"
+        out += "# TYPE forge_push_token_redis_up gauge\n"
+        out += "forge_push_token_redis_up \(snapshot.up ? 1 : 0)\n"
+        out += "# HELP forge_push_token_redis_reconnects_total Connections to Redis made again after one was lost.\n"
+        out += "# TYPE forge_push_token_redis_reconnects_total counter\n"
+        out += "forge_push_token_redis_reconnects_total \(snapshot.reconnects)\n"
+        out += "# HELP forge_push_token_redis_errors_total Failed Redis connects, commands and timeouts.\n"
+        out += "# TYPE forge_push_token_redis_errors_total counter\n"
+        out += "forge_push_token_redis_errors_total \(snapshot.errors)\n"
+        out += "# HELP forge_push_token_redis_write_seconds Round trip of a token write through Redis.\n"
+        out += "# TYPE forge_push_token_redis_write_seconds histogram\n"
+        for (index, bound) in Self.writeBuckets.enumerated() {
+            out += "forge_push_token_redis_write_seconds_bucket{le=\"\(bound)\"} \(snapshot.writeBuckets[index])\n"
+        }
+        out += "forge_push_token_redis_write_seconds_bucket{le=\"+Inf\"} \(snapshot.writeCount)\n"
+        out += "forge_push_token_redis_write_seconds_sum \(snapshot.writeSum)\n"
+        out += "forge_push_token_redis_write_seconds_count \(snapshot.writeCount)\n"
+        return out
+    }
+
+    private var callbacks: Callbacks? { status.withLock { $0.callbacks } }
+    private var stopping: Bool { status.withLock { $0.stopping } }
+
+    private func health(for error: RedisConnectionError) -> Health {
+        if case .authFailed = error { return .authFailed }
+        return .unreachable
+    }
+
+    // MARK: - Writer
+
+    private struct ScriptHashes {
+        var change: String
+        var sync: String
+    }
+
+    private func takeBatch() -> [Job]? {
+        queueCondition.lock()
+        defer { queueCondition.unlock() }
+        while true {
+            let batch = queue.withLock { jobs -> [Job] in
+                let taken = Array(jobs.prefix(64))
+                jobs.removeFirst(taken.count)
+                return taken
+            }
+            if stopping { return batch.isEmpty ? nil : batch }
+            if !batch.isEmpty { return batch }
+            _ = queueCondition.wait(until: Date(timeIntervalSinceNow: 0.5))
+        }
+    }
+
+    private func writerLoop() {
+        var connection: RedisConnection?
+        var hashes: ScriptHashes?
+        while let batch = takeBatch() {
+            if stopping {
+                finish(batch, failing: .unavailable(.unreachable))
+                continue
+            }
+            if connection == nil {
+                do throws(RedisConnectionError) {
+                    let made = try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+                    hashes = try loadScripts(made)
+                    connection = made
+                } catch {
+                    countError()
+                    let health = self.health(for: error)
+                    if health == .authFailed { setHealth(.authFailed, detail: error.description) }
+                    finish(batch, failing: .unavailable(health))
+                    continue
+                }
+            }
+            guard let live = connection, let scripts = hashes else { continue }
+            if !run(batch, on: live, scripts: scripts) {
+                connection = nil
+            }
+        }
+    }
+
+    private func loadScripts(_ connection: RedisConnection) throws(RedisConnectionError) -> ScriptHashes {
+        func load(_ source: String) throws(RedisConnectionError) -> String {
+            let reply = try connection.command(["SCRIPT", "LOAD", source], timeout: configuration.writeTimeout)
+            if case .error(let message) = reply {
+                throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
+            }
+            guard let sha = reply.text else { throw .unreachable("unexpected SCRIPT LOAD reply") }
+            return sha
+        }
+        return ScriptHashes(change: try load(RedisScripts.change), sync: try load(RedisScripts.sync))
+    }
+
+    private func arguments(for job: Job, scripts: ScriptHashes, source: Bool) -> [String] {
+        let prefix = configuration.prefix
+        let replica = RedisScripts.replicaArguments(callbacks?.currentState())
+        switch job {
+        case .change(let token, _, _):
+            return [source ? "EVAL" : "EVALSHA", source ? RedisScripts.change : scripts.change, "2",
+                    prefix.stateKey, prefix.changesChannel, token ?? ""] + replica
+        case .check:
+            return [source ? "EVAL" : "EVALSHA", source ? RedisScripts.sync : scripts.sync, "2",
+                    prefix.stateKey, prefix.changesChannel, ""] + replica
+        }
+    }
+
+    /// Sends `batch` pipelined and completes each job; returns false when the connection must
+    /// be made again.
+    private func run(_ batch: [Job], on connection: RedisConnection, scripts: ScriptHashes) -> Bool {
+        for job in batch { connection.append(arguments(for: job, scripts: scripts, source: false)) }
+        do throws(RedisConnectionError) {
+            try connection.flush()
+        } catch {
+            countError()
+            finish(batch, failing: .unknown)
+            return false
+        }
+        let deadline = monotonicSeconds() + configuration.writeTimeout
+        var keep = true
+        var retry: [Job] = []
+        for (index, job) in batch.enumerated() {
+            let reply: RedisReply
+            do throws(RedisConnectionError) {
+                reply = try connection.readReply(deadline: deadline)
+            } catch {
+                countError()
+                finish(Array(batch[index...]), failing: .unknown)
+                if case .timedOut = error {
+                    log(.warning, "Redis did not answer a write within \(configuration.writeTimeout) s; reconnecting")
+                }
+                return false
+            }
+            if reply.errorCode == "NOSCRIPT" {
+                retry.append(job)
+                continue
+            }
+            if !complete(job, with: reply) { keep = false }
+        }
+        for job in retry {
+            do throws(RedisConnectionError) {
+                let reply = try connection.command(arguments(for: job, scripts: scripts, source: true),
+                                                   timeout: configuration.writeTimeout)
+                if !complete(job, with: reply) { keep = false }
+            } catch {
+                countError()
+                finish([job], failing: .unknown)
+                return false
+            }
+        }
+        return keep
+    }
+
+    /// Completes one job from its reply; returns false when the connection must be made again.
+    private func complete(_ job: Job, with reply: RedisReply) -> Bool {
+        if case .error(let message) = reply {
+            countError()
+            let health: Health
+            var keep = true
+            if message.hasPrefix("INVALIDSTATE ") {
+                health = .invalidState
+                setHealth(.invalidState, detail: String(message.dropFirst("INVALIDSTATE ".count)))
+            } else if let connectionError = RedisConnectionError.classify(errorReply: message) {
+                health = self.health(for: connectionError)
+                keep = false
+                log(.warning, "Redis refused a write: \(connectionError); reconnecting")
+            } else {
+                health = .unreachable
+                log(.error, "Redis script failed: \(message.prefix(200))")
+            }
+            finish([job], failing: .unavailable(health))
+            return keep
+        }
+        let result: RedisScripts.Result
+        do {
+            result = try RedisScripts.parse(reply)
+        } catch {
+            countError()
+            log(.error, "Redis script reply not understood: \(error)")
+            finish([job], failing: .unavailable(.unreachable))
+            return true
+        }
+        switch result.reconciliation {
+        case .written:
+            let previous = result.previousVersion.map { "version \($0)" } ?? "a missing key"
+            log(.warning, "Redis had lost the state (\(previous)); wrote back this replica's \(result.state)")
+        case .bumped:
+            log(.warning, "Redis held another token at this replica's version \(result.previousVersion ?? 0); "
+                + "the stored token wins at \(result.state)")
+        case .none:
+            break
+        }
+        callbacks?.onState(result.state)
+        switch job {
+        case .change(_, let enqueued, let completion):
+            recordWrite(seconds: monotonicSeconds() - enqueued)
+            completion(.applied(result.state, changed: result.changed))
+        case .check(let completion):
+            let subscribed = status.withLock { state -> Bool in
+                if completion == nil { state.checkPending = false }
+                return state.subscribed
+            }
+            if subscribed { setHealth(.connected, detail: "") }
+            completion?(result.state)
+        }
+        return true
+    }
+
+    private func finish(_ jobs: [Job], failing outcome: CommitOutcome) {
+        for job in jobs {
+            switch job {
+            case .change(_, _, let completion):
+                completion(outcome)
+            case .check(let completion):
+                if completion == nil { status.withLock { $0.checkPending = false } }
+                if case .unavailable(let health) = outcome, health == .authFailed || health == .invalidState {
+                    // Already reported by whoever saw it.
+                } else if status.withLock({ $0.health == .connected }) {
+                    setHealth(.unreachable, detail: "a state check failed")
+                }
+                completion?(nil)
+            }
+        }
+    }
+
+    // MARK: - Subscriber
+
+    private func sleep(seconds: Double) {
+        let end = monotonicSeconds() + seconds
+        while !stopping {
+            let left = end - monotonicSeconds()
+            if left <= 0 { return }
+            usleep(useconds_t(min(left, 0.05) * 1_000_000))
+        }
+    }
+
+    private func subscriberLoop() {
+        var backoff = ReconnectBackoff()
+        var first = true
+        let channel = configuration.prefix.changesChannel
+        while !stopping {
+            let connection: RedisConnection
+            do throws(RedisConnectionError) {
+                connection = try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+                connection.append(["SUBSCRIBE", channel])
+                try connection.flush()
+                let reply = try connection.readReply(deadline: monotonicSeconds() + configuration.writeTimeout)
+                guard case .array(let items) = reply, items.first?.text == "subscribe" else {
+                    if case .error(let message) = reply {
+                        throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
+                    }
+                    throw .unreachable("unexpected SUBSCRIBE reply")
+                }
+            } catch {
+                countError()
+                setHealth(health(for: error), detail: error.description)
+                sleep(seconds: backoff.next())
+                continue
+            }
+            backoff.reset()
+            if !first { status.withLock { $0.reconnects &+= 1 } }
+            first = false
+            status.withLock { $0.subscribed = true }
+            requestCheck()
+            let why = listen(on: connection, channel: channel)
+            status.withLock { $0.subscribed = false }
+            if let why {
+                countError()
+                setHealth(.unreachable, detail: why)
+                sleep(seconds: backoff.next())
+            }
+        }
+    }
+
+    /// Reads messages until the connection fails (returns why) or the store stops (nil).
+    private func listen(on connection: RedisConnection, channel: String) -> String? {
+        var lastPing = monotonicSeconds()
+        var pingSent: Double?
+        var lastCheck = monotonicSeconds()
+        while !stopping {
+            let reply: RedisReply?
+            do throws(RedisConnectionError) {
+                reply = try connection.pollReply(milliseconds: 100)
+            } catch {
+                return error.description
+            }
+            if let reply {
+                switch reply {
+                case .array(let items) where items.first?.text == "message" && items.count == 3:
+                    if case .bulk(let payload) = items[2] {
+                        do {
+                            let state = try SharedTokenState.fromChangeMessage(payload)
+                            callbacks?.onState(state)
+                        } catch {
+                            countError()
+                            log(.warning, "ignored a message on \(channel) that this service did not write: \(error)")
+                            requestCheck()
+                        }
+                    }
+                case .array(let items) where items.first?.text?.lowercased() == "pong":
+                    pingSent = nil
+                case .status(let text) where text == "PONG":
+                    pingSent = nil
+                case .error(let message):
+                    return "error on the subscription: \(message.prefix(120))"
+                default:
+                    break
+                }
+            }
+            let now = monotonicSeconds()
+            if let sent = pingSent {
+                if now - sent > configuration.heartbeatTimeout {
+                    return "no answer to PING within \(Int(configuration.heartbeatTimeout)) s"
+                }
+            } else if now - lastPing >= configuration.heartbeatInterval {
+                connection.append(["PING"])
+                do throws(RedisConnectionError) { try connection.flush() } catch { return error.description }
+                pingSent = now
+                lastPing = now
+            }
+            if now - lastCheck >= configuration.checkInterval {
+                lastCheck = now
+                requestCheck()
+            }
+        }
+        return nil
+    }
+}
