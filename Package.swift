@@ -47,7 +47,7 @@ let package = Package(
         // Configuration, signals, start and stop.
         .executableTarget(
             name: "forge-push-token-server",
-            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken"]
+            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken", "RedisTokenStore"]
         ),
 
         .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"]),

@@ -33,7 +33,7 @@ import ForgePushToken
 /// block.
 public final class RedisTokenStore: Sendable {
     /// Settings of the store.
-    public struct Configuration: Sendable {
+    public struct Configuration: Sendable, Equatable {
         /// Where Redis is.
         public var endpoint: RedisEndpoint
         /// The key namespace.
