@@ -85,9 +85,8 @@ public final class RedisTokenStore: Sendable {
     }
 
     private struct Callbacks: Sendable {
-        var currentState: @Sendable () -> SharedTokenState?
         var onState: @Sendable (SharedTokenState) -> Void
-        var onHealth: @Sendable (Health) -> Void
+        var onHealth: @Sendable (Health, _ stateRead: Bool) -> Void
     }
 
     private struct Status: Sendable {
@@ -99,6 +98,9 @@ public final class RedisTokenStore: Sendable {
         var checkPending = false
         var stopping = false
         var callbacks: Callbacks? = nil
+        /// The newest state learned from Redis (the replica's state: in this mode every state
+        /// comes from the store), written back when Redis lost its data.
+        var known: SharedTokenState? = nil
         var up = false
         var reconnects: UInt64 = 0
         var errors: UInt64 = 0
@@ -127,16 +129,17 @@ public final class RedisTokenStore: Sendable {
     }
 
     /// Starts the writer and subscriber threads.
+    ///
+    /// The store remembers the newest state it learned (the replica's state, since in this mode
+    /// every state comes from Redis) and writes it back when Redis lost its data.
     /// - Parameters:
-    ///   - currentState: the replica's state, or `nil` before it has one (used to write it back
-    ///     when Redis lost its data).
-    ///   - onState: receives every state learned from Redis, possibly older than the replica's or
-    ///     repeated: apply it only if its version is higher.
-    ///   - onHealth: receives every change of `health`.
-    public func start(currentState: @escaping @Sendable () -> SharedTokenState?,
-                      onState: @escaping @Sendable (SharedTokenState) -> Void,
-                      onHealth: @escaping @Sendable (Health) -> Void) {
-        status.withLock { $0.callbacks = Callbacks(currentState: currentState, onState: onState, onHealth: onHealth) }
+    ///   - onState: receives every state learned from Redis, possibly older than one given before
+    ///     or repeated: apply it only if its version is higher.
+    ///   - onHealth: receives every change of `health`, with whether the state has been read
+    ///     from Redis at least once (before that the replica knows no token).
+    public func start(onState: @escaping @Sendable (SharedTokenState) -> Void,
+                      onHealth: @escaping @Sendable (Health, _ stateRead: Bool) -> Void) {
+        status.withLock { $0.callbacks = Callbacks(onState: onState, onHealth: onHealth) }
         for (name, body) in [("redis-writer", writerLoop), ("redis-subscriber", subscriberLoop)] as [(String, @Sendable () -> Void)] {
             threads.enter()
             let thread = Thread { [threads] in
@@ -209,7 +212,7 @@ public final class RedisTokenStore: Sendable {
     private func setHealth(_ new: Health, detail: String) {
         let now = monotonicSeconds()
         var lines: [(PushTokenManager.LogLevel, String)] = []
-        let (changed, callback) = status.withLock { state -> (Bool, (@Sendable (Health) -> Void)?) in
+        let (changed, stateRead, callback) = status.withLock { state -> (Bool, Bool, (@Sendable (Health, Bool) -> Void)?) in
             let old = state.health
             if new == .connected {
                 if !state.everConnected {
@@ -241,10 +244,10 @@ public final class RedisTokenStore: Sendable {
                 }
             }
             state.health = new
-            return (old != new, state.callbacks?.onHealth)
+            return (old != new, state.known != nil, state.callbacks?.onHealth)
         }
         for (level, line) in lines { log(level, line) }
-        if changed { callback?(new) }
+        if changed { callback?(new, stateRead) }
     }
 
     private func countError() {
@@ -289,6 +292,18 @@ public final class RedisTokenStore: Sendable {
     }
 
     private var callbacks: Callbacks? { status.withLock { $0.callbacks } }
+
+    /// The newest state learned so far, or `nil` before the first.
+    public var knownState: SharedTokenState? { status.withLock { $0.known } }
+
+    /// Remembers `state` if it is newer than the known one, and hands it to `onState`.
+    private func learned(_ state: SharedTokenState) {
+        let callback = status.withLock { current -> (@Sendable (SharedTokenState) -> Void)? in
+            if current.known == nil || current.known!.version < state.version { current.known = state }
+            return current.callbacks?.onState
+        }
+        callback?(state)
+    }
     private var stopping: Bool { status.withLock { $0.stopping } }
 
     private func health(for error: RedisConnectionError) -> Health {
@@ -360,7 +375,7 @@ public final class RedisTokenStore: Sendable {
 
     private func arguments(for job: Job, scripts: ScriptHashes, source: Bool) -> [String] {
         let prefix = configuration.prefix
-        let replica = RedisScripts.replicaArguments(callbacks?.currentState())
+        let replica = RedisScripts.replicaArguments(knownState)
         switch job {
         case .change(let token, _, _):
             return [source ? "EVAL" : "EVALSHA", source ? RedisScripts.change : scripts.change, "2",
@@ -456,7 +471,7 @@ public final class RedisTokenStore: Sendable {
         case .none:
             break
         }
-        callbacks?.onState(result.state)
+        learned(result.state)
         switch job {
         case .change(_, let enqueued, let completion):
             recordWrite(seconds: monotonicSeconds() - enqueued)
@@ -556,7 +571,7 @@ public final class RedisTokenStore: Sendable {
                     if case .bulk(let payload) = items[2] {
                         do {
                             let state = try SharedTokenState.fromChangeMessage(payload)
-                            callbacks?.onState(state)
+                            learned(state)
                         } catch {
                             countError()
                             log(.warning, "ignored a message on \(channel) that this service did not write: \(error)")

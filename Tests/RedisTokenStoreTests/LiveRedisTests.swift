@@ -75,13 +75,12 @@ final class ReplicaModel: Sendable {
         var configuration = RedisTokenStore.Configuration(endpoint: endpoint, prefix: RedisKeyPrefix(prefix)!)
         configuration.checkInterval = 0.5
         store = RedisTokenStore(configuration: configuration, log: { _, _ in })
-        store.start(currentState: { [state] in state.withLock { $0 } },
-                    onState: { [state] new in
+        store.start(onState: { [state] new in
                         state.withLock { current in
                             if current == nil || current!.version < new.version { current = new }
                         }
                     },
-                    onHealth: { [health] new in health.withLock { $0 = new } })
+                    onHealth: { [health] new, _ in health.withLock { $0 = new } })
     }
 
     var current: SharedTokenState? { state.withLock { $0 } }
