@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end tests of forge-push-token-server (issue 7: /metrics, --state-file, the live page).
+# End-to-end tests of forge-push-token-server (issue 7: /metrics, --state-file, the live page;
+# issue 11: replicas sharing the token through Redis, behind nginx).
 #
-#   e2e/run.sh --server PATH [metrics|state_file|browser|hardening ...]
+#   e2e/run.sh --server PATH [metrics|state_file|browser|hardening|replicas ...]
 #
 # Installs what it needs, once: a venv at ${XDG_CACHE_HOME:-$HOME/.cache}/forge-push-token/e2e-venv
 # with e2e/requirements.txt (reused while that file is unchanged), and Debian's chromium and
@@ -11,7 +12,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { echo "usage: $0 --server PATH [metrics|state_file|browser|hardening ...]" >&2; }
+usage() { echo "usage: $0 --server PATH [metrics|state_file|browser|hardening|replicas ...]" >&2; }
 server=""
 selected=()
 while [ $# -gt 0 ]; do
@@ -19,14 +20,14 @@ while [ $# -gt 0 ]; do
     --server) [ $# -ge 2 ] || { usage; exit 64; }; server="$2"; shift 2 ;;
     --server=*) server="${1#--server=}"; shift ;;
     -h|--help) usage; exit 0 ;;
-    metrics|state_file|browser|hardening) selected+=("$1"); shift ;;
+    metrics|state_file|browser|hardening|replicas) selected+=("$1"); shift ;;
     *) echo "unknown argument: $1" >&2; usage; exit 64 ;;
   esac
 done
 [ -n "$server" ] || { usage; exit 64; }
 [ -x "$server" ] && [ -f "$server" ] || { echo "not an executable file: $server" >&2; exit 64; }
 server="$(cd "$(dirname "$server")" && pwd)/$(basename "$server")"
-[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening)
+[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening replicas)
 
 say() { printf '==> %s\n' "$*"; }
 export DEBIAN_FRONTEND=noninteractive
@@ -67,6 +68,19 @@ if [[ " ${selected[*]} " == *" hardening "* ]]; then
   fi
 fi
 
+if [[ " ${selected[*]} " == *" replicas "* ]]; then
+  # The replica test starts its own redis-server and nginx on free loopback ports (never the
+  # system services) and uses redis-cli to inspect and damage the state.
+  missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v redis-cli >/dev/null || missing+=(redis-tools)
+  command -v nginx >/dev/null || missing+=(nginx)
+  if ((${#missing[@]})); then
+    say "installing ${missing[*]} (apt)"
+    apt_install "${missing[@]}" || { echo "could not install ${missing[*]}" >&2; exit 1; }
+  fi
+fi
+
 # -- venv --------------------------------------------------------------------------------------
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/forge-push-token/e2e-venv"
 stamp="$venv/.e2e-requirements"
@@ -91,7 +105,7 @@ fi
 export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$here/artifacts}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 mkdir -p "$E2E_ARTIFACTS"
-declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90)
+declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90 [replicas]=150)
 passed=0
 failed=0
 failures=()
