@@ -26,6 +26,14 @@ let package = Package(
             providers: [.apt(["libmicrohttpd-dev"]), .brew(["libmicrohttpd"])]
         ),
 
+        // The one owner of the service's versioned token and its subscribers, and the seam where
+        // the state is kept (TokenStore: memory, the state file). Neither HTTP nor C.
+        .target(name: "ForgePushTokenOwner", dependencies: ["ForgePushToken"]),
+
+        // Linux's epoll(7) and eventfd(2) headers, which Swift's Glibc module leaves out (used by
+        // the daemon loops and the subscriber watcher; no library is linked).
+        .systemLibrary(name: "CLinuxEvents"),
+
         // hiredis as a system library (Debian: libhiredis-dev 0.14), with a shim header for the
         // parts Swift cannot reach directly (the context's errstr array, reply elements).
         .systemLibrary(
@@ -36,21 +44,22 @@ let package = Package(
 
         // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
         // store that lets replicas share one token (docs/replicas.md).
-        .target(name: "RedisTokenStore", dependencies: ["CHiredis", "ForgePushToken"]),
+        .target(name: "RedisTokenStore", dependencies: ["CHiredis", "ForgePushToken", "ForgePushTokenOwner"]),
 
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
-        .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken"]),
+        .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"]),
 
         // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
-        .target(name: "MicroHTTPDServer", dependencies: ["CMicroHTTPD", "ForgePushTokenHTTP"]),
+        .target(name: "MicroHTTPDServer", dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"]),
 
         // Configuration, signals, start and stop.
         .executableTarget(
             name: "forge-push-token-server",
-            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken", "RedisTokenStore"]
+            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "RedisTokenStore"]
         ),
 
         .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken"]),
+        .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner"]),
         .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP"]),
         .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP"]),
         .testTarget(name: "RedisTokenStoreTests", dependencies: ["RedisTokenStore"]),

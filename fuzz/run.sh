@@ -96,18 +96,21 @@ build() {
     fi
     rm -rf "$out"
     mkdir -p "$out/src"
-    cp -R "$ROOT/Sources/ForgePushToken" "$ROOT/Sources/ForgePushTokenHTTP" "$out/src/"
+    cp -R "$ROOT/Sources/ForgePushToken" "$ROOT/Sources/ForgePushTokenOwner" "$ROOT/Sources/ForgePushTokenHTTP" "$out/src/"
     local log=$LOGS/build-$kind-$STAMP.log
     (
         set -x
         swiftc "${flags[@]}" -wmo -enable-testing -module-name ForgePushToken \
             -emit-module -emit-module-path "$out/ForgePushToken.swiftmodule" \
             -emit-library -static -o "$out/libForgePushToken.a" "$out"/src/ForgePushToken/*.swift
+        swiftc "${flags[@]}" -wmo -enable-testing -module-name ForgePushTokenOwner -I "$out" \
+            -emit-module -emit-module-path "$out/ForgePushTokenOwner.swiftmodule" \
+            -emit-library -static -o "$out/libForgePushTokenOwner.a" "$out"/src/ForgePushTokenOwner/*.swift
         swiftc "${flags[@]}" -wmo -enable-testing -module-name ForgePushTokenHTTP -I "$out" \
             -emit-module -emit-module-path "$out/ForgePushTokenHTTP.swiftmodule" \
             -emit-library -static -o "$out/libForgePushTokenHTTP.a" "$out"/src/ForgePushTokenHTTP/*.swift
         swiftc "${flags[@]}" -warnings-as-errors -module-name RequestFuzzer -I "$out" -L "$out" \
-            -lForgePushTokenHTTP -lForgePushToken "$FUZZ_DIR"/Harness/*.swift -o "$out/request-fuzzer"
+            -lForgePushTokenHTTP -lForgePushTokenOwner -lForgePushToken "$FUZZ_DIR"/Harness/*.swift -o "$out/request-fuzzer"
     ) >"$log" 2>&1 || {
         # ld.gold's "Cannot export local symbol" lines about ASan's own helpers are noise.
         grep -v "Cannot export local symbol" "$log" >&2

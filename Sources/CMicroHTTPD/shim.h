@@ -17,10 +17,6 @@
 #include <strings.h>
 #include <sys/types.h>
 #include <sys/socket.h>
-#if defined(__linux__)
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#endif
 #include <microhttpd.h>
 
 /* Receives one formatted libmicrohttpd error message (no trailing newline guaranteed). */
@@ -126,13 +122,6 @@ static inline int fpt_connection_fd(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     return info == NULL ? -1 : (int)info->connect_fd;
-}
-
-/* The number of open connections of a daemon (MHD_DAEMON_INFO_CURRENT_CONNECTIONS), or 0. */
-static inline unsigned int fpt_daemon_connections(struct MHD_Daemon *daemon) {
-    const union MHD_DaemonInfo *info =
-        MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    return info == NULL ? 0 : info->num_connections;
 }
 
 /* Sets a connection's idle timeout in seconds; 0 means none (MHD_CONNECTION_OPTION_TIMEOUT). */

@@ -1,7 +1,8 @@
 import ForgePushToken
+import ForgePushTokenOwner
 
 /// One subscriber of `GET /token/stream`: a conflating, one-connection state machine between the
-/// publisher (any thread) and the engine's content reader (the engine's thread).
+/// `TokenOwner` (any thread) and the engine's content reader (the engine's thread).
 ///
 /// The subscriber holds at most one snapshot it has not started to write (the newest: a
 /// subscriber that falls behind skips to it, never to an older one), the bytes of the event it is
@@ -15,15 +16,10 @@ import ForgePushToken
 /// released. So a connection is resumed only while suspended, and exactly once.
 ///
 /// Thread-safety: all members may be called from any thread.
-public final class EventSubscriber: Sendable {
-    /// How a stream ends.
-    public enum Ending: Sendable, Equatable {
-        /// Cleanly, after the event being written and any pending one (nothing is lost): the
-        /// engine terminates the chunked body (shutdown).
-        case finish
-        /// At once, without a clean end: the client has gone.
-        case abort
-    }
+public final class EventSubscriber: TokenSubscriber {
+    /// How a stream ends: `.finish` terminates the chunked body after what is pending (shutdown),
+    /// `.abort` closes the connection at once (the client has gone).
+    public typealias Ending = SubscriberEnding
 
     /// What the reader should do after one `read(into:suspend:)`.
     public enum ReadResult: Sendable, Equatable {
@@ -56,13 +52,31 @@ public final class EventSubscriber: Sendable {
         }
     }
 
-    /// The subscriber's id within its hub, unique for the hub's lifetime.
+    /// The subscriber's id within its owner, unique for the owner's lifetime.
     public let id: UInt64
     private let state: Locked<State>
+    private let resume: @Sendable () -> Void
 
-    init(id: UInt64, first: TokenSnapshot) {
+    /// A subscriber whose first event is `first`; `wake` resumes its connection (see above).
+    /// `preamble` is written before anything else (a `retry:` field); with a `floor` (a replica's
+    /// subscriber whose `Last-Event-ID` is above `first`'s version), no event below `floor` is
+    /// sent: the first event is the first offered at `floor` or above.
+    public init(id: UInt64, first: TokenSnapshot, preamble: [UInt8] = [], floor: UInt64? = nil,
+                wake: @escaping @Sendable () -> Void) {
         self.id = id
-        self.state = Locked(State(pending: first, lastOffered: first.version))
+        var initial = State(pending: first, lastOffered: first.version)
+        initial.output = preamble
+        if let floor, floor > first.version {
+            initial.pending = nil
+            initial.lastOffered = floor - 1
+        }
+        self.state = Locked(initial)
+        self.resume = wake
+    }
+
+    /// Resumes the subscriber's connection (the `wake` given at `init`).
+    public func wake() {
+        resume()
     }
 
     /// The bytes this subscriber holds that the engine has not yet taken: the unwritten rest of the
@@ -73,8 +87,8 @@ public final class EventSubscriber: Sendable {
     }
 
     /// Events sent to this subscriber and events it skipped (conflation), so far.
-    public var eventCounts: EventHub.EventCounts {
-        state.withLock { EventHub.EventCounts(sent: $0.sent, skipped: $0.skipped) }
+    public var deliveries: DeliveryCounts {
+        state.withLock { DeliveryCounts(sent: $0.sent, skipped: $0.skipped) }
     }
 
     /// Offers `snapshot`; it replaces any unwritten older one, and is ignored when its version is

@@ -1,132 +1,244 @@
 import ForgePushToken
+import ForgePushTokenOwner
 
-/// Maps each request of the HTTP API to the manager's calls and a response (http-api.md).
+/// The HTTP API (docs/http-api.md, `openapi.yaml`) over the `TokenOwner`: what the engine (the
+/// libmicrohttpd adapter) asks, in a few calls, and nothing else.
 ///
-/// Plain routes are answered by `respond(to:)` with a complete `HTTPResponse`. `GET
-/// /token/stream` answers `.eventStream`; the engine then calls `openEventStream(wake:)`, which
-/// registers a subscriber or refuses with a 503.
+/// The engine calls, per request: `admit(_:)` once the head has arrived (the route is matched and
+/// the head checked here, once: 404, `OPTIONS`, 405, 401), then `respond(to:)` with the admitted
+/// request and its body, which answers at once, asks for an event stream (`openEventStream`), or
+/// answers later (a `PendingResponse`, for a write the store decides on its own thread); at the
+/// end `recordFinished(_:)`. `GET /token` may be answered from a response the engine caches per
+/// version (`tokenVersion`, `tokenReadResponse()`). The CORS header fields are added here, to
+/// every answer.
 ///
 /// Thread-safety: all members may be called from any thread, concurrently.
 public final class Responder: Sendable {
-    /// What to send for one request.
+    /// What to send for one admitted request.
     public enum Reply: Sendable {
         /// A complete response.
         case response(HTTPResponse)
-        /// Start an event stream: call `openEventStream(wake:)`.
+        /// Start an event stream: call `openEventStream(for:wake:)`.
         case eventStream
+        /// The response is decided later (a write in flight): see `PendingResponse`.
+        case later(PendingResponse)
     }
 
-    /// The service state behind the routes.
-    public let service: TokenService
-    /// The subscribers of the event stream.
-    public let hub: EventHub
+    /// What the head of a request decided.
+    public enum Admission: Sendable {
+        /// Answer this, without carrying the request out (its body, if any, is not needed).
+        case answer(HTTPResponse)
+        /// Read the body (if any) and call `respond(to:)`.
+        case proceed(AdmittedRequest)
+    }
+
+    /// A request whose head passed `admit(_:)`: its route, matched once.
+    public struct AdmittedRequest: Sendable {
+        /// The route of the request's path.
+        public let route: Route
+        /// The request; the engine sets `body` before `respond(to:)`.
+        public var request: HTTPRequest
+    }
+
+    /// One finished request, for the metrics and the access log.
+    public struct FinishedRequest: Sendable {
+        /// The method, as received.
+        public var method: String
+        /// The path, without the query (which may hold a bearer token).
+        public var path: String
+        /// The status sent, or 0 when none was.
+        public var status: Int
+        /// Body bytes sent.
+        public var bytes: Int
+        /// Microseconds from the head's arrival to the end; `nil` when not timed (the engine's
+        /// allocation-free `GET /token` path), and not observed for event streams.
+        public var microseconds: Int?
+        /// Whether it was an event stream (its duration is not a latency).
+        public var wasStream: Bool
+
+        /// A finished request.
+        public init(method: String, path: String, status: Int, bytes: Int, microseconds: Int?, wasStream: Bool) {
+            self.method = method
+            self.path = path
+            self.status = status
+            self.bytes = bytes
+            self.microseconds = microseconds
+            self.wasStream = wasStream
+        }
+    }
+
+    /// The one owner of the token and its subscribers.
+    let owner: TokenOwner<TokenSnapshot>
     /// The service's counters, served at `GET /metrics`.
     public let metrics = ServiceMetrics()
     /// Seconds a refused subscriber is told to wait (`Retry-After`).
     public let retryAfterSeconds = 5
-    private let stopping = Locked(false)
-
     /// Who may call which route; `nil` when the service runs without a token.
-    public let authentication: BearerAuthentication?
+    let authentication: BearerAuthentication?
     /// Which other origins' browser pages may read the responses.
-    public let crossOrigin: CrossOriginPolicy
-    /// Where failures the client cannot fix are logged (a state file that cannot be written).
-    public let log: ServerLog?
+    let crossOrigin: CrossOriginPolicy
+    /// Where failures and (with `accessLog`) finished requests are logged.
+    let log: ServerLog?
+    /// Whether every finished request is logged (`--access-log`).
+    public let accessLog: Bool
+    /// The replica mode (docs/replicas.md), or `nil` for a service that runs alone.
+    let replica: ReplicaMode?
 
-    /// Creates a responder over `service`, admitting at most `maxSubscribers` event streams.
+    /// Creates the responder over `owner`.
     /// - Parameters:
     ///   - authentication: the bearer token and its scope, or `nil` for an open service.
     ///   - crossOrigin: the origins allowed to read responses from a browser (default none).
-    ///   - log: where a state file that cannot be written is reported (default: nowhere).
-    public init(service: TokenService, maxSubscribers: Int, authentication: BearerAuthentication? = nil,
-                crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil) {
-        self.service = service
-        self.hub = EventHub(service: service, maxSubscribers: maxSubscribers)
+    ///   - log: where failures, registration failures and the access log go (default: nowhere).
+    ///   - accessLog: whether to log one line per finished request.
+    ///   - replica: the replica mode, when the token is shared with other replicas (default none).
+    public init(owner: TokenOwner<TokenSnapshot>, authentication: BearerAuthentication? = nil,
+                crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil, accessLog: Bool = false,
+                replica: ReplicaMode? = nil) {
+        self.owner = owner
+        self.replica = replica
         self.authentication = authentication
         self.crossOrigin = crossOrigin
         self.log = log
+        self.accessLog = accessLog
     }
+
+    // MARK: Requests
 
     /// Whether `GET /token` may be answered without looking at the request's header fields: no
     /// token protects it and no CORS header field depends on its `Origin`. The engine's
     /// allocation-free path for that request is only taken when this holds.
     public var answersTokenReadsBlindly: Bool {
         authentication?.protects(.token) != true && !crossOrigin.isEnabled
+            && (replica == nil || owner.health == .ok)
     }
 
-    /// Marks the service as stopping: `/healthz` answers 503 and the hub ends every stream and
-    /// refuses new ones. Idempotent.
-    public func beginShutdown() {
-        stopping.withLock { $0 = true }
-        hub.close()
-    }
-
-    /// Whether `beginShutdown()` was called.
-    public var isStopping: Bool { stopping.withLock { $0 } }
-
-    /// The answer that a request's head (method, target, header fields) alone decides, before its
+    /// Decides what a request's head (method, target, header fields) alone decides, before its
     /// body is read: 404 for an unknown path, the answer to `OPTIONS`, 405 for a method the path
-    /// does not take, 401 when the route needs the bearer token and the request lacks it; `nil`
-    /// when the request goes on. The engine calls it as soon as the header fields have arrived,
-    /// so that a refused request's body is never kept; `respond(to:)` checks the same again.
-    public func headResponse(to request: HTTPRequest) -> HTTPResponse? {
-        guard let route = Route(path: request.path) else {
-            return .error(404, ServiceError("not_found", "no route for \(request.path)"))
+    /// does not take, 401 when the route needs the bearer token and the request lacks it. The
+    /// engine calls it once, as soon as the header fields have arrived, so that a refused
+    /// request's body is never kept.
+    public func admit(_ head: HTTPRequest) -> Admission {
+        let origin = head.headers["Origin"]
+        guard let route = Route(path: head.path) else {
+            return .answer(refuse(.error(404, ServiceError("not_found", "no route for \(head.path)")), origin: origin))
         }
-        let method = request.method
-        if method == "OPTIONS" { return crossOrigin.options(for: route, request: request) }
+        let method = head.method
+        if method == "OPTIONS" { return .answer(refuse(crossOrigin.options(for: route, request: head), origin: origin)) }
         guard route.allowedMethods.contains(method) else {
             let allow = route.allowedMethods.joined(separator: ", ")
-            return .error(405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
-                          headers: ["Allow": allow])
+            return .answer(refuse(.error(405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
+                                         headers: ["Allow": allow]), origin: origin))
         }
         if let authentication, authentication.protects(route) {
-            let outcome = authentication.check(authorization: request.headers["Authorization"], query: request.query,
+            let outcome = authentication.check(authorization: head.headers["Authorization"], query: head.query,
                                                method: method)
             if outcome != .authorized {
                 metrics.increment(.unauthorizedRequests)
-                return BearerAuthentication.unauthorized(outcome)
+                return .answer(refuse(BearerAuthentication.unauthorized(outcome), origin: origin))
             }
         }
-        return nil
+        return .proceed(AdmittedRequest(route: route, request: head))
     }
 
-    /// The reply to `request`. Never throws: every failure is an error response. A response to an
-    /// allowed cross-origin request carries the CORS header fields.
-    public func respond(to request: HTTPRequest) -> Reply {
+    /// The reply to an admitted request. Never throws: every failure is an error response. A
+    /// response to an allowed cross-origin request carries the CORS header fields.
+    public func respond(to admitted: AdmittedRequest) -> Reply {
+        let request = admitted.request
         let origin = request.headers["Origin"]
-        if let early = headResponse(to: request) {
-            return .response(crossOrigin.decorate(early, origin: origin))
-        }
-        switch reply(to: request) {
-        case .response(let response): return .response(crossOrigin.decorate(response, origin: origin))
-        case .eventStream: return .eventStream
-        }
-    }
-
-    private func reply(to request: HTTPRequest) -> Reply {
-        guard let route = Route(path: request.path) else { preconditionFailure("headResponse answers unknown paths") }
-        let method = request.method
-        switch route {
+        switch admitted.route {
         case .register:
-            return .response(register(request))
+            do {
+                let token = try RequestBodies.deviceToken(contentType: request.headers["Content-Type"], body: request.body)
+                metrics.increment(.registrationsAccepted)
+                return write(DeviceTokenHex.encode(token), origin: origin)
+            } catch {
+                metrics.increment(.registrationsRejected)
+                return .response(refuse(.error(400, error), origin: origin))
+            }
         case .fail:
-            return .response(fail(request))
+            do {
+                let failure = try RequestBodies.registrationFailure(contentType: request.headers["Content-Type"],
+                                                                    body: request.body)
+                metrics.increment(.failuresReported)
+                log?.log(.error, "registration failed: \(failure)")
+                return write(nil, origin: origin)
+            } catch {
+                return .response(refuse(.error(400, error), origin: origin))
+            }
         case .token:
-            return .response(Self.tokenResponse(service.snapshot))
+            if let replica {
+                return .response(refuse(replica.tokenResponse(owner.current, health: owner.health), origin: origin))
+            }
+            return .response(refuse(Self.tokenResponse(owner.current), origin: origin))
         case .stream:
-            if method == "HEAD" { return .response(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders)) }
+            if request.method == "HEAD" {
+                return .response(refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin))
+            }
             return .eventStream
         case .healthz:
-            return .response(isStopping ? Self.shuttingDown : service.isDegraded ? Self.degraded : Self.healthy)
+            return .response(refuse(health(), origin: origin))
         case .metrics:
-            let text = metrics.render(subscribers: hub.count, events: hub.eventCounts)
-            return .response(HTTPResponse(status: 200, headers: ["Content-Type": ServiceMetrics.contentType,
-                                                                 "Cache-Control": "no-store"],
-                                          body: Array(text.utf8)))
+            let text = metrics.render(subscribers: owner.subscriberCount, events: owner.deliveries)
+                + (replica?.metrics() ?? "")
+            return .response(refuse(HTTPResponse(status: 200, headers: ["Content-Type": ServiceMetrics.contentType,
+                                                                        "Cache-Control": "no-store"],
+                                                 body: Array(text.utf8)), origin: origin))
         case .page:
-            return .response(HTTPResponse(status: 200, headers: ["Content-Type": LivePage.contentType],
-                                          body: LivePage.html))
+            return .response(refuse(HTTPResponse(status: 200, headers: ["Content-Type": LivePage.contentType],
+                                                 body: LivePage.html), origin: origin))
+        }
+    }
+
+    /// `admit(_:)` and `respond(to:)` in one step, for a request whose body has arrived with its
+    /// head (an engine without a separate head step).
+    public func respond(to request: HTTPRequest) -> Reply {
+        switch admit(request) {
+        case .answer(let response): .response(response)
+        case .proceed(let admitted): respond(to: admitted)
+        }
+    }
+
+    /// `response` with the CORS header fields for `origin` (when it is allowed): for the answers
+    /// the engine makes itself (413, 414, framing refusals).
+    public func refuse(_ response: HTTPResponse, origin: String?) -> HTTPResponse {
+        crossOrigin.decorate(response, origin: origin)
+    }
+
+    /// Commits `token` through the owner, answering now when the store decides at once.
+    private func write(_ token: String?, origin: String?) -> Reply {
+        let pending = PendingResponse()
+        owner.commit(token) { [self] outcome in
+            pending.fulfil(refuse(answer(outcome), origin: origin))
+        }
+        return pending.takeIfReady().map(Reply.response) ?? .later(pending)
+    }
+
+    /// The answer to a commit: 200 `{"changed":…,"token":…}`; 503 `state_not_saved` when the
+    /// state could not be made durable (the change stands and is streamed all the same: it is the
+    /// service's state now); 503 `store_unavailable` with `Retry-After` when the store could not
+    /// decide.
+    private func answer(_ outcome: CommitOutcome) -> HTTPResponse {
+        if outcome.changed { metrics.increment(.tokenChanges) }
+        switch outcome {
+        case .applied(let state), .unchanged(let state):
+            return .json(200, TokenSnapshot.changeBody(state, changed: outcome.changed))
+        case .notSaved(_, _, let reason):
+            log?.log(.error, "\(reason); the service is degraded until a write succeeds")
+            return .error(503, ServiceError("state_not_saved",
+                                            "the token is in memory but could not be saved to the state file; see the service's log"))
+        case .unknown, .unavailable:
+            return .error(503, ServiceError("store_unavailable", "the token's store did not confirm the write; retry"),
+                          headers: ["Retry-After": "1"])
+        }
+    }
+
+    private func health() -> HTTPResponse {
+        if owner.isStopping { return Self.shuttingDown }
+        if let replica { return replica.healthResponse(owner.health) }
+        switch owner.health {
+        case .ok: return Self.healthy
+        case .degraded: return Self.degraded
+        case .starting: return Self.starting
         }
     }
 
@@ -136,75 +248,108 @@ public final class Responder: Sendable {
         .json(200, snapshot.tokenBody, headers: ["Cache-Control": "no-store"])
     }
 
+    /// The current token's version: the key of the engine's cached `GET /token` response.
+    public var tokenVersion: UInt64 { owner.version }
+
+    /// The current token and the `GET /token` response for it (the engine's cache entry).
+    public func tokenReadResponse() -> (snapshot: TokenSnapshot, response: HTTPResponse) {
+        let snapshot = owner.current
+        return (snapshot, Self.tokenResponse(snapshot))
+    }
+
     private static let healthy = HTTPResponse.json(200, encoding: ["status": "ok"])
     private static let shuttingDown = HTTPResponse.json(503, encoding: ["status": "shutting_down"])
+    /// The state is not known yet (a store that has not been read).
+    private static let starting = HTTPResponse.json(503, encoding: ["status": "starting"])
     /// Serving, but the last change could not be saved to the state file.
     private static let degraded = HTTPResponse.json(200, encoding: ["status": "degraded"])
 
+    // MARK: Event streams
+
     /// Registers an event-stream subscriber whose first event is the current token.
     /// - Parameters:
-    ///   - origin: the request's `Origin` field, for the CORS header fields of the answer.
+    ///   - admitted: the `GET /token/stream` request (for the CORS header fields of the answer).
     ///   - wake: resumes the subscriber's connection (see `EventSubscriber`).
     /// - Returns: the response head (200 with the SSE header fields) and the subscriber, or a 503
     ///   (`too_many_subscribers` with `Retry-After`, or `shutting_down`) and `nil`.
-    public func openEventStream(origin: String? = nil,
+    public func openEventStream(for admitted: AdmittedRequest,
                                 wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
-        let (head, subscriber) = subscribe(wake: wake)
-        return (crossOrigin.decorate(head, origin: origin), subscriber)
-    }
-
-    private func subscribe(wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
+        let origin = admitted.request.headers["Origin"]
+        var preamble: [UInt8] = []
+        var floor: UInt64?
+        if let replica {
+            if case .starting = owner.health, !owner.isStopping { return (refuse(ReplicaMode.notReadYet, origin: origin), nil) }
+            preamble = ServerSentEvents.retry(milliseconds: Int.random(in: replica.retryMilliseconds))
+            floor = ReplicaMode.lastEventID(admitted.request.headers["Last-Event-ID"])
+            // Behind the subscriber: read the state again; it gets nothing below its id meanwhile.
+            if let floor, floor > owner.version { replica.refresh() }
+        }
         do {
-            let subscriber = try hub.subscribe(wake: wake)
-            return (HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), subscriber)
+            let subscriber = try owner.subscribe { id, first in
+                EventSubscriber(id: id, first: first, preamble: preamble, floor: floor, wake: wake)
+            }
+            // The owner built it with the closure above, so it is an EventSubscriber.
+            let stream = subscriber as! EventSubscriber
+            return (refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin), stream)
         } catch .full {
             let error = ServiceError("too_many_subscribers",
-                                     "the service has \(hub.maxSubscribers) subscribers already; retry later")
-            return (.error(503, error, headers: ["Retry-After": String(retryAfterSeconds)]), nil)
+                                     "the service has \(owner.maxSubscribers) subscribers already; retry later")
+            return (refuse(.error(503, error, headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil)
         } catch {
-            return (.error(503, ServiceError("shutting_down", "the service is stopping"),
-                           headers: ["Retry-After": String(retryAfterSeconds)]), nil)
+            return (refuse(.error(503, ServiceError("shutting_down", "the service is stopping"),
+                                  headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil)
         }
     }
 
-    private func register(_ request: HTTPRequest) -> HTTPResponse {
-        do {
-            let token = try RequestBodies.deviceToken(contentType: request.headers["Content-Type"], body: request.body)
-            let change = service.register(deviceToken: token)
-            metrics.increment(.registrationsAccepted)
-            return answer(change)
-        } catch {
-            metrics.increment(.registrationsRejected)
-            return .error(400, error)
-        }
+    /// Subscriber `id`'s connection is gone (its response was freed): forget it.
+    public func streamClosed(_ id: UInt64) {
+        owner.unsubscribe(id)
     }
 
-    private func fail(_ request: HTTPRequest) -> HTTPResponse {
-        do {
-            let failure = try RequestBodies.registrationFailure(contentType: request.headers["Content-Type"],
-                                                                body: request.body)
-            let change = service.fail(error: failure)
-            metrics.increment(.failuresReported)
-            return answer(change)
-        } catch {
-            return .error(400, error)
-        }
+    /// Subscriber `id`'s client has left (its socket closed): end its stream at once.
+    public func subscriberDeparted(_ id: UInt64) {
+        owner.abort(id)
     }
 
-    /// Publishes a change to the subscribers and answers it: 200 `{"changed":…,"token":…}`, or 503
-    /// `state_not_saved` when the state file could not be written (the change stays in memory and
-    /// is published all the same: it is the service's state now).
-    private func answer(_ change: TokenService.Change) -> HTTPResponse {
-        if change.changed {
-            metrics.increment(.tokenChanges)
-            hub.publish(change.snapshot)
-        }
-        if let failure = change.saveFailure {
-            log?.log(.error, "\(failure); the service is degraded until a write succeeds")
-            return .error(503, ServiceError("state_not_saved",
-                                            "the token is in memory but could not be saved to the state file; see the service's log"))
-        }
-        return .json(200, change.snapshot.changeBody(changed: change.changed))
+    /// One heartbeat period has passed: idle streams get a `: keep-alive` comment.
+    public func heartbeat() {
+        owner.heartbeat()
+    }
+
+    /// The number of open event streams.
+    public var openStreams: Int { owner.subscriberCount }
+
+    // MARK: Lifecycle
+
+    /// Begins graceful shutdown: `/healthz` answers 503, every stream ends cleanly and new ones
+    /// are refused. Idempotent.
+    public func beginShutdown() {
+        owner.stop()
+    }
+
+    /// Ends every remaining stream at once (shutdown's last step, before the engine stops).
+    public func endAllStreams() {
+        owner.abortAll()
+    }
+
+    /// Whether `beginShutdown()` was called.
+    public var isStopping: Bool { owner.isStopping }
+
+    // MARK: Records
+
+    /// Counts `finished` in the metrics and, with `accessLog`, logs it:
+    /// `METHOD PATH STATUS N bytes N us` (status `-` when none was sent).
+    public func recordFinished(_ finished: FinishedRequest) {
+        metrics.recordRequest(path: finished.path, method: finished.method, status: finished.status,
+                              seconds: finished.wasStream ? nil : finished.microseconds.map { Double($0) / 1e6 })
+        guard accessLog, let log else { return }
+        let status = finished.status == 0 ? "-" : String(finished.status)
+        log.log(.info, "\(finished.method) \(finished.path) \(status) \(finished.bytes) bytes \(finished.microseconds ?? 0) us")
+    }
+
+    /// Counts a connection refused on accept because of `limit`.
+    public func recordRefusedConnection(_ limit: ServiceMetrics.Counter) {
+        metrics.increment(limit)
     }
 
     /// The 414 for a request target over `limit` bytes (RFC 9110 §15.5.15: `uri_too_long`).
@@ -212,7 +357,7 @@ public final class Responder: Sendable {
         .error(414, ServiceError("uri_too_long", "the request target is over \(limit) bytes"))
     }
 
-    /// The 413 for a body over `limit` bytes (http-api.md: `payload_too_large`).
+    /// The 413 for a body over `limit` bytes (docs/http-api.md: `payload_too_large`).
     public static func payloadTooLarge(limit: Int) -> HTTPResponse {
         .error(413, ServiceError("payload_too_large", "the request body is over \(limit) bytes"))
     }

@@ -95,12 +95,6 @@ public struct ServerLog: Sendable {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// The manager's log handler, forwarding to this log.
-    public var managerHandler: PushTokenManager.LogHandler {
-        let log = self
-        return { level, message in log.log(level, message) }
-    }
-
     /// Writes `line` to standard error in one `write(2)` call (retrying on a partial write).
     public static let standardError: @Sendable (String) -> Void = { line in
         var bytes = Array(line.utf8)

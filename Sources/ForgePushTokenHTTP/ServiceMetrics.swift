@@ -4,6 +4,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import ForgePushToken
+import ForgePushTokenOwner
 
 /// The service's metrics, rendered for `GET /metrics` in the Prometheus text exposition format,
 /// version 0.0.4 (Prometheus documentation, "Exposition formats").
@@ -132,7 +133,7 @@ public final class ServiceMetrics: Sendable {
     /// - Parameters:
     ///   - subscribers: event-stream subscribers connected now.
     ///   - events: events sent to subscribers and skipped by conflation, since start.
-    public func render(subscribers: Int, events: EventHub.EventCounts) -> String {
+    public func render(subscribers: Int, events: DeliveryCounts) -> String {
         let state = state.withLock { $0 }
         var text = ""
         func family(_ name: String, _ type: String, _ help: String) {

@@ -1,10 +1,13 @@
-/// The service's token at one version, with the bytes every reader of that version shares.
+import ForgePushTokenOwner
+
+/// The service's token at one version, with the bytes every reader of that version shares: the
+/// HTTP layer's `TokenRendition`, which the `TokenOwner` makes once per version it applies.
 ///
-/// `version` is 0 for the state the service started with and grows by one with every change of
-/// the token (http-api.md, `GET /token/stream`). The JSON body of `GET /token` and the SSE event
-/// are rendered once per version, not once per request or subscriber.
+/// `version` is the event id of `GET /token/stream` (docs/http-api.md). The JSON body of
+/// `GET /token` and the SSE event are rendered once per version, not once per request or
+/// subscriber.
 /// A value type; `Sendable`; the byte arrays share storage between copies.
-public struct TokenSnapshot: Sendable, Equatable {
+public struct TokenSnapshot: TokenRendition, Equatable {
     /// The change counter: 0 at start, +1 per change of `token`.
     public let version: UInt64
     /// The device token as lowercase hex digits (2 per byte), or `nil` when none is registered.
@@ -14,6 +17,14 @@ public struct TokenSnapshot: Sendable, Equatable {
     /// The SSE event for this version: `id: <version>`, `event: token`,
     /// `data: {"token":…}`, empty line.
     public let event: [UInt8]
+
+    /// Renders `state`.
+    public init(_ state: TokenState) {
+        self.init(version: state.version, token: state.token)
+    }
+
+    /// The version and token this snapshot renders.
+    public var state: TokenState { TokenState(version: version, token: token) }
 
     /// Renders the snapshot of `token` at `version`.
     public init(version: UInt64, token: String?) {
@@ -31,6 +42,12 @@ public struct TokenSnapshot: Sendable, Equatable {
     /// The body of `POST /register` and `POST /fail` at this version:
     /// `{"changed":true|false,"token":"<hex>"|null}` (keys sorted, as every JSON body here).
     public func changeBody(changed: Bool) -> [UInt8] {
+        Self.changeBody(state, changed: changed)
+    }
+
+    /// The body of `POST /register` and `POST /fail` for `state` (see `changeBody(changed:)`).
+    public static func changeBody(_ state: TokenState, changed: Bool) -> [UInt8] {
+        let token = state.token
         var body: [UInt8] = []
         body.reserveCapacity(28 + (token?.utf8.count ?? 4))
         body.append(contentsOf: (changed ? #"{"changed":true,"token":"# : #"{"changed":false,"token":"#).utf8)

@@ -99,87 +99,44 @@ final class ConnectionLimiter: Sendable {
     var addressCount: Int { state.withLock { $0.perAddress.count } }
 }
 
-/// `*socket_context` of an admitted connection, from `MHD_CONNECTION_NOTIFY_STARTED` on: a marker
-/// (address 1, never dereferenced) saying that the connection holds a place in the limiter.
-private var admittedMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 1)! }
-
-/// `MHD_AcceptPolicyCallback`: admits a new connection or has libmicrohttpd close it at once.
-/// libmicrohttpd calls it before it allocates anything for the connection; a refused client sees
-/// its connection closed without an answer (libmicrohttpd has no way to answer it first).
-///
-/// A place reserved here is given back when libmicrohttpd reports the connection closed. Between
-/// the two, libmicrohttpd only fails to set the connection up when it runs out of memory or
-/// reaches its own connection limit; the server sets that limit above `maxTotal`, so it is never
-/// reached first.
-func mhdAcceptPolicy(_ cls: UnsafeMutableRawPointer?, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> MHD_Result {
-    guard let cls else { return .NO }
-    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
-    let client = address.flatMap(ClientAddress.init)
-    switch server.limiter.admit(client) {
-    case .admitted:
-        return .YES
-    case .refusedTotal:
-        server.responder.metrics.increment(.connectionsRefusedTotalLimit)
-        server.warnOfRefusals("\(server.limiter.maxTotal) connections are open (--max-connections)")
-        return .NO
-    case .refusedPerAddress:
-        server.responder.metrics.increment(.connectionsRefusedPerAddressLimit)
-        server.warnOfRefusals("a client address has \(server.limiter.maxPerAddress) connections open (--max-connections-per-ip)")
-        return .NO
+extension MicroHTTPDServer {
+    /// Admits a new connection from `client` (`mhdAcceptPolicy`), or refuses it: counted in the
+    /// metrics and logged (at most once per 10 s). libmicrohttpd then closes a refused connection
+    /// without an answer (it has no way to answer it first).
+    ///
+    /// A place reserved here is given back when libmicrohttpd reports the connection closed
+    /// (`mhdConnectionNotify`). Between the two, libmicrohttpd only fails to set the connection up
+    /// when it runs out of memory or reaches its own connection limit; the server sets that limit
+    /// above `maxTotal`, so it is never reached first.
+    func admitConnection(from client: ClientAddress?) -> Bool {
+        switch limiter.admit(client) {
+        case .admitted:
+            return true
+        case .refusedTotal:
+            responder.recordRefusedConnection(.connectionsRefusedTotalLimit)
+            warnOfRefusals("\(limiter.maxTotal) connections are open (--max-connections)")
+            return false
+        case .refusedPerAddress:
+            responder.recordRefusedConnection(.connectionsRefusedPerAddressLimit)
+            warnOfRefusals("a client address has \(limiter.maxPerAddress) connections open (--max-connections-per-ip)")
+            return false
+        }
     }
 }
 
-/// `MHD_NotifyConnectionCallback`: marks a connection as holding a place when it starts, and gives
-/// the place back when it closes.
-func mhdConnectionNotify(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
-                         _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
-                         _ code: MHD_ConnectionNotificationCode) {
-    guard let cls, let connection, let socketContext else { return }
-    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
-    switch code.rawValue {
-    case 0:  // MHD_CONNECTION_NOTIFY_STARTED
-        socketContext.pointee = admittedMarker
-    case 1:  // MHD_CONNECTION_NOTIFY_CLOSED
-        guard socketContext.pointee == admittedMarker else { return }
-        socketContext.pointee = nil
-        server.limiter.release(fpt_connection_address(connection).flatMap(ClientAddress.init))
-    default:
-        return
-    }
-}
-
-/// `*con_cls` of a request whose target is longer than `ServerConfiguration.maxURLBytes`, set by
-/// `mhdURILog` before the first access-handler call: a marker (address 3, never dereferenced).
-var uriTooLongMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 3)! }
-/// `*con_cls` of a request whose path holds `%00`, which libmicrohttpd would decode into a NUL that
-/// ends the path it hands over (`/token%00x` would be served as `/token`): address 4.
-var encodedNULMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 4)! }
-/// `*con_cls` of a request whose path holds `%2F`, an encoded slash, which is data and not a
-/// path separator (RFC 3986 §2.2), so `/token%2Fstream` names no route; libmicrohttpd would
-/// decode it into `/token/stream`: address 5.
-var encodedSlashMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 5)! }
-
-/// Whether `pointer` is one of the markers `mhdURILog` sets.
-func isTargetMarker(_ pointer: UnsafeMutableRawPointer?) -> Bool {
-    pointer == uriTooLongMarker || pointer == encodedNULMarker || pointer == encodedSlashMarker
-}
-
-/// libmicrohttpd's URI-log callback (`MHD_OPTION_URI_LOG_CALLBACK`): sees each request target as
-/// sent (path and query, still percent-encoded) before it is parsed. Its result is the request's
-/// first `*con_cls`: a marker for a target over the limit or with `%00` or `%2F` in its path,
-/// else `NULL`.
-func mhdURILog(_ cls: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?, _ connection: OpaquePointer?) -> UnsafeMutableRawPointer? {
-    guard let cls, let uri else { return nil }
-    let limit = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server.configuration.maxURLBytes
+/// The first `*con_cls` of a request whose target `uri` (path and query, still percent-encoded,
+/// as `mhdURILog` sees it) is over `limit` bytes or holds `%00` or `%2F` in its path: a
+/// `SlotMarker`; else `nil`.
+func targetMarker(_ uri: UnsafePointer<CChar>, limit: Int) -> UnsafeMutableRawPointer? {
     let length = strnlen(uri, limit + 1)
-    if length > limit { return uriTooLongMarker }
+    if length > limit { return SlotMarker.uriTooLong }
     return uri.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
         var index = 0
         while index < length, bytes[index] != UInt8(ascii: "?") {
             if bytes[index] == UInt8(ascii: "%"), index + 2 < length {
                 let high = bytes[index + 1], low = bytes[index + 2] | 0x20
-                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { return encodedNULMarker }
-                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { return encodedSlashMarker }
+                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { return SlotMarker.encodedNUL }
+                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { return SlotMarker.encodedSlash }
             }
             index += 1
         }

@@ -1,3 +1,4 @@
+import CLinuxEvents
 import CMicroHTTPD
 import Dispatch
 import ForgePushToken

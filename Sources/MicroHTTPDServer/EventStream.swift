@@ -19,15 +19,42 @@ final class EventStream {
         self.fd = fd
         self.server = server
     }
+
+    /// The content reader (`mhdStreamReader`): the next bytes of the stream into `buffer`, a
+    /// suspension of the connection while there is nothing to send, or the end.
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        let result = subscriber.read(into: buffer) {
+            MHD_suspend_connection(connection.pointer)
+        }
+        switch result {
+        case .bytes(let count):
+            bytesWritten += count
+            return count
+        case .suspended:
+            return 0
+        case .endOfStream:
+            return ContentReaderResult.endOfStream  // the chunked body terminates cleanly
+        case .abort:
+            // The connection is closed, and cleaned up on the daemon's next run: make sure there is one.
+            connection.loop.wake()
+            return ContentReaderResult.endWithError
+        }
+    }
+
+    /// The response is gone (`mhdStreamFree`): stops watching the socket and forgets the subscriber.
+    func close() {
+        if fd >= 0 { server.watcher.unwatch(fd: fd) }
+        server.responder.streamClosed(subscriber.id)
+    }
 }
 
-/// A libmicrohttpd connection pointer that the event hub may use from the publishing thread, with
-/// the loop that runs its daemon.
+/// A libmicrohttpd connection pointer that the token's owner may resume from the publishing
+/// thread (a subscriber's wake-up, a write's answer), with the loop that runs its daemon.
 ///
 /// `@unchecked Sendable` is sound because the pointer is only ever passed to
 /// `MHD_resume_connection`, which locks the daemon's connection lists and may be called from any
-/// thread, and `EventSubscriber`'s protocol calls it only while the connection is suspended and
-/// exactly once per suspension; a suspended connection is never closed, so the pointer is valid
+/// thread, and `EventSubscriber`'s and `PendingResponse`'s protocols call it only while the
+/// connection is suspended and exactly once per suspension; a suspended connection is never closed, so the pointer is valid
 /// whenever it is used. (The loop is `Sendable` itself.)
 struct ConnectionHandle: @unchecked Sendable {
     let pointer: OpaquePointer
@@ -48,19 +75,19 @@ struct ConnectionHandle: @unchecked Sendable {
 
 /// Answers `GET /token/stream`: registers a subscriber (or answers 503) and queues a chunked
 /// response whose content reader is `mhdStreamReader`.
-func openStream(on connection: OpaquePointer, context: RequestContext, daemon: DaemonContext) -> MHD_Result {
+func openStream(_ admitted: Responder.AdmittedRequest, on connection: OpaquePointer, context: RequestContext,
+                daemon: DaemonContext) -> MHD_Result {
     let server = daemon.server
     let handle = ConnectionHandle(pointer: connection, loop: daemon.loop)
-    let (head, subscriber) = server.responder.openEventStream(origin: context.head.headers["Origin"],
-                                                                  wake: { handle.resume() })
+    let (head, subscriber) = server.responder.openEventStream(for: admitted, wake: { handle.resume() })
     guard let subscriber else { return respond(head, on: connection, context: context) }
     let fd = fpt_connection_fd(connection)
     let stream = EventStream(subscriber: subscriber, connection: handle, fd: fd, server: server)
     let cls = Unmanaged.passRetained(stream).toOpaque()
-    guard let response = MHD_create_response_from_callback(UInt64.max /* MHD_SIZE_UNKNOWN */, 256, mhdStreamReader, cls,
+    guard let response = MHD_create_response_from_callback(responseSizeUnknown, 256, mhdStreamReader, cls,
                                                            mhdStreamFree) else {
         Unmanaged<EventStream>.fromOpaque(cls).release()
-        server.responder.hub.remove(subscriber.id)
+        server.responder.streamClosed(subscriber.id)
         return .NO
     }
     addHeaders(head.headers, to: response)
@@ -76,45 +103,12 @@ func openStream(on connection: OpaquePointer, context: RequestContext, daemon: D
     _ = fpt_set_connection_timeout(connection, eventStreamStallSeconds)
     let result = MHD_queue_response(connection, UInt32(head.status), response)
     MHD_destroy_response(response)
-    context.responded = true
+    context.progress = .answered
     context.status = head.status
     context.stream = stream
     return result
 }
 
-/// `MHD_ContentReaderCallback` of an event stream: the next bytes, or a suspension while there is
-/// nothing to send (never a bare 0, which would make libmicrohttpd spin), or the end.
-func mhdStreamReader(_ cls: UnsafeMutableRawPointer?, _ position: UInt64, _ buffer: UnsafeMutablePointer<CChar>?,
-                     _ max: Int) -> Int {
-    guard let cls, let buffer else { return -2 }  // MHD_CONTENT_READER_END_WITH_ERROR
-    let stream = Unmanaged<EventStream>.fromOpaque(cls).takeUnretainedValue()
-    let result = stream.subscriber.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: max)) {
-        MHD_suspend_connection(stream.connection.pointer)
-    }
-    switch result {
-    case .bytes(let count):
-        stream.bytesWritten += count
-        return count
-    case .suspended:
-        return 0
-    case .endOfStream:
-        return -1  // MHD_CONTENT_READER_END_OF_STREAM: the chunked body terminates cleanly
-    case .abort:
-        // The connection is closed, and cleaned up on the daemon's next run: make sure there is one.
-        stream.connection.loop.wake()
-        return -2  // MHD_CONTENT_READER_END_WITH_ERROR: the connection is closed
-    }
-}
-
 /// Seconds an event stream may have something to send that its client does not take before
 /// libmicrohttpd closes it (a client that stopped reading but did not close).
 let eventStreamStallSeconds: UInt32 = 120
-
-/// `MHD_ContentReaderFreeCallback`: the response is gone (before libmicrohttpd closes the socket).
-/// Stops watching the socket, removes the subscriber and releases the stream.
-func mhdStreamFree(_ cls: UnsafeMutableRawPointer?) {
-    guard let cls else { return }
-    let stream = Unmanaged<EventStream>.fromOpaque(cls).takeRetainedValue()
-    if stream.fd >= 0 { stream.server.watcher.unwatch(fd: stream.fd) }
-    stream.server.responder.hub.remove(stream.subscriber.id)
-}

@@ -12,8 +12,9 @@ import Musl
 /// `configuration.threads` libmicrohttpd daemons in epoll mode with `MHD_ALLOW_SUSPEND_RESUME`
 /// share the listening socket, each run by its own `DaemonLoop` thread: an event-stream connection
 /// with nothing to send is suspended and costs no CPU until a new event, a heartbeat or its
-/// client's departure resumes it. Data walks one way: libmicrohttpd's thread → this adapter → `Responder` → `TokenService`
-/// (→ `PushTokenManager`) → `EventHub` → each subscriber's connection, resumed by this adapter.
+/// client's departure resumes it. Data walks one way: libmicrohttpd's thread → this adapter →
+/// `Responder` → `TokenOwner` → its `TokenStore` → `TokenOwner` → each subscriber's connection,
+/// resumed by this adapter (docs/architecture.md).
 ///
 /// Lifecycle: `start()` once, then `shutdown()` once; the server must stay alive in between
 /// (libmicrohttpd's callbacks hold an unretained reference to it).
@@ -51,7 +52,7 @@ public final class MicroHTTPDServer: Sendable {
         self.configuration = configuration
         self.responder = responder
         self.log = log
-        self.watcher = try SubscriberWatcher(hub: responder.hub, heartbeatSeconds: configuration.heartbeatSeconds)
+        self.watcher = try SubscriberWatcher(responder: responder, heartbeatSeconds: configuration.heartbeatSeconds)
         let files = Self.raiseFileLimit(log: log)
         // Each connection holds a descriptor; some are the service's own (listening socket, epoll
         // sets, eventfds, the state file, standard streams). Over the file limit, libmicrohttpd
@@ -170,8 +171,8 @@ public final class MicroHTTPDServer: Sendable {
         }
         // libmicrohttpd must not be stopped with a suspended connection: abort every remaining
         // subscriber (which resumes it) and let the daemon close them.
-        responder.hub.abortAll()
-        _ = waitUntil(seconds: 1) { responder.hub.count == 0 }
+        responder.endAllStreams()
+        _ = waitUntil(seconds: 1) { responder.openStreams == 0 }
         watcher.stop()
         for context in run.contexts { context.loop.stop() }
         for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }
@@ -182,7 +183,7 @@ public final class MicroHTTPDServer: Sendable {
     }
 
     private func waitUntilIdle(seconds: Double) -> Bool {
-        waitUntil(seconds: seconds) { inFlight.withLock { $0 } == 0 && responder.hub.count == 0 }
+        waitUntil(seconds: seconds) { inFlight.withLock { $0 } == 0 && responder.openStreams == 0 }
     }
 
     private func waitUntil(seconds: Double, _ condition: () -> Bool) -> Bool {
@@ -274,9 +275,7 @@ final class LogBox: Sendable {
 /// `MHD_CONTENT_READER_END_WITH_ERROR`, which is how a departed subscriber is closed) and for a
 /// response whose client left before it was sent ("Failed to send the ...") at debug level, as
 /// they are routine, not faults (10,000 departing subscribers made 10,000 warnings).
-private func mhdLog(_ cls: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {
-    guard let cls, let message else { return }
-    let log = Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log
+func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog) {
     // A client that leaves mid-response: routine for event streams (and not the service's fault).
     let routine = strncmp(message, "Closing connection (application error generating response)", 58) == 0
         || strncmp(message, "Failed to send the", 18) == 0

@@ -7,77 +7,75 @@ import Glibc
 import Musl
 #endif
 
-// libmicrohttpd's callbacks. Each is a module-level, nonisolated function passed as a C function
-// pointer; each runs on libmicrohttpd's polling thread. The manual's "microhttpd-cb" section
-// describes their contracts.
+// What the access handler and the request-completed callback (Callbacks.swift) do, in Swift.
 
 /// Per-request state, owned by libmicrohttpd's `*con_cls` from the first access-handler call until
 /// the request-completed callback. Only the connection's polling thread touches it.
 final class RequestContext {
+    /// Where the request stands: one state instead of a set of flags.
+    enum Progress {
+        /// Its head passed the responder's checks: the body (if any) is being read.
+        case admitted(Responder.AdmittedRequest)
+        /// Its head alone decided this answer (404, 405, 401, 414, `OPTIONS`, a framing
+        /// refusal): sent once the body (if any) has been read and dropped, or at once.
+        case refused(HTTPResponse)
+        /// Its body is over the limit: read and dropped, answered 413 at its end.
+        case tooLarge
+        /// `GET` or `HEAD /token`: answered from the `TokenResponseCache`.
+        case tokenRead
+        /// A write whose answer is decided later: the connection is suspended until it is.
+        case waiting(PendingResponse)
+        /// A response is queued (or a stream opened).
+        case answered
+    }
+
     let method: String
     let path: String
     let started = ContinuousClock.now
-    /// `GET` or `HEAD /token`: answered from the `TokenResponseCache`.
-    let isTokenRead: Bool
+    var progress: Progress = .answered
     var body: [UInt8] = []
-    /// The request's head: method, target and the header fields the responder reads.
-    var head: HTTPRequest
-    /// The answer its head alone decided (404, 405, 401, 414, `OPTIONS`): sent once the body (if
-    /// any) has been read and dropped.
-    var early: HTTPResponse?
-    var tooLarge = false
     /// Body bytes received so far, kept or not.
     var received = 0
     /// Whether the body comes chunked (its connection has a short idle timeout until it is complete).
-    var chunked = false
-    var responded = false
+    let chunked: Bool
     var status = 0
     var bytes = 0
     var stream: EventStream?
 
-    init(method: String, path: String, isTokenRead: Bool, head: HTTPRequest) {
+    init(method: String, path: String, chunked: Bool) {
         self.method = method
         self.path = path
-        self.isTokenRead = isTokenRead
-        self.head = head
+        self.chunked = chunked
     }
 }
 
-/// `*con_cls` of a `GET /token` or `HEAD /token` without a body while the access log is off: a
-/// marker instead of a `RequestContext`, so that the commonest request allocates nothing (the
-/// completed callback needs nothing from it but to count the request out). The markers are the
-/// addresses 1 and 2, which no allocation can have; they are compared, never dereferenced.
-private var tokenGetMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 1)! }
-private var tokenHeadMarker: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 2)! }
-
-/// Whether `method` and `url` (as libmicrohttpd passes them: the path without the query) are a
-/// `GET` or `HEAD` of `/token`. `strcmp` on the C strings: no `String` is made.
+/// `SlotMarker.tokenGet` or `.tokenHead` when `method` and `url` (as libmicrohttpd passes them: the
+/// path without the query) are a `GET` or `HEAD` of `/token`. `strcmp` on the C strings: no
+/// `String` is made.
 private func tokenRead(_ method: UnsafePointer<CChar>, _ url: UnsafePointer<CChar>) -> UnsafeMutableRawPointer? {
     guard strcmp(url, "/token") == 0 else { return nil }
-    if strcmp(method, "GET") == 0 { return tokenGetMarker }
-    if strcmp(method, "HEAD") == 0 { return tokenHeadMarker }
+    if strcmp(method, "GET") == 0 { return SlotMarker.tokenGet }
+    if strcmp(method, "HEAD") == 0 { return SlotMarker.tokenHead }
     return nil
 }
 
-/// `MHD_AccessHandlerCallback`. libmicrohttpd calls it once with the headers (`*con_cls` still
-/// NULL), once per piece of body, and once more with `*upload_data_size == 0` when the body is
-/// complete. Answers go out in a later call than the first, which keeps the connection alive; the
-/// exception is a `Content-Length` over the limit, answered 413 at once (the body is never read and
-/// libmicrohttpd closes the connection).
-func mhdAccessHandler(
-    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
-    _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
-    _ uploadSize: UnsafeMutablePointer<Int>?, _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+/// The access handler (`mhdAccessHandler`). Answers go out in a later call than the first, which
+/// keeps the connection alive; the exceptions are a `Content-Length` over the limit and a refused
+/// request with a body, answered at once (the body is never read and libmicrohttpd closes the
+/// connection).
+func handleRequest(
+    daemon: DaemonContext, connection: OpaquePointer, url: UnsafePointer<CChar>, method: UnsafePointer<CChar>,
+    version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
+    contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>
 ) -> MHD_Result {
-    guard let cls, let connection, let url, let method, let uploadSize, let contextSlot else { return .NO }
-    let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
     let server = daemon.server
+    let responder = server.responder
     let limit = server.configuration.maxBodyBytes
 
     let first = contextSlot.pointee
-    guard var existing = first, !isTargetMarker(existing) else {
+    guard var existing = first, !SlotMarker.isTargetMarker(existing) else {
         // The first call: the header fields have arrived, the body (if any) has not.
-        let marker = server.responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
+        let marker = responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
         // One pass over the header fields serves the framing checks and tells a chunked body.
         let counts = fpt_count_framing_fields(connection)
@@ -93,45 +91,48 @@ func mhdAccessHandler(
                                                                   chunkedBodyIdleSeconds)))
         }
         server.inFlight.withLock { $0 += 1 }
-        if let marker, first == nil, framing == nil, length == nil, !server.configuration.accessLog {
+        if let marker, first == nil, framing == nil, length == nil, !responder.accessLog {
             contextSlot.pointee = marker
             return .YES
         }
         let head = requestHead(connection, method: String(cString: method), path: String(cString: url))
-        let context = RequestContext(method: head.method, path: head.path, isTokenRead: marker != nil, head: head)
-        context.chunked = chunked
+        let context = RequestContext(method: head.method, path: head.path, chunked: chunked)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
-        let responder = server.responder
-        if let refusal = targetRefusal(first, path: head.path, limit: server.configuration.maxURLBytes)
-            ?? framing {
-            context.early = responder.crossOrigin.decorate(refusal, origin: head.headers["Origin"])
-        } else if let early = responder.headResponse(to: head) {
-            context.early = responder.crossOrigin.decorate(early, origin: head.headers["Origin"])
-        } else if let length, length > UInt64(limit) {
-            context.tooLarge = true
-            return respond(responder.crossOrigin.decorate(Responder.payloadTooLarge(limit: limit), origin: context.head.headers["Origin"]),
-                       on: connection, context: context)
+        let origin = head.headers["Origin"]
+        if let refusal = targetRefusal(first, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
+            context.progress = .refused(responder.refuse(refusal, origin: origin))
+        } else {
+            switch responder.admit(head) {
+            case .answer(let response):
+                context.progress = .refused(response)
+            case .proceed(let admitted):
+                if let length, length > UInt64(limit) {
+                    context.progress = .tooLarge
+                    return respond(responder.refuse(Responder.payloadTooLarge(limit: limit), origin: origin),
+                                   on: connection, context: context)
+                }
+                context.progress = marker != nil ? .tokenRead : .admitted(admitted)
+            }
         }
         // A refused request with a body is answered now, unread (no 100 Continue; libmicrohttpd
         // then closes the connection), so that an unauthorized client cannot make the service
         // take in bodies. One without a body is answered in the next call, keeping the connection.
-        if let early = context.early,
+        if case .refused(let early) = context.progress,
            (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 501 {
             return respond(early, on: connection, context: context)
         }
         return .YES
     }
-    if existing == tokenGetMarker || existing == tokenHeadMarker {
+    if SlotMarker.isTokenRead(existing) {
         // The fast path: answered from the cache in this second call (which keeps the connection
         // alive). A chunked body, the one kind not announced by Content-Length, turns it back into
         // an ordinary request so that its size is checked as for any other.
         if uploadSize.pointee == 0 {
-            return server.tokenResponses.queue(on: connection, service: server.responder.service).result
+            return server.tokenResponses.queue(on: connection, responder: responder).result
         }
-        let method = existing == tokenGetMarker ? "GET" : "HEAD"
-        let context = RequestContext(method: method, path: "/token", isTokenRead: true,
-                                     head: HTTPRequest(method: method, target: "/token"))
-        context.chunked = true  // the one kind of body this path lets through
+        let context = RequestContext(method: existing == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
+                                     chunked: true)  // the one kind of body this path lets through
+        context.progress = .tokenRead
         existing = Unmanaged.passRetained(context).toOpaque()
         contextSlot.pointee = existing
     }
@@ -140,85 +141,95 @@ func mhdAccessHandler(
     if uploadSize.pointee > 0 {
         let count = uploadSize.pointee
         context.received += count
-        // A body over the limit is read and dropped so that its 413 can be sent at its end, but
-        // not forever: a chunked body can be endless. Past 1 MiB (or 16 times the limit) the connection is
-        // closed without an answer (libmicrohttpd cannot queue one in the middle of a body).
-        if context.tooLarge && context.received > max(1 << 20, 16 * limit) { return .NO }
-        if !context.tooLarge, context.early == nil, let uploadData {
+        uploadSize.pointee = 0
+        switch context.progress {
+        case .tooLarge:
+            // A body over the limit is read and dropped so that its 413 can be sent at its end,
+            // but not forever: a chunked body can be endless. Past 1 MiB (or 16 times the limit)
+            // the connection is closed without an answer (libmicrohttpd cannot queue one in the
+            // middle of a body).
+            if context.received > max(1 << 20, 16 * limit) { return .NO }
+        case .admitted, .tokenRead:
+            guard let uploadData else { break }
             if context.body.count + count > limit {
-                context.tooLarge = true
+                context.progress = .tooLarge
                 context.body = []
             } else {
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
                     context.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
                 }
             }
+        case .refused, .waiting, .answered:
+            break
         }
-        uploadSize.pointee = 0
         return .YES
     }
     if context.chunked {
         _ = fpt_set_connection_timeout(connection, UInt32(server.configuration.idleTimeoutSeconds))
     }
-    if context.responded { return .YES }
-    if let early = context.early {
+    switch context.progress {
+    case .answered:
+        return .YES
+    case .refused(let early):
         return respond(early, on: connection, context: context)
-    }
-    if context.tooLarge {
-        return respond(server.responder.crossOrigin.decorate(Responder.payloadTooLarge(limit: limit), origin: context.head.headers["Origin"]),
-                       on: connection, context: context)
-    }
-    if context.isTokenRead {
+    case .tooLarge:
+        return respond(responder.refuse(Responder.payloadTooLarge(limit: limit), origin: nil), on: connection,
+                       context: context)
+    case .tokenRead:
         context.body = []
-        let (result, bytes) = server.tokenResponses.queue(on: connection, service: server.responder.service)
-        context.responded = true
+        let (result, bytes) = server.tokenResponses.queue(on: connection, responder: responder)
+        context.progress = .answered
         context.status = 200
         context.bytes = bytes
         return result
-    }
-
-    var request = context.head
-    request.body = context.body
-    context.body = []
-    switch server.responder.respond(to: request) {
-    case .response(let response):
-        return respond(response, on: connection, context: context)
-    case .eventStream:
-        return openStream(on: connection, context: context, daemon: daemon)
+    case .waiting(let pending):
+        // Resumed: the answer has arrived.
+        return answer(pending, on: connection, context: context, daemon: daemon)
+    case .admitted(var admitted):
+        admitted.request.body = context.body
+        context.body = []
+        switch responder.respond(to: admitted) {
+        case .response(let response):
+            return respond(response, on: connection, context: context)
+        case .eventStream:
+            return openStream(admitted, on: connection, context: context, daemon: daemon)
+        case .later(let pending):
+            context.progress = .waiting(pending)
+            return answer(pending, on: connection, context: context, daemon: daemon)
+        }
     }
 }
 
-/// `MHD_RequestCompletedCallback`: the request is over (answered, or its connection closed).
-/// Writes the access-log line and releases the request's context.
-func mhdRequestCompleted(
-    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
-    _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_RequestTerminationCode
-) {
-    guard let cls, let contextSlot, let raw = contextSlot.pointee else { return }
-    contextSlot.pointee = nil
+/// Sends `pending`'s response when it is decided; otherwise suspends the connection until it is
+/// (libmicrohttpd calls the access handler again once the connection is resumed).
+private func answer(_ pending: PendingResponse, on connection: OpaquePointer, context: RequestContext,
+                    daemon: DaemonContext) -> MHD_Result {
+    let handle = ConnectionHandle(pointer: connection, loop: daemon.loop)
+    guard let response = pending.take(orPark: { MHD_suspend_connection(connection) },
+                                      resume: { handle.resume() }) else { return .YES }
+    return respond(response, on: connection, context: context)
+}
+
+/// The request-completed callback (`mhdRequestCompleted`): counts the request out, records it
+/// (metrics, access log) and releases its context. `slot` is what `*con_cls` held.
+func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer) {
     // A target marker still in the slot: libmicrohttpd ended the request (431, a bad
     // Content-Length, a reset, a timeout, shutdown) before the access handler ever ran, so there
     // is no context and nothing was counted in.
-    if isTargetMarker(raw) { return }
-    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
-    if raw == tokenGetMarker || raw == tokenHeadMarker {
-        server.inFlight.withLock { $0 -= 1 }
+    if SlotMarker.isTargetMarker(slot) { return }
+    server.inFlight.withLock { $0 -= 1 }
+    if SlotMarker.isTokenRead(slot) {
         // The fast path keeps no context, so no start time: counted, not timed.
-        server.responder.metrics.recordRequest(path: Route.token.rawValue, method: raw == tokenGetMarker ? "GET" : "HEAD",
-                                               status: 200, seconds: nil)
+        server.responder.recordFinished(.init(method: slot == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
+                                              status: 200, bytes: 0, microseconds: nil, wasStream: false))
         return
     }
-    let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
-    server.inFlight.withLock { $0 -= 1 }
+    let context = Unmanaged<RequestContext>.fromOpaque(slot).takeRetainedValue()
     let elapsed = ContinuousClock.now - context.started
-    server.responder.metrics.recordRequest(
-        path: context.path, method: context.method, status: context.status,
-        seconds: context.stream == nil ? Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18 : nil)
-    guard server.configuration.accessLog else { return }
-    let micros = elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000
-    let bytes = context.stream?.bytesWritten ?? context.bytes
-    let status = context.status == 0 ? "-" : String(context.status)
-    server.log.log(.info, "\(context.method) \(context.path) \(status) \(bytes) bytes \(micros) us")
+    let micros = Int(elapsed.components.seconds) * 1_000_000 + Int(elapsed.components.attoseconds / 1_000_000_000_000)
+    server.responder.recordFinished(.init(method: context.method, path: context.path, status: context.status,
+                                          bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
+                                          wasStream: context.stream != nil))
 }
 
 /// Queues a complete response (libmicrohttpd copies the body).
@@ -226,7 +237,7 @@ func respond(_ response: HTTPResponse, on connection: OpaquePointer, context: Re
     guard let mhdResponse = makeResponse(response) else { return .NO }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)
-    context.responded = true
+    context.progress = .answered
     context.status = response.status
     context.bytes = response.body.count
     return result
@@ -241,11 +252,11 @@ func addHeaders(_ headers: HTTPHeaders, to response: OpaquePointer) {
 /// The answer to a request whose target `mhdURILog` marked: 414, 400 (`%00`) or 404 (`%2F`).
 private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, limit: Int) -> HTTPResponse? {
     switch marker {
-    case uriTooLongMarker:
+    case SlotMarker.uriTooLong:
         Responder.uriTooLong(limit: limit)
-    case encodedNULMarker:
+    case SlotMarker.encodedNUL:
         .error(400, ServiceError("invalid_request", "the request target's path holds %00, a NUL byte"))
-    case encodedSlashMarker:
+    case SlotMarker.encodedSlash:
         .error(404, ServiceError("not_found", "no route for a path with an encoded slash (%2F)"))
     default:
         nil
@@ -313,7 +324,7 @@ let chunkedBodyIdleSeconds = 5
 let responseHeaderReserve = 1024
 
 /// The header fields the responder reads, in the order it may need them.
-private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method"]
+private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "Last-Event-ID"]
 
 /// The head of a request as the responder sees it: `method`, `path` (libmicrohttpd has split off
 /// the query), the header fields the responder reads, and as the query the `access_token`

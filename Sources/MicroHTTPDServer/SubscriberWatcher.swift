@@ -1,4 +1,4 @@
-import CMicroHTTPD
+import CLinuxEvents
 import Dispatch
 import ForgePushTokenHTTP
 #if canImport(Glibc)
@@ -13,10 +13,10 @@ import Musl
 /// connection is suspended (its manual, "Flow control"), and a subscriber is suspended whenever it
 /// has nothing to send. So each subscriber's socket is also registered, edge-triggered, for
 /// `EPOLLRDHUP` (peer closed), `EPOLLHUP` and `EPOLLERR` in an epoll set of our own; when one fires
-/// the hub aborts that subscriber, which resumes its connection, and libmicrohttpd closes it. A
+/// the responder aborts that subscriber, which resumes its connection, and libmicrohttpd closes it. A
 /// departed client is thus released within milliseconds, heartbeat or not.
 ///
-/// The same thread calls `hub.heartbeatTick()` every `heartbeatSeconds`, from its `epoll_wait`
+/// The same thread calls `responder.heartbeat()` every `heartbeatSeconds`, from its `epoll_wait`
 /// timeout: no busy loop, one thread for every subscriber.
 ///
 /// Thread-safety: `watch`/`unwatch` may be called from any thread (epoll_ctl is thread-safe);
@@ -25,14 +25,14 @@ import Musl
 final class SubscriberWatcher: Sendable {
     private let epoll: Int32
     private let stopSignal: Int32
-    private let hub: EventHub
+    private let responder: Responder
     private let heartbeatSeconds: Int
     private let finished = DispatchSemaphore(value: 0)
     private static let stopID = UInt64.max
 
-    init(hub: EventHub, heartbeatSeconds: Int) throws(ServerError) {
+    init(responder: Responder, heartbeatSeconds: Int) throws(ServerError) {
         precondition(heartbeatSeconds >= 1, "heartbeat must be at least 1 second")
-        self.hub = hub
+        self.responder = responder
         self.heartbeatSeconds = heartbeatSeconds
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else { throw .socket(call: "epoll_create1", address: "subscriber watcher", errno: errno) }
@@ -86,7 +86,7 @@ final class SubscriberWatcher: Sendable {
         while true {
             let now = DispatchTime.now().uptimeNanoseconds
             if now >= nextTick {
-                hub.heartbeatTick()
+                responder.heartbeat()
                 nextTick = now + period
             }
             let timeout = Int32(clamping: (nextTick - min(now, nextTick)) / 1_000_000 + 1)
@@ -94,7 +94,7 @@ final class SubscriberWatcher: Sendable {
             if count < 0 { continue }  // EINTR
             for event in events.prefix(Int(count)) {
                 if event.data.u64 == Self.stopID { return }
-                hub.abort(event.data.u64)
+                responder.subscriberDeparted(event.data.u64)
             }
         }
     }

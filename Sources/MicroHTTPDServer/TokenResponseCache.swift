@@ -28,13 +28,13 @@ final class TokenResponseCache: Sendable {
     /// Queues the current token response on `connection` (a 200; for `HEAD` libmicrohttpd sends
     /// the same header fields without the body).
     /// - Returns: libmicrohttpd's result and the body size (for the access log).
-    func queue(on connection: OpaquePointer, service: TokenService) -> (result: MHD_Result, bytes: Int) {
-        let version = service.version
-        // The service's lock nests inside the cache's (never the other way round).
+    func queue(on connection: OpaquePointer, responder: Responder) -> (result: MHD_Result, bytes: Int) {
+        let version = responder.tokenVersion
+        // The owner's lock nests inside the cache's (never the other way round).
         return entry.withLock { entry -> (result: MHD_Result, bytes: Int) in
             if entry?.version != version {
-                let snapshot = service.snapshot
-                guard let response = makeResponse(Responder.tokenResponse(snapshot)) else { return (.NO, 0) }
+                let (snapshot, tokenResponse) = responder.tokenReadResponse()
+                guard let response = makeResponse(tokenResponse) else { return (.NO, 0) }
                 if let old = entry { MHD_destroy_response(OpaquePointer(bitPattern: old.response)) }
                 entry = Entry(version: snapshot.version, response: Int(bitPattern: response),
                               bodyCount: snapshot.tokenBody.count)

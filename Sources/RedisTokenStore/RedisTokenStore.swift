@@ -69,7 +69,7 @@ public final class RedisTokenStore: Sendable {
     }
 
     /// The outcome of a commit.
-    public enum CommitOutcome: Sendable, Equatable {
+    public enum WriteOutcome: Sendable, Equatable {
         /// Redis confirmed it; `state` is the stored state after it (which may be newer than the
         /// replica's), `changed` whether this commit changed the token.
         case applied(SharedTokenState, changed: Bool)
@@ -80,7 +80,7 @@ public final class RedisTokenStore: Sendable {
     }
 
     private enum Job: Sendable {
-        case change(token: String?, enqueued: Double, completion: @Sendable (CommitOutcome) -> Void)
+        case change(token: String?, enqueued: Double, completion: @Sendable (WriteOutcome) -> Void)
         case check(completion: (@Sendable (SharedTokenState?) -> Void)?)
     }
 
@@ -167,9 +167,14 @@ public final class RedisTokenStore: Sendable {
 
     /// Proposes `token` (`nil`: no token) as the shared token. `completion` runs once, on the
     /// writer thread, after Redis answered or the write timed out; or at once, on the caller's
-    /// thread, when the queue is full or the store is stopping.
-    public func commit(token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+    /// thread, when Redis is known to be unreachable (or refusing), the queue is full or the
+    /// store is stopping: a request never waits for a Redis that is down.
+    public func commit(token: String?, completion: @escaping @Sendable (WriteOutcome) -> Void) {
         let health = self.health
+        if health != .connected {
+            completion(.unavailable(health))
+            return
+        }
         if !enqueue(.change(token: token, enqueued: monotonicSeconds(), completion: completion)) {
             completion(.unavailable(health == .connected ? .unreachable : health))
         }
@@ -389,6 +394,17 @@ public final class RedisTokenStore: Sendable {
     /// Sends `batch` pipelined and completes each job; returns false when the connection must
     /// be made again.
     private func run(_ batch: [Job], on connection: RedisConnection, scripts: ScriptHashes) -> Bool {
+        // A commit that waited longer than the write timeout in the queue (behind a Redis that
+        // stopped answering) is not sent: its request has waited long enough.
+        let now = monotonicSeconds()
+        var batch = batch
+        batch.removeAll { job in
+            guard case .change(_, let enqueued, let completion) = job, now - enqueued > configuration.writeTimeout else {
+                return false
+            }
+            completion(.unavailable(.unreachable))
+            return true
+        }
         for job in batch { connection.append(arguments(for: job, scripts: scripts, source: false)) }
         do throws(RedisConnectionError) {
             try connection.flush()
@@ -408,7 +424,7 @@ public final class RedisTokenStore: Sendable {
                 countError()
                 finish(Array(batch[index...]), failing: .unknown)
                 if case .timedOut = error {
-                    log(.warning, "Redis did not answer a write within \(configuration.writeTimeout) s; reconnecting")
+                    log(.warning, "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
                 }
                 return false
             }
@@ -487,7 +503,7 @@ public final class RedisTokenStore: Sendable {
         return true
     }
 
-    private func finish(_ jobs: [Job], failing outcome: CommitOutcome) {
+    private func finish(_ jobs: [Job], failing outcome: WriteOutcome) {
         for job in jobs {
             switch job {
             case .change(_, _, let completion):

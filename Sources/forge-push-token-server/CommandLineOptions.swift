@@ -5,6 +5,7 @@ import Musl
 #endif
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 import MicroHTTPDServer
 import RedisTokenStore
 

@@ -1,4 +1,4 @@
-// forge-push-token-server: one PushTokenManager behind HTTP/1.1 (http-api.md).
+// forge-push-token-server: the token's one owner behind HTTP/1.1 (docs/http-api.md, docs/architecture.md).
 //
 // Start-up: parse the configuration, block SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 (before
 // any thread starts, so every thread inherits the mask and the main thread alone receives them
@@ -16,7 +16,9 @@ import Musl
 #endif
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 import MicroHTTPDServer
+import RedisTokenStore
 
 // First of all, so that a SIGTERM that arrives while the process is still starting is held until
 // the sigwait below (and then shuts down cleanly) instead of killing the process.
@@ -60,28 +62,47 @@ case .run:
 
 
 let log = ServerLog(minimumLevel: options.logLevel)
-let manager = PushTokenManager(logHandler: log.managerHandler)
-let service: TokenService
-if let path = options.stateFile {
+// The store keeps the versioned token; the owner serves it (docs/architecture.md).
+let store: any TokenStore
+let initial: TokenState
+var initialHealth = StoreHealth.ok
+if let redis = options.redis {
+    // A replica: Redis keeps the state (docs/replicas.md). Until the state is read the replica
+    // knows no token and says it is starting; the store connects in the background.
+    store = RedisTokenStore(configuration: redis, log: { level, message in log.log(level, message) })
+    initial = .initial
+    initialHealth = .starting(reason: RedisTokenStore.Health.unreachable.rawValue)
+    log.log(.info, "replica of \(redis.endpoint), key prefix \(redis.prefix)")
+} else if let path = options.stateFile {
+    let fileStore = StateFileStore(file: StateFile(path: path))
     do {
-        service = try TokenService(manager: manager, restoringFrom: StateFile(path: path))
+        initial = try fileStore.load()
     } catch {
         printError("forge-push-token-server: \(error)")
         exit(1)
     }
     // Found now, not at the first change: a folder that is missing or not writable.
-    let folder = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
-    guard access(folder.isEmpty ? "/" : folder, W_OK) == 0 else {
+    guard access(fileStore.file.folder, W_OK) == 0 else {
         printError("forge-push-token-server: the folder of state file \(path) is missing or not writable: "
-                   + String(cString: strerror(errno)))
+                   + systemErrorText(errno))
         exit(1)
     }
-    log.log(.info, "state file \(path): version \(service.version)")
+    log.log(.info, "state file \(path): version \(initial.version)")
+    store = fileStore
 } else {
-    service = TokenService(manager: manager)
+    store = MemoryTokenStore()
+    initial = .initial
 }
-let responder = Responder(service: service, maxSubscribers: options.server.maxSubscribers,
-                          authentication: options.authentication, crossOrigin: options.crossOrigin, log: log)
+let owner = TokenOwner<TokenSnapshot>(store: store, initial: initial, health: initialHealth,
+                                      maxSubscribers: options.server.maxSubscribers)
+owner.start()
+var replicaMode: ReplicaMode?
+if let redisStore = store as? RedisTokenStore {
+    replicaMode = ReplicaMode(name: "redis", refresh: { redisStore.refresh { _ in } },
+                              metrics: { redisStore.renderMetrics() })
+}
+let responder = Responder(owner: owner, authentication: options.authentication, crossOrigin: options.crossOrigin,
+                          log: log, accessLog: options.server.accessLog, replica: replicaMode)
 for warning in options.startupWarnings {
     log.log(.warning, warning)
 }
@@ -103,4 +124,5 @@ while true {
 }
 log.log(.info, "received \(received == SIGTERM ? "SIGTERM" : "SIGINT"), shutting down")
 server.shutdown()
+store.stop()
 exit(0)

@@ -11,7 +11,7 @@ struct BearerAuthenticationTests {
 
     func responder(scope: BearerAuthentication.Scope = .writes) throws -> Responder {
         let authentication = try #require(BearerAuthentication(token: Self.secret, scope: scope))
-        return Responder(service: makeService(), maxSubscribers: 4, authentication: authentication)
+        return Responder(owner: makeOwner(maxSubscribers: 4), authentication: authentication)
     }
 
     func bearer(_ token: String) -> HTTPHeaders { ["Authorization": "Bearer " + token] }
@@ -33,7 +33,7 @@ struct BearerAuthenticationTests {
             try expectError(response, status: 401, code: "unauthorized")
             #expect(response.headers["WWW-Authenticate"] == "Bearer realm=\"forge-push-token\"")
         }
-        #expect(responder.service.snapshot == TokenSnapshot(version: 0, token: nil))
+        #expect(responder.owner.current == TokenSnapshot(version: 0, token: nil))
         #expect(responder.metrics.render(subscribers: 0, events: .init(sent: 0, skipped: 0))
             .contains("forge_push_token_unauthorized_requests_total 2"))
     }
@@ -53,7 +53,7 @@ struct BearerAuthenticationTests {
         try expectError(response, status: 401, code: "unauthorized")
         #expect(response.headers["WWW-Authenticate"] == "Bearer realm=\"forge-push-token\", error=\"invalid_token\"")
         #expect(!string(response.body).contains(Self.secret))
-        #expect(responder.service.snapshot.token == nil)
+        #expect(responder.owner.current.token == nil)
     }
 
     @Test("malformed Authorization values are refused", arguments: [
@@ -73,10 +73,10 @@ struct BearerAuthenticationTests {
         let response = try responder.send("POST", "/register", contentType: "text/plain", body: utf8("abcd"),
                                           headers: ["Authorization": "\(scheme)  \(Self.secret)"])
         #expect(response.status == 200)
-        #expect(responder.service.snapshot.token == "abcd")
+        #expect(responder.owner.current.token == "abcd")
         let failed = try responder.send("POST", "/fail", headers: bearer(Self.secret))
         #expect(failed.status == 200)
-        #expect(responder.service.snapshot.token == nil)
+        #expect(responder.owner.current.token == nil)
     }
 
     @Test("scope writes leaves reads, the stream, metrics, the page and /healthz open")
@@ -117,7 +117,7 @@ struct BearerAuthenticationTests {
         let response = try responder.send("POST", "/register?access_token=" + encoded, contentType: "text/plain",
                                           body: utf8("abcd"))
         try expectError(response, status: 401, code: "unauthorized")
-        #expect(responder.service.snapshot.token == nil)
+        #expect(responder.owner.current.token == nil)
     }
 
     @Test("404 and 405 come before 401; OPTIONS needs no token")
@@ -149,7 +149,7 @@ struct BearerAuthenticationTests {
 @Suite("Cross-origin requests")
 struct CrossOriginTests {
     func responder(_ origins: [String]) throws -> Responder {
-        Responder(service: makeService(), maxSubscribers: 4, crossOrigin: try CrossOriginPolicy(origins: origins))
+        Responder(owner: makeOwner(maxSubscribers: 4), crossOrigin: try CrossOriginPolicy(origins: origins))
     }
 
     @Test("origin syntax", arguments: [
@@ -212,7 +212,7 @@ struct CrossOriginTests {
         #expect(response.headers["Access-Control-Allow-Headers"]?.contains("Authorization") == true)
         #expect(response.headers["Access-Control-Max-Age"] == "600")
         #expect(response.headers.filter { $0.name == "Access-Control-Allow-Origin" }.count == 1)
-        #expect(responder.service.snapshot.version == 0)
+        #expect(responder.owner.current.version == 0)
     }
 
     @Test("preflight from another origin, or with CORS off: 403 origin_not_allowed naming the flag")

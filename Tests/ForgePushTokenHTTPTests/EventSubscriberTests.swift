@@ -13,7 +13,7 @@ struct EventSubscriberTests {
 
     /// A subscriber whose first snapshot (version 1) is already written and that is suspended.
     static func idle(sourceLocation: SourceLocation = #_sourceLocation) -> EventSubscriber {
-        let subscriber = EventSubscriber(id: 4, first: snapshot(1))
+        let subscriber = EventSubscriber(id: 4, first: snapshot(1), wake: {})
         let first = drain(subscriber, sourceLocation: sourceLocation)
         #expect(first.bytes == snapshot(1).event, sourceLocation: sourceLocation)
         #expect(first.result == .suspended, sourceLocation: sourceLocation)
@@ -24,7 +24,7 @@ struct EventSubscriberTests {
     @Test("the first read gives the first snapshot's event")
     func firstRead() {
         for first in [Self.snapshot(0), Self.snapshot(1), TokenSnapshot(version: 41, token: lowerHex(tokenBytes(256)))] {
-            let subscriber = EventSubscriber(id: 9, first: first)
+            let subscriber = EventSubscriber(id: 9, first: first, wake: {})
             #expect(subscriber.id == 9)
             let read = readOnce(subscriber)
             #expect(read.result == .bytes(first.event.count))
@@ -35,7 +35,7 @@ struct EventSubscriberTests {
 
     @Test("with nothing to write: suspend is called exactly once and the result is .suspended")
     func suspendsOnce() {
-        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(0))
+        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(0), wake: {})
         _ = readOnce(subscriber)
         let idle = readOnce(subscriber)
         #expect(idle.result == .suspended)
@@ -54,7 +54,7 @@ struct EventSubscriberTests {
 
     @Test("offer while not suspended returns false and the event is still written")
     func offerWhileBusy() {
-        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(1))
+        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(1), wake: {})
         #expect(subscriber.offer(Self.snapshot(2)) == false, "never suspended yet")
         let out = drain(subscriber)
         // The first event was not started when v2 arrived: the subscriber skips to the newest.
@@ -98,7 +98,7 @@ struct EventSubscriberTests {
     @Test("a small buffer writes an event across several reads, exactly", arguments: [1, 2, 7, 13, 50])
     func smallBuffer(size: Int) {
         let first = TokenSnapshot(version: 12, token: lowerHex(tokenBytes(32)))
-        let subscriber = EventSubscriber(id: 0, first: first)
+        let subscriber = EventSubscriber(id: 0, first: first, wake: {})
         var collected: [UInt8] = []
         var reads = 0
         while collected.count < first.event.count {
@@ -137,7 +137,7 @@ struct EventSubscriberTests {
 
     @Test("heartbeat while idle but not yet suspended: no resume, the next read gives it")
     func heartbeatBeforeSuspend() {
-        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(1))
+        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(1), wake: {})
         _ = readOnce(subscriber)  // the whole first event
         #expect(subscriber.heartbeatTick() == false)
         let out = drain(subscriber)
@@ -147,7 +147,7 @@ struct EventSubscriberTests {
 
     @Test("heartbeat with an event pending: false, and the event is written instead")
     func heartbeatWithPendingEvent() {
-        let fresh = EventSubscriber(id: 0, first: Self.snapshot(1))
+        let fresh = EventSubscriber(id: 0, first: Self.snapshot(1), wake: {})
         #expect(fresh.heartbeatTick() == false)
         let first = drain(fresh)
         #expect(first.bytes == Self.snapshot(1).event, "no heartbeat before or after the first event")
@@ -173,7 +173,7 @@ struct EventSubscriberTests {
     @Test("end(.finish): the partial event completes, then .endOfStream, never suspending again")
     func finishCompletesEvent() {
         let first = TokenSnapshot(version: 3, token: lowerHex(tokenBytes(8)))
-        let subscriber = EventSubscriber(id: 0, first: first)
+        let subscriber = EventSubscriber(id: 0, first: first, wake: {})
         let head = readOnce(subscriber, size: 7)
         #expect(head.result == .bytes(7))
         #expect(subscriber.end(.finish) == false, "not suspended")
@@ -194,7 +194,7 @@ struct EventSubscriberTests {
     @Test("end(.finish) still delivers an event offered before it: nothing is lost at shutdown")
     func finishDeliversPendingEvent() {
         let first = TokenSnapshot(version: 0, token: nil)
-        let subscriber = EventSubscriber(id: 0, first: first)
+        let subscriber = EventSubscriber(id: 0, first: first, wake: {})
         #expect(subscriber.end(.finish) == false)
         let out = drain(subscriber)
         #expect(out.bytes == first.event)
@@ -205,7 +205,7 @@ struct EventSubscriberTests {
     @Test("a zero-byte buffer writes nothing and changes nothing")
     func zeroByteBuffer() {
         let first = TokenSnapshot(version: 0, token: nil)
-        let subscriber = EventSubscriber(id: 0, first: first)
+        let subscriber = EventSubscriber(id: 0, first: first, wake: {})
         var suspended = false
         let empty = UnsafeMutableRawBufferPointer(start: nil, count: 0)
         #expect(subscriber.read(into: empty) { suspended = true } == .bytes(0))
@@ -225,7 +225,7 @@ struct EventSubscriberTests {
 
     @Test("end(.abort): .abort at once, even mid-event")
     func abortAtOnce() {
-        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(1))
+        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(1), wake: {})
         _ = readOnce(subscriber, size: 5)
         #expect(subscriber.end(.abort) == false)
         let out = readOnce(subscriber)
@@ -252,7 +252,7 @@ struct EventSubscriberTests {
         #expect(abortThenFinish.end(.finish) == false)
         #expect(readOnce(abortThenFinish).result == .abort)
 
-        let midEvent = EventSubscriber(id: 0, first: Self.snapshot(1))
+        let midEvent = EventSubscriber(id: 0, first: Self.snapshot(1), wake: {})
         _ = readOnce(midEvent, size: 3)
         _ = midEvent.end(.finish)
         _ = midEvent.end(.abort)
@@ -272,7 +272,7 @@ struct EventSubscriberTests {
 
     @Test("a long run of offers and reads: ids strictly increase, memory stays one event")
     func longRun() {
-        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(0))
+        let subscriber = EventSubscriber(id: 0, first: Self.snapshot(0), wake: {})
         var bytes = drain(subscriber, size: 9).bytes
         var resumes = 0
         for version in UInt64(1)...500 {

@@ -58,8 +58,8 @@ struct FailBodyTests {
         let (responder, recorder) = try setUp()
         let response = try responder.send("POST", "/fail", contentType: input.contentType, body: input.body)
         try expectChange(response, token: nil, changed: true)
-        #expect(responder.service.snapshot == TokenSnapshot(version: 2, token: nil))
-        #expect(responder.service.manager.token == nil)
+        #expect(responder.owner.current == TokenSnapshot(version: 2, token: nil))
+        #expect(responder.owner.current.token == nil)
         #expect(recorder.recorded.last == LogRecorder.Entry(level: .error,
                                                             message: "registration failed: \(input.description)"))
     }
@@ -71,15 +71,15 @@ struct FailBodyTests {
 
         // No token: nothing to clear.
         try expectChange(try responder.send("POST", "/fail", body: utf8("first")), token: nil, changed: false)
-        #expect(responder.service.snapshot == TokenSnapshot(version: 0, token: nil))
+        #expect(responder.owner.current == TokenSnapshot(version: 0, token: nil))
 
         _ = try responder.send("POST", "/register", body: utf8("0102"))
         try expectChange(try responder.send("POST", "/fail", contentType: Self.json, body: utf8(#"{"message":"x"}"#)),
                          token: nil, changed: true)
-        #expect(responder.service.snapshot == TokenSnapshot(version: 2, token: nil))
+        #expect(responder.owner.current == TokenSnapshot(version: 2, token: nil))
 
         try expectChange(try responder.send("POST", "/fail"), token: nil, changed: false)
-        #expect(responder.service.snapshot == TokenSnapshot(version: 2, token: nil))
+        #expect(responder.owner.current == TokenSnapshot(version: 2, token: nil))
 
         // Every accepted /fail is logged, cleared or not.
         #expect(recorder.recorded.filter { $0.message.hasPrefix("registration failed: ") }.count == 3)
@@ -118,8 +118,8 @@ struct FailBodyTests {
         let logged = recorder.recorded.count
         let response = try responder.send("POST", "/fail", contentType: input.contentType, body: input.body)
         try expectError(response, status: 400, code: "invalid_request")
-        #expect(responder.service.snapshot == TokenSnapshot(version: 1, token: "aabbccdd"))
-        #expect(responder.service.manager.token == "aabbccdd")
+        #expect(responder.owner.current == TokenSnapshot(version: 1, token: "aabbccdd"))
+        #expect(responder.owner.current.token == "aabbccdd")
         #expect(recorder.recorded.count == logged, "a rejected /fail must not reach the manager")
     }
 

@@ -4,6 +4,7 @@ import Glibc
 #endif
 import ForgePushToken
 @testable import ForgePushTokenHTTP
+import ForgePushTokenOwner
 
 /// `GET /metrics`, `GET /` and the state file through the responder, without sockets.
 @Suite struct OperabilityTests {
@@ -35,13 +36,11 @@ import ForgePushToken
         let (_, subscriber) = responder.openEventStream(wake: {})
         let stream = try #require(subscriber)
         _ = drain(stream)  // the first event: sent
-        _ = responder.service.register(deviceToken: [1])
-        responder.hub.publish(responder.service.snapshot)
-        _ = responder.service.register(deviceToken: [2])
-        responder.hub.publish(responder.service.snapshot)  // replaces the unwritten one: skipped
-        #expect(responder.hub.eventCounts == .init(sent: 1, skipped: 1))
-        responder.hub.remove(stream.id)
-        #expect(responder.hub.eventCounts == .init(sent: 1, skipped: 1))
+        _ = responder.owner.register(deviceToken: [1])
+        _ = responder.owner.register(deviceToken: [2])
+        #expect(responder.owner.deliveries == .init(sent: 1, skipped: 1))
+        responder.owner.unsubscribe(stream.id)
+        #expect(responder.owner.deliveries == .init(sent: 1, skipped: 1))
     }
 
     @Test func livePageIsHTMLThatFollowsTheStream() throws {
@@ -60,34 +59,35 @@ import ForgePushToken
         let file = StateFile(path: dir + "/state.json")
         defer { unlink(file.path); rmdir(dir) }
 
-        let first = try TokenService(manager: PushTokenManager(logHandler: quiet), restoringFrom: file)
-        #expect(first.snapshot.version == 0)
-        _ = first.register(deviceToken: [0xab])
-        _ = first.register(deviceToken: [0xcd])
+        let firstStore = StateFileStore(file: file)
+        let first = TokenOwner<TokenSnapshot>(store: firstStore, initial: try firstStore.load(), maxSubscribers: 4)
+        #expect(first.current.version == 0)
+        first.register(deviceToken: [0xab])
+        first.register(deviceToken: [0xcd])
         #expect(try file.load() == .init(token: "cd", version: 2))
 
-        let second = try TokenService(manager: PushTokenManager(logHandler: quiet), restoringFrom: file)
-        #expect(second.snapshot.version == 2 && second.snapshot.token == "cd")
-        #expect(second.manager.token == "cd")
+        let secondStore = StateFileStore(file: file)
+        let second = TokenOwner<TokenSnapshot>(store: secondStore, initial: try secondStore.load(), maxSubscribers: 4)
+        #expect(second.current.version == 2 && second.current.token == "cd")
 
         // A write that cannot be saved: 503 state_not_saved, the change kept, healthz degraded,
         // the failure logged (and its paths and errno kept out of the answer).
         let lines = Locked<[String]>([])
         let log = ServerLog(minimumLevel: .info) { line in lines.withLock { $0.append(line) } }
-        let responder = Responder(service: second, maxSubscribers: 4, log: log)
+        let responder = Responder(owner: second, log: log)
         unlink(file.path)
         rmdir(dir)
         let failed = try responder.send("POST", "/register", body: utf8("ef"))
         #expect(failed.status == 503)
         #expect(string(failed.body).contains("state_not_saved"))
-        #expect(second.snapshot.token == "ef" && second.snapshot.version == 3)
+        #expect(second.current.token == "ef" && second.current.version == 3)
         #expect(!string(failed.body).contains(dir))
         #expect(lines.withLock { $0 }.contains { $0.contains(" error ") && $0.contains(dir) && $0.contains("degraded") })
         #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"degraded"}"#)
         // A client retrying the same token is not told all is well while the state is unsaved.
         let retried = try responder.send("POST", "/register", body: utf8("ef"))
         #expect(retried.status == 503 && string(retried.body).contains("state_not_saved"))
-        #expect(second.snapshot.version == 3)
+        #expect(second.current.version == 3)
         mkdir(dir, 0o700)
         // Once the file can be written, the retry saves the unchanged state and answers 200.
         let saved = try responder.send("POST", "/register", body: utf8("ef"))

@@ -37,8 +37,8 @@ struct RegisterBodyTests {
         let bytes = tokenBytes(count, seed: 3)
         let response = try responder.send("POST", "/register", contentType: "application/octet-stream", body: bytes)
         try expectChange(response, token: lowerHex(bytes), changed: true)
-        #expect(responder.service.snapshot == TokenSnapshot(version: 1, token: lowerHex(bytes)))
-        #expect(responder.service.manager.token == lowerHex(bytes))
+        #expect(responder.owner.current == TokenSnapshot(version: 1, token: lowerHex(bytes)))
+        #expect(responder.owner.current.token == lowerHex(bytes))
     }
 
     @Test("octet-stream: the media type alone counts, case-insensitively", arguments: [
@@ -71,7 +71,7 @@ struct RegisterBodyTests {
         let response = try responder.send("POST", "/register", contentType: contentType,
                                           body: utf8(#"{"deviceToken":"\#(lowerHex(bytes))"}"#))
         try expectChange(response, token: lowerHex(bytes), changed: true)
-        #expect(responder.service.snapshot.version == 1)
+        #expect(responder.owner.current.version == 1)
     }
 
     @Test("JSON: uppercase hex is stored lowercase; other members and whitespace are fine")
@@ -118,7 +118,7 @@ struct RegisterBodyTests {
         let responder = makeResponder()
         let response = try responder.send("POST", "/register", contentType: input.contentType, body: input.body)
         try expectChange(response, token: "abcdef", changed: true)
-        #expect(responder.service.snapshot.token == "abcdef")
+        #expect(responder.owner.current.token == "abcdef")
     }
 
     @Test("hex text: 2 and 512 digits are the limits", arguments: [2, 64, 510, 512])
@@ -152,7 +152,7 @@ struct RegisterBodyTests {
     func changedThenUnchanged() throws {
         let responder = makeResponder()
         try expectChange(try responder.send("POST", "/register", body: utf8("c0ffee")), token: "c0ffee", changed: true)
-        #expect(responder.service.snapshot.version == 1)
+        #expect(responder.owner.current.version == 1)
 
         try expectChange(try responder.send("POST", "/register", body: utf8("c0ffee")), token: "c0ffee", changed: false)
         try expectChange(try responder.send("POST", "/register", body: utf8(" C0FFEE\n")), token: "c0ffee", changed: false)
@@ -162,10 +162,10 @@ struct RegisterBodyTests {
                                             body: utf8(#"{"deviceToken":"C0ffEE"}"#)), token: "c0ffee", changed: false)
         try expectChange(try responder.send("POST", "/register", contentType: Self.form,
                                             body: utf8("deviceToken=c0ffee")), token: "c0ffee", changed: false)
-        #expect(responder.service.snapshot == TokenSnapshot(version: 1, token: "c0ffee"))
+        #expect(responder.owner.current == TokenSnapshot(version: 1, token: "c0ffee"))
 
         try expectChange(try responder.send("POST", "/register", body: utf8("c0ffef")), token: "c0ffef", changed: true)
-        #expect(responder.service.snapshot.version == 2)
+        #expect(responder.owner.current.version == 2)
     }
 
     // MARK: Rejections
@@ -232,13 +232,13 @@ struct RegisterBodyTests {
         // Once from the initial state, once with a token set.
         for initial in [nil, [0x12, 0x34] as [UInt8]] {
             let responder = makeResponder()
-            if let initial { _ = responder.service.register(deviceToken: initial) }
-            let before = responder.service.snapshot
+            if let initial { _ = responder.owner.register(deviceToken: initial) }
+            let before = responder.owner.current
             let response = try responder.send("POST", "/register", contentType: input.contentType, body: input.body)
             try expectError(response, status: 400, code: "invalid_token")
-            #expect(responder.service.snapshot == before)
-            #expect(responder.service.snapshot.version == before.version)
-            #expect(responder.service.manager.token == before.token)
+            #expect(responder.owner.current == before)
+            #expect(responder.owner.current.version == before.version)
+            #expect(responder.owner.current.token == before.token)
         }
     }
 
@@ -251,7 +251,7 @@ struct RegisterBodyTests {
                                           body: utf8("------x\r\nContent-Disposition: form-data; name=\"deviceToken\"\r\n\r\nabcd\r\n------x--\r\n"))
         let message = try expectError(response, status: 400, code: "invalid_token")
         #expect(message.contains("-d") || message.contains("--data-binary"), "message: \(message)")
-        #expect(responder.service.snapshot.version == 0)
+        #expect(responder.owner.current.version == 0)
     }
 
     @Test("a form whose deviceToken value cannot be decoded is not said to lack the field",
@@ -260,7 +260,7 @@ struct RegisterBodyTests {
         let responder = makeResponder()
         let response = try responder.send("POST", "/register", contentType: Self.form, body: utf8(body))
         let message = try expectError(response, status: 400, code: "invalid_token")
-        #expect(responder.service.snapshot.version == 0)
+        #expect(responder.owner.current.version == 0)
         #expect(!message.contains("no deviceToken field"), "message: \(message)")
         #expect(message.contains("percent-encoded"), "message: \(message)")
     }

@@ -21,7 +21,7 @@ struct ResponderRouteTests {
             let response = try responder.send(method, target, body: utf8("abcd"))
             try expectError(response, status: 404, code: "not_found")
         }
-        #expect(responder.service.snapshot == TokenSnapshot(version: 0, token: nil))
+        #expect(responder.owner.current == TokenSnapshot(version: 0, token: nil))
     }
 
     @Test("the target splits at the first ? byte, even before a combining mark (fuzz regression)")
@@ -71,7 +71,7 @@ struct ResponderRouteTests {
     @Test("known path, wrong method: 405 method_not_allowed with Allow", arguments: wrongMethods)
     func wrongMethod(_ wrong: WrongMethod) throws {
         let responder = makeResponder()
-        _ = responder.service.register(deviceToken: [0xab, 0xcd])
+        _ = responder.owner.register(deviceToken: [0xab, 0xcd])
         for target in [wrong.path, wrong.path + "?x=1"] {
             let response = try responder.send(wrong.method, target, contentType: "text/plain", body: utf8("0102"))
             try expectError(response, status: 405, code: "method_not_allowed")
@@ -79,7 +79,7 @@ struct ResponderRouteTests {
             #expect(response.headers.filter { $0.name.lowercased() == "allow" }.count == 1)
         }
         // A refused request never changes state.
-        #expect(responder.service.snapshot == TokenSnapshot(version: 1, token: "abcd"))
+        #expect(responder.owner.current == TokenSnapshot(version: 1, token: "abcd"))
     }
 
     @Test("Route lists the allowed methods of every path")
@@ -208,7 +208,7 @@ struct ResponderRouteTests {
     @Test("GET /token and GET /healthz never change state")
     func readsDoNotChangeState() throws {
         let responder = makeResponder()
-        _ = responder.service.register(deviceToken: [1, 2, 3])
+        _ = responder.owner.register(deviceToken: [1, 2, 3])
         for _ in 0..<3 {
             _ = try responder.send("GET", "/token")
             _ = try responder.send("HEAD", "/token")
@@ -216,7 +216,7 @@ struct ResponderRouteTests {
             _ = responder.reply("GET", "/token/stream")
             _ = try responder.send("HEAD", "/token/stream")
         }
-        #expect(responder.service.snapshot == TokenSnapshot(version: 1, token: "010203"))
+        #expect(responder.owner.current == TokenSnapshot(version: 1, token: "010203"))
     }
 
     // MARK: /healthz
@@ -262,7 +262,7 @@ struct ResponderRouteTests {
         #expect(head.headers["X-Accel-Buffering"] == "no")
         #expect(head.headers["Content-Encoding"] == nil)
         #expect(head.body.isEmpty)
-        #expect(responder.hub.count == 0, "HEAD registers no subscriber")
+        #expect(responder.owner.subscriberCount == 0, "HEAD registers no subscriber")
     }
 
     @Test("openEventStream: 200 with the SSE headers and a subscriber whose first event is current")
@@ -277,7 +277,7 @@ struct ResponderRouteTests {
         #expect(head.headers["X-Accel-Buffering"] == "no")
         #expect(head.headers["Content-Encoding"] == nil)
         let stream = try #require(subscriber)
-        #expect(responder.hub.count == 1)
+        #expect(responder.owner.subscriberCount == 1)
         let first = drain(stream)
         #expect(string(first.bytes) == expectedEvent(1, "beef"))
         #expect(first.result == .suspended)
@@ -295,7 +295,7 @@ struct ResponderRouteTests {
         try expectError(refused, status: 503, code: "too_many_subscribers")
         let retryAfter = try #require(refused.headers["Retry-After"])
         #expect((Int(retryAfter) ?? 0) > 0, "Retry-After must be delay-seconds: \(retryAfter)")
-        #expect(responder.hub.count == 2)
+        #expect(responder.owner.subscriberCount == 2)
 
         // Plain requests are never refused because of subscribers.
         #expect(try responder.send("GET", "/token").status == 200)
@@ -307,7 +307,7 @@ struct ResponderRouteTests {
         }
 
         // A freed place can be taken again.
-        responder.hub.remove(first.id)
+        responder.owner.unsubscribe(first.id)
         let (again, subscriber) = responder.openEventStream {}
         #expect(again.status == 200)
         #expect(subscriber != nil)
@@ -331,7 +331,7 @@ struct ResponderRouteTests {
         let object = try jsonObject(refused.body)
         #expect(Set(object.keys) == ["error", "message"])
         #expect((object["message"] as? String)?.isEmpty == false)
-        #expect(responder.hub.count == 1, "the refused stream is not registered")
+        #expect(responder.owner.subscriberCount == 1, "the refused stream is not registered")
     }
 
     // MARK: 413

@@ -121,18 +121,6 @@ struct ServerLogTests {
         #expect(lines.all.count == 1)
     }
 
-    @Test("managerHandler forwards the manager's messages")
-    func managerHandler() throws {
-        let lines = Lines()
-        let log = ServerLog(minimumLevel: .info, sink: lines.sink)
-        let service = TokenService(manager: PushTokenManager(logHandler: log.managerHandler))
-        _ = service.register(deviceToken: [])  // rejected: a warning
-        _ = service.fail(error: RegistrationFailure(message: "two\nlines", domain: "D", code: 1))
-        let parsed = try lines.all.map { try Self.parse($0) }
-        #expect(parsed.map(\.1) == ["warning", "error"])
-        #expect(parsed.map(\.2) == ["rejected an empty device token", "registration failed: D 1: two lines"])
-    }
-
     @Test("lines from many threads arrive whole")
     func concurrentLines() async throws {
         let lines = Lines()

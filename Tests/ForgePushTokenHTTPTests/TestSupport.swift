@@ -3,6 +3,7 @@ import Testing
 
 import ForgePushToken
 @testable import ForgePushTokenHTTP
+import ForgePushTokenOwner
 
 // Shared helpers of the ForgePushTokenHTTP tests. Nothing here opens a socket: requests go
 // through `Responder.respond(to:)` and event streams are driven through `EventSubscriber.read`.
@@ -51,14 +52,98 @@ final class Counter: Sendable {
     }
 }
 
-/// A fresh service around a manager with no token.
-func makeService(log: @escaping PushTokenManager.LogHandler = quiet) -> TokenService {
-    TokenService(manager: PushTokenManager(logHandler: log))
+extension TokenOwner where Rendition == TokenSnapshot {
+    /// Registers `deviceToken` as `POST /register` would; the snapshot after it.
+    @discardableResult
+    func register(deviceToken: [UInt8]) -> TokenSnapshot {
+        let state = Locked<TokenState?>(nil)
+        commit(lowerHex(deviceToken)) { outcome in state.withLock { $0 = outcome.state } }
+        return TokenSnapshot(state.withLock { $0 }!)
+    }
 }
 
-/// A fresh responder around a fresh service.
+extension Responder {
+    /// `openEventStream(for:wake:)` for a `GET /token/stream` from `origin`.
+    func openEventStream(origin: String? = nil, wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
+        var headers = HTTPHeaders()
+        if let origin { headers.add("Origin", origin) }
+        guard case .proceed(let admitted) = admit(HTTPRequest(method: "GET", path: "/token/stream", query: nil,
+                                                              headers: headers)) else {
+            preconditionFailure("GET /token/stream is always admitted without a token")
+        }
+        return openEventStream(for: admitted, wake: wake)
+    }
+}
+
+/// A fresh owner of no token, in memory.
+func makeOwner(maxSubscribers: Int = 16) -> TokenOwner<TokenSnapshot> {
+    TokenOwner(store: MemoryTokenStore(), initial: .initial, maxSubscribers: maxSubscribers)
+}
+
+/// A `ServerLog` that hands each message to `handler` with its level (the recorder's view).
+func serverLog(_ handler: @escaping PushTokenManager.LogHandler) -> ServerLog {
+    let levels: [String: PushTokenManager.LogLevel] = ["debug": .debug, "info": .info, "warning": .warning, "error": .error]
+    return ServerLog(minimumLevel: .debug) { line in
+        // "<timestamp> <level> <message>\n"
+        let parts = line.dropLast().split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, let level = levels[String(parts[1])] else { return }
+        handler(level, String(parts[2]))
+    }
+}
+
+/// A fresh responder around a fresh owner, logging to `log`.
 func makeResponder(maxSubscribers: Int = 16, log: @escaping PushTokenManager.LogHandler = quiet) -> Responder {
-    Responder(service: makeService(log: log), maxSubscribers: maxSubscribers)
+    Responder(owner: makeOwner(maxSubscribers: maxSubscribers), log: serverLog(log))
+}
+
+/// A store with the memory store's decisions whose "changes from elsewhere" the test makes
+/// (`report`), as another replica's would arrive.
+final class ReportingStore: TokenStore {
+    private let reporter = Locked<(@Sendable (TokenStoreEvent) -> Void)?>(nil)
+    var ordering: CommitOrdering { .ownerSerialized }
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        completion(token == base.token ? .unchanged(base) : .applied(base.changed(to: token)))
+    }
+    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) { reporter.withLock { $0 = report } }
+    func stop() {}
+    func report(_ event: TokenStoreEvent) { reporter.withLock { $0 }?(event) }
+}
+
+/// The fan-out as the event-stream tests drive it: a `TokenOwner` over a `ReportingStore`, with
+/// `EventSubscriber`s.
+final class Hub: Sendable {
+    typealias Refusal = TokenOwnerStateMachine<TokenSnapshot>.Refusal
+    let owner: TokenOwner<TokenSnapshot>
+    let store = ReportingStore()
+
+    init(maxSubscribers: Int) {
+        owner = TokenOwner(store: store, initial: .initial, maxSubscribers: maxSubscribers)
+        owner.start()
+    }
+
+    func subscribe(wake: @escaping @Sendable () -> Void = {}) throws(Refusal) -> EventSubscriber {
+        try owner.subscribe { id, first in EventSubscriber(id: id, first: first, wake: wake) } as! EventSubscriber
+    }
+
+    /// A change arriving from the store (another writer): applied when newer, then delivered.
+    func publish(_ snapshot: TokenSnapshot) { store.report(.changed(snapshot.state)) }
+
+    /// `POST /register` of `deviceToken` through the owner; the snapshot after it.
+    @discardableResult
+    func register(_ deviceToken: [UInt8]) -> TokenSnapshot {
+        let state = Locked<TokenState?>(nil)
+        owner.commit(lowerHex(deviceToken)) { outcome in state.withLock { $0 = outcome.state } }
+        return TokenSnapshot(state.withLock { $0 }!)
+    }
+
+    var snapshot: TokenSnapshot { owner.current }
+    var count: Int { owner.subscriberCount }
+    var maxSubscribers: Int { owner.maxSubscribers }
+    func remove(_ id: UInt64) { owner.unsubscribe(id) }
+    func abort(_ id: UInt64) { owner.abort(id) }
+    func abortAll() { owner.abortAll() }
+    func close() { owner.stop() }
+    func heartbeatTick() { owner.heartbeat() }
 }
 
 /// The UTF-8 bytes of `text`.
@@ -102,6 +187,10 @@ extension Responder {
             Issue.record("\(method) \(target): expected a complete response, got .eventStream",
                          sourceLocation: sourceLocation)
             throw Unexpected(description: "event stream")
+        case .later:
+            Issue.record("\(method) \(target): the memory store answers at once, got .later",
+                         sourceLocation: sourceLocation)
+            throw Unexpected(description: "later")
         }
     }
 }

@@ -5,6 +5,7 @@ import Foundation
 import Testing
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 @testable import MicroHTTPDServer
 
 extension LiveServerTests {
@@ -22,7 +23,7 @@ extension LiveServerTests {
             let response = try client.readResponse(method: "POST")
             #expect(response.status == 401)
             #expect(response.headers["www-authenticate"] == "Bearer realm=\"forge-push-token\"")
-            #expect(live.responder.service.snapshot.version == 0)
+            #expect(live.owner.current.version == 0)
             let accepted = try live.request("POST", "/register", body: Array("abcd".utf8),
                                             headers: ["Authorization": "Bearer \(Self.token)", "Content-Type": "text/plain"])
             #expect(accepted.status == 200)
@@ -39,7 +40,7 @@ extension LiveServerTests {
                 #expect(response.status == 401)
                 #expect(response.headers["www-authenticate"]?.contains("invalid_token") == true)
             }
-            #expect(live.responder.service.snapshot.token == nil)
+            #expect(live.owner.current.token == nil)
         }
 
         @Test("a refused request without a body keeps its connection; the access_token query is accepted")
@@ -80,7 +81,7 @@ extension LiveServerTests {
                 served = (try? live.request("GET", "/token").status) == 200
             }
             #expect(served)
-            #expect(live.responder.metrics.render(subscribers: 0, events: live.responder.hub.eventCounts)
+            #expect(live.responder.metrics.render(subscribers: 0, events: live.owner.deliveries)
                 .contains("forge_push_token_connections_refused_total{limit=\"per_ip\"} 1"))
         }
 
@@ -128,7 +129,7 @@ extension LiveServerTests {
         func ambiguousRequestsAreRefused(_ smuggle: Smuggle) throws {
             for accessLog in [true, false] {  // with the log off, GET /token may take the fast path
                 let live = try LiveServer { $0.accessLog = accessLog }
-                _ = live.responder.service.register(deviceToken: [0x01, 0x02])
+                live.register([0x01, 0x02])
                 let client = try live.client()
                 defer { client.close() }
                 try client.send(smuggle.request)
@@ -139,7 +140,7 @@ extension LiveServerTests {
                     // Nothing more: the connection is closed, the smuggled request never runs.
                     #expect(throws: (any Error).self) { try client.readResponse() }
                 }
-                #expect(live.responder.service.snapshot == TokenSnapshot(version: 1, token: "0102"))
+                #expect(live.owner.current == TokenSnapshot(version: 1, token: "0102"))
             }
         }
 
@@ -153,7 +154,7 @@ extension LiveServerTests {
             let head = try client.request("HEAD", "/token/stream")
             #expect(head.status == 200 && head.headers["content-type"] == "text/event-stream")
             #expect(try client.request("GET", "/token").status == 200)  // the connection goes on
-            #expect(live.responder.hub.count == 0)
+            #expect(live.owner.subscriberCount == 0)
         }
 
         @Test("a marked target that libmicrohttpd refuses itself (431) does not crash the service (attack regression)")
@@ -184,7 +185,7 @@ extension LiveServerTests {
             let response = try client.readResponse()
             #expect(response.status == 400 && response.text.contains("whitespace"))
             #expect(throws: (any Error).self) { try client.readResponse() }
-            #expect(live.responder.service.snapshot.token == nil)
+            #expect(live.owner.current.token == nil)
         }
 
         // Near the pool's end even a 431 may not fit: libmicrohttpd then closes the connection
@@ -203,7 +204,7 @@ extension LiveServerTests {
                 #expect(response == nil || response?.status == 200 || response?.status == 431, "X-Pad \(size)")
             }
             #expect(answered200 > 0 && answered431 > 0)
-            #expect(live.responder.service.snapshot.version == UInt64(answered200))
+            #expect(live.owner.current.version == UInt64(answered200))
         }
 
         @Test("an endless chunked body over the limit is cut off, not read forever")
@@ -217,7 +218,7 @@ extension LiveServerTests {
             var sent = 0
             while sent < 64 << 20, (try? client.send(block)) != nil { sent += block.count }
             #expect(sent < 64 << 20, "the service read \(sent) bytes of a body over its limit")
-            #expect(live.responder.service.snapshot.version == 0)
+            #expect(live.owner.current.version == 0)
             #expect(try live.request("GET", "/token").status == 200)
         }
     }

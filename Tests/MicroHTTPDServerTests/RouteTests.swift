@@ -3,6 +3,7 @@ import Testing
 import Glibc
 #endif
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 import MicroHTTPDServer
 
 extension LiveServerTests {
@@ -66,7 +67,7 @@ extension LiveServerTests {
             }
             let response = try client.readResponse()
             #expect(response.status == 200)
-            #expect(live.responder.service.snapshot.token == token)
+            #expect(live.owner.current.token == token)
         }
 
         @Test func expectContinueIsAnswered() throws {
@@ -79,7 +80,7 @@ extension LiveServerTests {
             try client.send(token)
             let response = try client.readResponse()
             #expect(response.status == 200)
-            #expect(live.responder.service.snapshot.token == token)
+            #expect(live.owner.current.token == token)
         }
 
         @Test func chunkedRequestBody() throws {
@@ -94,7 +95,7 @@ extension LiveServerTests {
             try client.send("\(String(half, radix: 16))\r\n\(second)\r\n0\r\n\r\n")
             let response = try client.readResponse()
             #expect(response.status == 200)
-            #expect(live.responder.service.snapshot.token == token)
+            #expect(live.owner.current.token == token)
         }
 
         @Test func oversizedBodiesAre413AndChangeNothing() throws {
@@ -110,8 +111,8 @@ extension LiveServerTests {
             try client.send("0\r\n\r\n")
             let chunked = try client.readResponse()
             #expect(chunked.status == 413)
-            #expect(live.responder.service.snapshot.version == 0)
-            #expect(live.responder.service.snapshot.token == nil)
+            #expect(live.owner.current.version == 0)
+            #expect(live.owner.current.token == nil)
         }
 
         @Test func busyPortIsReportedAsAddressInUse() throws {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 import MicroHTTPDServer
 
 /// A running server on a free loopback port, for one test.
@@ -10,6 +11,8 @@ final class LiveServer {
     let server: MicroHTTPDServer
     let port: UInt16
     let responder: Responder
+    /// The token's owner behind the responder (in memory).
+    let owner: TokenOwner<TokenSnapshot>
     let lines = Locked<[String]>([])
 
     init(authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
@@ -20,9 +23,9 @@ final class LiveServer {
         configure(&configuration)
         let lines = self.lines
         let log = ServerLog(minimumLevel: .debug) { line in lines.withLock { $0.append(line) } }
-        responder = Responder(service: TokenService(manager: PushTokenManager(logHandler: log.managerHandler)),
-                              maxSubscribers: configuration.maxSubscribers, authentication: authentication,
-                              crossOrigin: crossOrigin)
+        owner = TokenOwner(store: MemoryTokenStore(), initial: .initial, maxSubscribers: configuration.maxSubscribers)
+        responder = Responder(owner: owner, authentication: authentication, crossOrigin: crossOrigin, log: log,
+                              accessLog: configuration.accessLog)
         server = try MicroHTTPDServer(configuration: configuration, responder: responder, log: log)
         let authority = try server.start()
         port = UInt16(authority.split(separator: ":").last!)!
@@ -31,6 +34,11 @@ final class LiveServer {
     deinit { server.shutdown() }
 
     func client() throws -> TestClient { try TestClient(port: port) }
+
+    /// Registers `deviceToken` through the owner, as `POST /register` would, and waits for it.
+    func register(_ deviceToken: [UInt8]) {
+        owner.commit(DeviceTokenHex.encode(deviceToken)) { _ in }
+    }
 
     /// One request on a new connection.
     func request(_ method: String, _ target: String, body: [UInt8] = [], headers: [String: String] = [:]) throws -> TestResponse {

@@ -85,8 +85,8 @@ final class ReplicaModel: Sendable {
 
     var current: SharedTokenState? { state.withLock { $0 } }
 
-    func commit(_ token: String?) -> RedisTokenStore.CommitOutcome {
-        let result = Locked<RedisTokenStore.CommitOutcome?>(nil)
+    func commit(_ token: String?) -> RedisTokenStore.WriteOutcome {
+        let result = Locked<RedisTokenStore.WriteOutcome?>(nil)
         let done = DispatchSemaphore(value: 0)
         store.commit(token: token) { outcome in
             result.withLock { $0 = outcome }

@@ -1,6 +1,7 @@
 import Foundation
 import ForgePushToken
-import ForgePushTokenHTTP
+@testable import ForgePushTokenHTTP
+import ForgePushTokenOwner
 
 /// One way the service can be set up; every input is run against each of them.
 struct Configuration: Sendable {
@@ -12,10 +13,17 @@ struct Configuration: Sendable {
     /// A state file that cannot be written (its folder does not exist): every change is then
     /// answered 503 `state_not_saved` and the service turns degraded.
     let stateFile: StateFile?
+    /// The store behind the owner: the failing state file, or memory.
+    var store: any TokenStore { stateFile.map { StateFileStore(file: $0) } ?? MemoryTokenStore() }
     let maxSubscribers = 2
 
     /// The bearer token of the `hardened` configuration (also in http.dict and the corpus).
     static let secret = "s3cr3t-T0ken"
+
+    /// The header fields of the observer's own `GET /token/stream`: the bearer token when one is set.
+    static func observerHeaders(_ configuration: Configuration) -> HTTPHeaders {
+        configuration.authentication == nil ? HTTPHeaders() : ["Authorization": "Bearer \(secret)"]
+    }
 
     static let all: [Configuration] = [
         // The default deployment: open, no CORS, no state file, no token yet.
@@ -37,7 +45,7 @@ struct Configuration: Sendable {
 /// each request it must hold exactly the event of the change that request made, or nothing.
 final class Session {
     let configuration: Configuration
-    let service: TokenService
+    let owner: TokenOwner<TokenSnapshot>
     let responder: Responder
     let observer: EventSubscriber
     /// The counters the responder's metrics must show.
@@ -56,16 +64,19 @@ final class Session {
 
     init(_ configuration: Configuration) {
         self.configuration = configuration
-        let manager = PushTokenManager(logHandler: { _, _ in })
-        if let token = configuration.initialToken { manager.didRegister(deviceToken: Data(token)) }
-        service = TokenService(manager: manager, stateFile: configuration.stateFile)
-        responder = Responder(service: service, maxSubscribers: configuration.maxSubscribers,
-                              authentication: configuration.authentication, crossOrigin: configuration.crossOrigin)
-        let (head, subscriber) = responder.openEventStream(wake: {})
+        let initial = TokenState(version: 0, token: configuration.initialToken.map(DeviceTokenHex.encode))
+        owner = TokenOwner(store: configuration.store, initial: initial, maxSubscribers: configuration.maxSubscribers)
+        responder = Responder(owner: owner, authentication: configuration.authentication,
+                              crossOrigin: configuration.crossOrigin)
+        guard case .proceed(let stream) = responder.admit(HTTPRequest(method: "GET", target: "/token/stream",
+                                                                      headers: Configuration.observerHeaders(configuration))) else {
+            fatalError("the observer's GET /token/stream was not admitted")
+        }
+        let (head, subscriber) = responder.openEventStream(for: stream, wake: {})
         require(head.status == 200 && subscriber != nil, "the observer could not subscribe: \(head.status)")
         observer = subscriber!
         let first = Self.readAll(observer)
-        require(first.bytes == service.snapshot.event && first.end == .suspended,
+        require(first.bytes == owner.current.event && first.end == .suspended,
                 "the observer's first event is not the current snapshot's")
     }
 
@@ -75,11 +86,21 @@ final class Session {
         let request = HTTPRequest(method: raw.method, target: raw.target, headers: raw.headers, body: raw.body)
         current = request
         let route = Route(path: request.path)
-        let before = service.snapshot
-        wasDegraded = service.isDegraded
-        let head = responder.headResponse(to: request)
+        let before = owner.current
+        wasDegraded = owner.health != .ok
+        let admission = responder.admit(request)
+        let head: HTTPResponse?
+        let reply: Responder.Reply
+        switch admission {
+        case .answer(let response):
+            head = response
+            reply = .response(response)
+        case .proceed(let admitted):
+            head = nil
+            reply = responder.respond(to: admitted)
+        }
         let status: Int
-        switch responder.respond(to: request) {
+        switch reply {
         case .response(let response):
             status = response.status
             if let head {
@@ -91,10 +112,12 @@ final class Session {
             require(head == nil, "an event stream after headResponse answered \(head?.status ?? 0)", context: context)
             require(route == .stream && request.method == "GET", "an event stream for another request", context: context)
             status = stream(request)
+        case .later:
+            fatalError("\(context): the harness's stores decide at once, but the answer came later")
         }
         responder.metrics.recordRequest(path: request.path, method: request.method, status: status, seconds: 0.0002)
 
-        let after = service.snapshot
+        let after = owner.current
         if (400..<500).contains(status) {
             require(after == before, "a \(status) changed the state from \(before.version) \(String(reflecting: before.token)) to \(after.version) \(String(reflecting: after.token))",
                     context: context)
@@ -112,9 +135,7 @@ final class Session {
             if status == 400 { registrationsRejected += 1 } else { registrationsAccepted += 1 }
         }
         if route == .fail, request.method == "POST", head == nil, status != 400 { failuresReported += 1 }
-        // Each refusal is counted once per call: `headResponse` here, then `respond` (which checks
-        // the head again); the engine calls only the first when it refuses.
-        if head?.status == 401 { unauthorized += 1 }
+        // Each refusal is counted once: `admit` decides it, once per request.
         if status == 401 { unauthorized += 1 }
 
         // The observer holds the event of this request's change, or nothing.
@@ -173,7 +194,7 @@ final class Session {
     /// Answers of allowed, authorized requests, route by route.
     func checkRoute(_ route: Route, _ response: HTTPResponse, request: HTTPRequest, before: TokenSnapshot) {
         let status = response.status
-        let after = service.snapshot
+        let after = owner.current
         switch route {
         case .register:
             let expected = Result { () throws(ServiceError) in
@@ -230,7 +251,7 @@ final class Session {
                         && response.headers["Content-Type"] == ServerSentEvents.contentType,
                     "/token/stream answered \(status) as a complete response", context: context)
         case .healthz:
-            let expected = service.isDegraded ? "degraded" : "ok"
+            let expected = (owner.health != .ok) ? "degraded" : "ok"
             require(status == 200 && jsonObject(response.body)?["status"] as? String == expected,
                     "/healthz answered \(status) \(String(reflecting: String(decoding: response.body, as: UTF8.self))), expected \(expected)",
                     context: context)
@@ -246,7 +267,7 @@ final class Session {
     /// A 200 to a write: never while the last change is unsaved, as this harness's state file
     /// (when there is one) can never be written.
     func checkSaved() {
-        require(!wasDegraded && !service.isDegraded, "a write answered 200 while the state file could not be written",
+        require(!wasDegraded && !(owner.health != .ok), "a write answered 200 while the state file could not be written",
                 context: context)
     }
 
@@ -254,7 +275,7 @@ final class Session {
     /// saved or, unchanged, for a retry while the last change was still unsaved (the service
     /// retries the save then, and must not answer 200 while it is not saved).
     func checkUnsaved(_ response: HTTPResponse, changed: Bool) {
-        require(configuration.stateFile != nil && errorCode(response) == "state_not_saved" && service.isDegraded,
+        require(configuration.stateFile != nil && errorCode(response) == "state_not_saved" && (owner.health != .ok),
                 "a write answered 503 \(String(reflecting: errorCode(response)))", context: context)
         require(changed || wasDegraded, "503 state_not_saved for an unchanged token while the service was not degraded",
                 context: context)
@@ -294,10 +315,16 @@ final class Session {
 
     // MARK: - The event stream
 
+    /// A `GET /token/stream` of the harness's own (with the bearer token where one is needed).
+    func openStream() -> (HTTPResponse, EventSubscriber?) {
+        let request = HTTPRequest(method: "GET", target: "/token/stream", headers: Configuration.observerHeaders(configuration))
+        return responder.openEventStream(for: Responder.AdmittedRequest(route: .stream, request: request), wake: {})
+    }
+
     /// `GET /token/stream`: subscribe, read the first event, cancel. Returns the status sent.
     func stream(_ request: HTTPRequest) -> Int {
-        let origin = request.headers["Origin"]
-        let (head, subscriber) = responder.openEventStream(origin: origin, wake: {})
+        let (head, subscriber) = responder.openEventStream(for: Responder.AdmittedRequest(route: .stream, request: request),
+                                                           wake: {})
         checkCrossOrigin(head, request: request)
         guard let subscriber else {
             require(false, "a stream was refused with \(head.status) while only the observer is subscribed", context: context)
@@ -306,14 +333,14 @@ final class Session {
         require(head.status == 200 && head.headers["Content-Type"] == ServerSentEvents.contentType,
                 "an event stream's head is \(head.status)", context: context)
         let first = Self.readAll(subscriber)
-        require(first.end == .suspended && first.bytes == service.snapshot.event,
+        require(first.end == .suspended && first.bytes == owner.current.event,
                 "a new subscriber's first event is not the current snapshot's", context: context)
         checkEvent(first.bytes)
         // The client goes away: the engine aborts the stream and removes the subscriber.
-        responder.hub.abort(subscriber.id)
+        responder.subscriberDeparted(subscriber.id)
         require(Self.readAll(subscriber).end == .abort, "an aborted stream did not abort", context: context)
-        responder.hub.remove(subscriber.id)
-        require(responder.hub.count == 1, "\(responder.hub.count) subscribers after a removal", context: context)
+        responder.streamClosed(subscriber.id)
+        require(responder.openStreams == 1, "\(responder.openStreams) subscribers after a removal", context: context)
         return head.status
     }
 
@@ -321,7 +348,7 @@ final class Session {
     func checkEvent(_ bytes: [UInt8]) {
         let text = String(decoding: bytes, as: UTF8.self)
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
-        let snapshot = service.snapshot
+        let snapshot = owner.current
         guard lines.count == 5, lines[0] == "id: \(snapshot.version)", lines[1] == "event: token",
               lines[2].hasPrefix("data: "), lines[3].isEmpty, lines[4].isEmpty,
               let data = jsonObject(Array(lines[2].dropFirst(6).utf8)) else {
@@ -401,23 +428,23 @@ final class Session {
         require(responder.answersTokenReadsBlindly
                     == ((configuration.authentication.map { $0.scope == .writes } ?? true) && !configuration.crossOrigin.isEnabled),
                 "answersTokenReadsBlindly is \(responder.answersTokenReadsBlindly)", context: context)
-        let extra = responder.openEventStream(wake: {})
+        let extra = openStream()
         require(extra.0.status == 200 && extra.1 != nil, "the second subscriber was refused: \(extra.0.status)", context: context)
-        let refused = responder.openEventStream(wake: {})
+        let refused = openStream()
         require(refused.0.status == 503 && refused.1 == nil && refused.0.headers["Retry-After"] != nil,
                 "a subscriber over the limit answered \(refused.0.status)", context: context)
         checkErrorBody(refused.0)
         require(errorCode(refused.0) == "too_many_subscribers", "a full hub answered \(String(reflecting: errorCode(refused.0)))", context: context)
-        if let subscriber = extra.1 { responder.hub.remove(subscriber.id) }
+        if let subscriber = extra.1 { responder.streamClosed(subscriber.id) }
 
         responder.beginShutdown()
-        let closed = responder.openEventStream(wake: {})
+        let closed = openStream()
         require(closed.0.status == 503 && closed.1 == nil && errorCode(closed.0) == "shutting_down",
                 "a subscriber after shutdown answered \(closed.0.status)", context: context)
         checkErrorBody(closed.0)
         let end = Self.readAll(observer)
         require(end.end == .endOfStream && end.bytes.isEmpty, "the observer's stream did not end cleanly: \(end.end)", context: context)
-        responder.hub.remove(observer.id)
+        responder.streamClosed(observer.id)
         if case .response(let health) = responder.respond(to: HTTPRequest(method: "GET", target: "/healthz")) {
             require(health.status == 503 && jsonObject(health.body)?["status"] as? String == "shutting_down",
                     "/healthz while stopping answered \(health.status)", context: context)

@@ -3,7 +3,7 @@ import Testing
 import Glibc
 #endif
 import ForgePushToken
-@testable import ForgePushTokenHTTP
+@testable import ForgePushTokenOwner
 
 /// The state file: durable writes, strict reads.
 @Suite struct StateFileTests {
@@ -56,12 +56,13 @@ import ForgePushToken
         let file = StateFile(path: dir + "/state.json")
         defer { unlink(file.path); rmdir(dir) }
         write(#"{"token":"abcd","version":18446744073709551614}"#, to: file.path)
-        let service = try TokenService(manager: PushTokenManager(logHandler: quiet), restoringFrom: file)
-        #expect(service.register(deviceToken: [0x01]).snapshot.version == .max)
-        #expect(service.register(deviceToken: [0x02]).snapshot.version == .max)
+        let store = StateFileStore(file: file)
+        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        #expect(commitNow(owner, "01").state?.version == .max)
+        #expect(commitNow(owner, "02").state?.version == .max)
         #expect(try file.load() == .init(token: "02", version: .max))
-        let again = try TokenService(manager: PushTokenManager(logHandler: quiet), restoringFrom: file)
-        #expect(again.snapshot.version == .max && again.snapshot.token == "02")
+        let again = try StateFileStore(file: file).load()
+        #expect(again == TokenState(version: .max, token: "02"))
     }
 
     @Test("a symbolic link at the temporary name is replaced, never written through (attack regression)")

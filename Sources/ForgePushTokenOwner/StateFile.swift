@@ -21,7 +21,7 @@ import Darwin
 /// folder is flushed too, so that the rename itself survives a crash. A reader therefore always
 /// finds either the previous complete state or the new one, never a mix.
 ///
-/// Thread-safety: `Sendable`; callers serialise writes (the service writes under its state lock).
+/// Thread-safety: `Sendable`; callers serialise writes (`StateFileStore` commits one at a time).
 public struct StateFile: Sendable {
     /// The file's path.
     public let path: String
@@ -93,7 +93,7 @@ public struct StateFile: Sendable {
         }
         if let token = contents.token {
             // Canonical: what the service itself writes, 1 to 256 bytes as lowercase hex.
-            let valid = token.utf8.count <= 2 * RequestBodies.maxTokenBytes
+            let valid = token.utf8.count <= 2 * TokenState.maxTokenBytes
                 && DeviceTokenHex.decode(token).map(DeviceTokenHex.encode) == token
             guard valid else { throw Failure(description: "state file \(path) holds an invalid token") }
         }
@@ -103,7 +103,7 @@ public struct StateFile: Sendable {
     /// Writes `contents` durably (temporary file, fsync, rename, fsync of the folder).
     /// - Throws: `Failure` naming the step that failed; the previous file is then unchanged.
     public func save(_ contents: Contents) throws(Failure) {
-        let bytes = JSONBody.encode(contents) + [0x0A]
+        let bytes = Self.encode(contents) + [0x0A]
         let temporary = path + ".tmp"
         // Made afresh (O_EXCL), never through a link: whatever is at the temporary name (a
         // leftover, or a symbolic link planted to make the service overwrite another file) is
@@ -135,14 +135,33 @@ public struct StateFile: Sendable {
             unlink(temporary)
             throw error
         }
-        let folder = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
-        let directory = open(folder.isEmpty ? "/" : folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let directory = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { throw failure("open the folder of", path) }
         defer { close(directory) }
         guard fsync(directory) == 0 else { throw failure("fsync the folder of", path) }
     }
 
+    /// The folder that holds the file (and its temporary twin): `.` for a bare name, `/` for a
+    /// file at the root.
+    public var folder: String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let folder = String(path[..<slash])
+        return folder.isEmpty ? "/" : folder
+    }
+
     private func failure(_ step: String, _ file: String) -> Failure {
-        Failure(description: "cannot \(step) state file \(file): \(String(cString: strerror(errno)))")
+        Failure(description: "cannot \(step) state file \(file): \(systemErrorText(errno))")
+    }
+
+    /// `{"token":…,"version":N}`: sorted keys, as every JSON text the service writes.
+    private static func encode(_ contents: Contents) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        // A struct of an optional string and a number: encoding cannot fail.
+        do {
+            return Array(try encoder.encode(contents))
+        } catch {
+            preconditionFailure("JSON encoding of the state file failed: \(error)")
+        }
     }
 }

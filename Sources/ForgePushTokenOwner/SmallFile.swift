@@ -21,7 +21,7 @@ package enum SmallFile {
         /// The C library's text for `.system` (`strerror(3)`), or "over the size limit".
         package var text: String {
             switch self {
-            case .system(let code): String(cString: strerror(code))
+            case .system(let code): systemErrorText(code)
             case .tooLarge: "over the size limit"
             }
         }
@@ -46,4 +46,10 @@ package enum SmallFile {
             guard bytes.count <= maxBytes else { throw .tooLarge }
         }
     }
+}
+
+/// The C library's text for the `errno` value `code` (`strerror(3)`), as every message of the
+/// service that names a failed system call gives it.
+package func systemErrorText(_ code: Int32) -> String {
+    String(cString: strerror(code))
 }

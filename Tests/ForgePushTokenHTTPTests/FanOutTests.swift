@@ -4,16 +4,16 @@ import Testing
 import ForgePushToken
 @testable import ForgePushTokenHTTP
 
-/// The subscribers of `GET /token/stream` and the fan-out to them.
-@Suite("EventHub")
-struct EventHubTests {
+/// The subscribers of `GET /token/stream` and the owner's fan-out to them (what EventHub did).
+@Suite("TokenOwner fan-out to EventSubscribers")
+struct FanOutTests {
     /// A subscriber with its wake counter.
     struct Client {
         let subscriber: EventSubscriber
         let wakes: Counter
     }
 
-    static func subscribe(_ hub: EventHub) throws -> Client {
+    static func subscribe(_ hub: Hub) throws -> Client {
         let wakes = Counter()
         let subscriber = try hub.subscribe { wakes.increment() }
         return Client(subscriber: subscriber, wakes: wakes)
@@ -21,13 +21,13 @@ struct EventHubTests {
 
     @Test("subscribe gives the current snapshot first")
     func currentFirst() throws {
-        let service = makeService()
-        let hub = EventHub(service: service, maxSubscribers: 4)
+        let hub = Hub(maxSubscribers: 4)
         let atStart = try Self.subscribe(hub)
-        _ = service.register(deviceToken: [0xfe, 0xed])
+        #expect(string(readOnce(atStart.subscriber).bytes) == expectedEvent(0, nil))
+        hub.register([0xfe, 0xed])  // the commit delivers it to atStart too
         let later = try Self.subscribe(hub)
 
-        #expect(string(drain(atStart.subscriber).bytes) == expectedEvent(0, nil))
+        #expect(string(drain(atStart.subscriber).bytes) == expectedEvent(1, "feed"))
         #expect(string(drain(later.subscriber).bytes) == expectedEvent(1, "feed"))
         #expect(atStart.wakes.value == 0)
         #expect(later.wakes.value == 0)
@@ -38,20 +38,19 @@ struct EventHubTests {
 
     @Test("publish wakes only suspended subscribers, once")
     func publishWakesSuspendedOnly() throws {
-        let service = makeService()
-        let hub = EventHub(service: service, maxSubscribers: 8)
+        let hub = Hub(maxSubscribers: 8)
         let waiting = try Self.subscribe(hub)
         let busy = try Self.subscribe(hub)
         #expect(drain(waiting.subscriber).result == .suspended)
 
-        let v1 = service.register(deviceToken: [1]).snapshot
+        let v1 = hub.register([1])
         hub.publish(v1)
         #expect(waiting.wakes.value == 1)
         #expect(busy.wakes.value == 0, "never suspended: its reader is still going")
 
         hub.publish(v1)                               // the same version again
         hub.publish(TokenSnapshot(version: 0, token: nil))  // an older one
-        let v2 = service.register(deviceToken: [2]).snapshot
+        let v2 = hub.register([2])
         hub.publish(v2)                               // newer, but already resumed
         #expect(waiting.wakes.value == 1)
         #expect(busy.wakes.value == 0)
@@ -61,18 +60,18 @@ struct EventHubTests {
         let busyOut = drain(busy.subscriber)
         #expect(string(busyOut.bytes) == expectedEvent(2, "02"), "skips to the newest, never older after newer")
 
-        hub.publish(service.register(deviceToken: [3]).snapshot)
+        hub.publish(hub.register([3]))
         #expect(waiting.wakes.value == 2)
         #expect(busy.wakes.value == 1)
     }
 
     @Test("at maxSubscribers subscribe throws .full; remove frees a place")
     func limitAndRemove() throws {
-        let hub = EventHub(service: makeService(), maxSubscribers: 2)
+        let hub = Hub(maxSubscribers: 2)
         let a = try Self.subscribe(hub)
         let b = try Self.subscribe(hub)
         #expect(hub.count == 2)
-        #expect(throws: EventHub.Refusal.full) { _ = try hub.subscribe {} }
+        #expect(throws: Hub.Refusal.full) { _ = try hub.subscribe() }
         #expect(hub.count == 2)
 
         hub.remove(a.subscriber.id)
@@ -84,7 +83,7 @@ struct EventHubTests {
         let c = try Self.subscribe(hub)
         #expect(c.subscriber.id != a.subscriber.id, "ids are unique for the hub's lifetime")
         #expect(c.subscriber.id != b.subscriber.id)
-        #expect(throws: EventHub.Refusal.full) { _ = try hub.subscribe {} }
+        #expect(throws: Hub.Refusal.full) { _ = try hub.subscribe() }
 
         // A removed subscriber is not offered anything any more.
         hub.remove(b.subscriber.id)
@@ -94,10 +93,9 @@ struct EventHubTests {
         #expect(hub.count == 1)
     }
 
-    @Test("close(): new subscribers get .closing, open streams finish; suspended ones are woken")
+    @Test("stop(): new subscribers get .stopping, open streams finish; suspended ones are woken")
     func close() throws {
-        let service = makeService()
-        let hub = EventHub(service: service, maxSubscribers: 8)
+        let hub = Hub(maxSubscribers: 8)
         let suspended = try Self.subscribe(hub)
         let midEvent = try Self.subscribe(hub)
         #expect(drain(suspended.subscriber).result == .suspended)
@@ -107,7 +105,7 @@ struct EventHubTests {
         hub.close()
         #expect(suspended.wakes.value == 1)
         #expect(midEvent.wakes.value == 0)
-        #expect(throws: EventHub.Refusal.closing) { _ = try hub.subscribe {} }
+        #expect(throws: Hub.Refusal.stopping) { _ = try hub.subscribe() }
 
         #expect(readOnce(suspended.subscriber).result == .endOfStream)
         let rest = drain(midEvent.subscriber)
@@ -115,26 +113,26 @@ struct EventHubTests {
         #expect(rest.result == .endOfStream)
 
         // Nothing is offered after the close.
-        hub.publish(service.register(deviceToken: [7]).snapshot)
+        hub.publish(hub.register([7]))
         hub.heartbeatTick()
         #expect(suspended.wakes.value == 1)
         #expect(readOnce(suspended.subscriber).result == .endOfStream)
 
         hub.close()  // idempotent
-        #expect(throws: EventHub.Refusal.closing) { _ = try hub.subscribe {} }
+        #expect(throws: Hub.Refusal.stopping) { _ = try hub.subscribe() }
     }
 
-    @Test("close() at the limit still answers .closing")
+    @Test("stop() at the limit still answers .stopping")
     func closingWinsOverFull() throws {
-        let hub = EventHub(service: makeService(), maxSubscribers: 1)
+        let hub = Hub(maxSubscribers: 1)
         _ = try Self.subscribe(hub)
         hub.close()
-        #expect(throws: EventHub.Refusal.closing) { _ = try hub.subscribe {} }
+        #expect(throws: Hub.Refusal.stopping) { _ = try hub.subscribe() }
     }
 
     @Test("abort(id) ends that stream at once and wakes it if suspended")
     func abortOne() throws {
-        let hub = EventHub(service: makeService(), maxSubscribers: 8)
+        let hub = Hub(maxSubscribers: 8)
         let target = try Self.subscribe(hub)
         let other = try Self.subscribe(hub)
         #expect(drain(target.subscriber).result == .suspended)
@@ -154,7 +152,7 @@ struct EventHubTests {
 
     @Test("abortAll() ends every stream at once")
     func abortAll() throws {
-        let hub = EventHub(service: makeService(), maxSubscribers: 8)
+        let hub = Hub(maxSubscribers: 8)
         let suspended = try Self.subscribe(hub)
         let busy = try Self.subscribe(hub)
         _ = drain(suspended.subscriber)
@@ -167,8 +165,7 @@ struct EventHubTests {
 
     @Test("heartbeatTick() wakes idle subscribers, who then write ': keep-alive'")
     func heartbeat() throws {
-        let service = makeService()
-        let hub = EventHub(service: service, maxSubscribers: 8)
+        let hub = Hub(maxSubscribers: 8)
         let idle = try Self.subscribe(hub)
         let fresh = try Self.subscribe(hub)
         _ = drain(idle.subscriber)
@@ -180,79 +177,9 @@ struct EventHubTests {
         #expect(string(drain(fresh.subscriber).bytes) == expectedEvent(0, nil), "its first event, no heartbeat")
     }
 
-    @Test("run() follows the manager: registrations reach a subscriber in order")
-    func runFollowsManager() async throws {
-        let service = makeService()
-        let hub = EventHub(service: service, maxSubscribers: 8)
-        let client = try Self.subscribe(hub)
-        #expect(string(drain(client.subscriber).bytes) == expectedEvent(0, nil))
-
-        let runner = Task { await hub.run() }
-        defer { runner.cancel() }
-
-        let steps: [(UInt64, [UInt8]?)] = [(1, [0xaa, 0x01]), (2, [0xbb, 0x02]), (3, nil), (4, [0xaa, 0x01])]
-        for (version, token) in steps {
-            let wakesBefore = client.wakes.value
-            if let token {
-                #expect(service.register(deviceToken: token).changed)
-            } else {
-                #expect(service.fail(error: RegistrationFailure(message: "gone")).changed)
-            }
-            let woken = try await waitUntil { client.wakes.value > wakesBefore }
-            try #require(woken, "no wake for version \(version)")
-            let out = drain(client.subscriber)
-            #expect(string(out.bytes) == expectedEvent(version, token.map(lowerHex)))
-            #expect(out.result == .suspended)
-        }
-
-        // A subscriber that joins while the hub runs starts at the current version.
-        let late = try Self.subscribe(hub)
-        #expect(string(drain(late.subscriber).bytes) == expectedEvent(4, "aa01"))
-
-        // An unchanged registration produces no event.
-        #expect(!service.register(deviceToken: [0xaa, 0x01]).changed)
-
-        // Cancelling the task ends run().
-        runner.cancel()
-        let finished = Locked(false)
-        let watcher = Task {
-            await runner.value
-            finished.withLock { $0 = true }
-        }
-        #expect(try await waitUntil { finished.withLock { $0 } }, "run() must return once its task is cancelled")
-        watcher.cancel()
-        #expect(client.wakes.value == 4)
-        #expect(readOnce(client.subscriber).result == .suspended)
-    }
-
-    @Test("run() with a burst of changes: the subscriber skips to the newest, ids increase")
-    func runBurst() async throws {
-        let service = makeService()
-        let hub = EventHub(service: service, maxSubscribers: 8)
-        let client = try Self.subscribe(hub)
-        let runner = Task { await hub.run() }
-        defer { runner.cancel() }
-
-        var bytes = drain(client.subscriber).bytes
-        for i in 1...300 {
-            _ = service.register(deviceToken: [UInt8(i >> 8), UInt8(i & 0xff)])
-            if i % 50 == 0 { bytes += drain(client.subscriber, size: 11).bytes }
-        }
-        let reachedEnd = try await waitUntil {
-            bytes += drain(client.subscriber, size: 11).bytes
-            return eventIDs(bytes).last == 300
-        }
-        #expect(reachedEnd, "ids seen: \(eventIDs(bytes))")
-        let ids = eventIDs(bytes)
-        #expect(ids.first == 0)
-        #expect(zip(ids, ids.dropFirst()).allSatisfy { $0 < $1 }, "ids: \(ids)")
-        #expect(bytes.suffix(expectedEvent(300, "012c").utf8.count) == Array(expectedEvent(300, "012c").utf8))
-    }
-
     @Test("concurrency: publishers and subscribers on many threads; ids never decrease")
     func concurrentPublishAndSubscribe() async throws {
-        let service = makeService()
-        let hub = EventHub(service: service, maxSubscribers: 1000)
+        let hub = Hub(maxSubscribers: 1000)
         let problems = Locked<[String]>([])
         let publishersDone = Locked(0)
         let publishers = 4
@@ -266,9 +193,9 @@ struct EventHubTests {
             switch thread {
             case ..<publishers:
                 for i in 0..<perPublisher {
-                    let change = service.register(deviceToken: [UInt8(thread), UInt8(i >> 8), UInt8(i & 0xff)])
-                    hub.publish(change.snapshot)
-                    if i % 10 == 0 { hub.publish(service.snapshot) }
+                    let change = hub.register([UInt8(thread), UInt8(i >> 8), UInt8(i & 0xff)])
+                    hub.publish(change)
+                    if i % 10 == 0 { hub.publish(hub.snapshot) }
                     if i % 25 == 0 { hub.heartbeatTick() }
                 }
                 publishersDone.withLock { $0 += 1 }
@@ -303,14 +230,14 @@ struct EventHubTests {
 
         #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { $0 })")
         #expect(hub.count == 1, "only the watcher is left")
-        #expect(service.snapshot.version == UInt64(publishers * perPublisher))
+        #expect(hub.snapshot.version == UInt64(publishers * perPublisher))
 
         // The watcher ends on the final version, with strictly increasing ids throughout.
-        hub.publish(service.snapshot)
+        hub.publish(hub.snapshot)
         let all = watched.withLock { $0 } + drain(watcher.subscriber).bytes
         let ids = eventIDs(all)
         #expect(ids.first == 0)
-        #expect(ids.last == service.snapshot.version)
+        #expect(ids.last == hub.snapshot.version)
         #expect(zip(ids, ids.dropFirst()).allSatisfy { $0 < $1 })
         // Apart from events and heartbeats, nothing else is in the stream.
         let blocks = string(all).components(separatedBy: "\n\n").dropLast()

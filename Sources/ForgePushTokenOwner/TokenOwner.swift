@@ -1,0 +1,150 @@
+import ForgePushToken
+
+/// The one owner of the service's token: the versioned token, its subscribers and its store.
+///
+/// Every write goes through `commit(_:completion:)`, every subscriber through `subscribe(_:)`, and
+/// every change, whether made here or reported by the store, reaches the subscribers from here:
+/// nothing else publishes. The state lives in a `TokenOwnerStateMachine` behind one lock; the
+/// owner runs each event through the machine under that lock and carries out the actions (offers,
+/// wake-ups, the store's I/O, completions) after releasing it. So a reader (`current`, `version`)
+/// never waits behind a commit in flight: a store's `fsync` or network round trip happens outside
+/// the lock.
+///
+/// A store with `.ownerSerialized` ordering gets its commits one at a time, each on the state the
+/// previous one produced (a second lock, `commits`, serialises writers only; the state lock nests
+/// inside it, never the other way round).
+///
+/// Thread-safety: all members may be called from any thread, concurrently.
+public final class TokenOwner<Rendition: TokenRendition>: Sendable {
+    /// A subscriber of this owner.
+    public typealias Subscriber = any TokenSubscriber<Rendition>
+
+    private let machine: Locked<TokenOwnerStateMachine<Rendition>>
+    private let commits: Locked<Void>?
+    /// Where the state is kept.
+    public let store: any TokenStore
+
+    /// Creates the owner of `initial` (what `store` held at start), kept by `store`, admitting at
+    /// most `maxSubscribers` (≥ 1) subscribers. Call `start()` before the first commit.
+    public init(store: any TokenStore, initial: TokenState, health: StoreHealth = .ok, maxSubscribers: Int) {
+        self.store = store
+        self.machine = Locked(TokenOwnerStateMachine(initial: initial, health: health, maxSubscribers: maxSubscribers))
+        self.commits = store.ordering == .ownerSerialized ? Locked(()) : nil
+    }
+
+    /// Starts the store's reports (changes from elsewhere, health).
+    public func start() {
+        store.start { [weak self] event in self?.storeReported(event) }
+    }
+
+    // MARK: Reading
+
+    /// The current rendition (the newest state applied).
+    public var current: Rendition { machine.withLock { $0.current } }
+
+    /// The current version alone (nothing is copied or retained).
+    public var version: UInt64 { machine.withLock { $0.current.state.version } }
+
+    /// The store's health.
+    public var health: StoreHealth { machine.withLock { $0.health } }
+
+    /// Whether graceful shutdown has begun (`stop()`).
+    public var isStopping: Bool { machine.withLock { $0.isStopping } }
+
+    /// The most subscribers at once.
+    public var maxSubscribers: Int { machine.withLock { $0.maxSubscribers } }
+
+    /// The number of subscribers.
+    public var subscriberCount: Int { machine.withLock { $0.subscriberCount } }
+
+    /// Deliveries over every subscriber, past and present.
+    public var deliveries: DeliveryCounts { machine.withLock { $0.deliveries } }
+
+    // MARK: Writing
+
+    /// Proposes `token` (lowercase hex, or `nil` to clear) to the store and applies its decision:
+    /// a newer state becomes current and reaches every subscriber before `completion` is called
+    /// with the outcome. `completion` runs exactly once, on this thread when the store decides at
+    /// once, else on the store's thread.
+    public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        guard let commits else {
+            let base = machine.withLock { $0.current.state }
+            store.commit(token, base: base) { [self] outcome in
+                finish(outcome, completion: completion)
+            }
+            return
+        }
+        let (outcome, delivery) = commits.withLock { _ -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?) in
+            let base = machine.withLock { $0.current.state }
+            let result = Locked<CommitOutcome?>(nil)
+            store.commit(token, base: base) { outcome in result.withLock { $0 = outcome } }
+            guard let outcome = result.withLock({ $0 }) else {
+                preconditionFailure("a store with owner-serialized ordering must complete before commit returns")
+            }
+            // Applied before the next commit takes its base: each commit decides on the one before.
+            return (outcome, machine.withLock { $0.committed(outcome) })
+        }
+        deliver(delivery)
+        completion(outcome)
+    }
+
+    private func finish(_ outcome: CommitOutcome, completion: @Sendable (CommitOutcome) -> Void) {
+        deliver(machine.withLock { $0.committed(outcome) })
+        completion(outcome)
+    }
+
+    private func storeReported(_ event: TokenStoreEvent) {
+        deliver(machine.withLock { $0.storeReported(event) })
+    }
+
+    private func deliver(_ delivery: TokenOwnerStateMachine<Rendition>.Delivery?) {
+        guard let delivery else { return }
+        for subscriber in delivery.subscribers where subscriber.offer(delivery.rendition) {
+            subscriber.wake()
+        }
+    }
+
+    // MARK: Subscribers
+
+    /// Registers a subscriber built by `make` from its id and the current rendition (its first
+    /// event), in the same step: no change is lost or sent twice.
+    /// - Throws: `Refusal.full` at `maxSubscribers`, `Refusal.stopping` after `stop()`.
+    public func subscribe(_ make: (UInt64, Rendition) -> Subscriber)
+        throws(TokenOwnerStateMachine<Rendition>.Refusal) -> Subscriber
+    {
+        try machine.withLock { $0.subscribe(make) }.get()
+    }
+
+    /// Removes subscriber `id` (its connection is gone). Unknown ids are ignored.
+    public func unsubscribe(_ id: UInt64) {
+        machine.withLock { $0.unsubscribe(id) }
+    }
+
+    /// Ends subscriber `id` at once (its client has gone). Unknown ids are ignored.
+    public func abort(_ id: UInt64) {
+        guard let subscriber = machine.withLock({ $0.subscriber(id) }) else { return }
+        if subscriber.end(.abort) { subscriber.wake() }
+    }
+
+    /// One heartbeat period has passed: idle subscribers get a heartbeat.
+    public func heartbeat() {
+        for subscriber in machine.withLock({ $0.heartbeat() }) where subscriber.heartbeatTick() {
+            subscriber.wake()
+        }
+    }
+
+    /// Begins graceful shutdown: refuses new subscribers and ends every subscription cleanly.
+    /// Idempotent. The one stopping state of the service (`isStopping`).
+    public func stop() {
+        for subscriber in machine.withLock({ $0.stop() }) where subscriber.end(.finish) {
+            subscriber.wake()
+        }
+    }
+
+    /// Shutdown's last step: ends every remaining subscription at once.
+    public func abortAll() {
+        for subscriber in machine.withLock({ $0.abortAll() }) where subscriber.end(.abort) {
+            subscriber.wake()
+        }
+    }
+}

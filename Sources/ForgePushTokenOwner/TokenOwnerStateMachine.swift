@@ -1,0 +1,140 @@
+/// The owner's state and its transitions: a plain value with no lock and no I/O, in the shape of
+/// swift-async-algorithms' channel state machines. Every event is a `mutating` method that
+/// returns what must be done about it (the action); `TokenOwner` runs it under its one lock and
+/// carries the action out after releasing it. So each transition can be tested as a value.
+///
+/// What it keeps: the current rendition of the versioned token (the only copy of the token in the
+/// service), the store's health, the subscribers, and one phase (`running` or `stopping`).
+/// Versions only go forward: a state at or below the current version is never applied.
+public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
+    /// A subscriber as the machine holds it.
+    public typealias Subscriber = any TokenSubscriber<Rendition>
+
+    /// Why a subscription was refused.
+    public enum Refusal: Error, Sendable, Equatable {
+        /// `maxSubscribers` are already subscribed.
+        case full
+        /// The owner is stopping.
+        case stopping
+    }
+
+    /// Subscribers to hand a new rendition to: the owner offers it to each and wakes those that
+    /// were waiting.
+    public struct Delivery: Sendable {
+        /// The rendition of the newly applied state.
+        public let rendition: Rendition
+        /// Every subscriber at the moment it was applied.
+        public let subscribers: [Subscriber]
+    }
+
+    /// The current rendition.
+    public private(set) var current: Rendition
+    /// The store's health, from its reports and the outcomes of commits.
+    public private(set) var health: StoreHealth
+    /// Whether `stop()` has happened.
+    public private(set) var isStopping = false
+    /// The most subscribers at once.
+    public let maxSubscribers: Int
+    private var subscribers: [UInt64: Subscriber] = [:]
+    private var nextSubscriberID: UInt64 = 0
+    /// Deliveries of subscribers already removed.
+    private var retired = DeliveryCounts()
+
+    /// A machine whose current state is `initial`, admitting at most `maxSubscribers` (≥ 1).
+    public init(initial: TokenState, health: StoreHealth = .ok, maxSubscribers: Int) {
+        precondition(maxSubscribers >= 1, "maxSubscribers must be at least 1")
+        self.current = Rendition(initial)
+        self.health = health
+        self.maxSubscribers = maxSubscribers
+    }
+
+    /// The number of subscribers.
+    public var subscriberCount: Int { subscribers.count }
+
+    /// Deliveries over every subscriber, past and present.
+    public var deliveries: DeliveryCounts {
+        subscribers.values.reduce(retired) { $0 + $1.deliveries }
+    }
+
+    // MARK: Events
+
+    /// A subscriber asks to join. `make` builds it from its id and the current rendition (its first
+    /// event), in the same step that registers it, so no change is lost or sent twice.
+    /// - Returns: the new subscriber, or why it was refused.
+    public mutating func subscribe(_ make: (UInt64, Rendition) -> Subscriber) -> Result<Subscriber, Refusal> {
+        if isStopping { return .failure(.stopping) }
+        if subscribers.count >= maxSubscribers { return .failure(.full) }
+        let subscriber = make(nextSubscriberID, current)
+        nextSubscriberID += 1
+        subscribers[subscriber.id] = subscriber
+        return .success(subscriber)
+    }
+
+    /// A subscriber left (its connection is gone). Unknown ids are ignored.
+    public mutating func unsubscribe(_ id: UInt64) {
+        guard let subscriber = subscribers.removeValue(forKey: id) else { return }
+        retired = retired + subscriber.deliveries
+    }
+
+    /// The subscriber with `id`, to end at once (its client has gone); `nil` when unknown.
+    public func subscriber(_ id: UInt64) -> Subscriber? {
+        subscribers[id]
+    }
+
+    /// A commit finished with `outcome`.
+    /// - Returns: the delivery to make when the outcome carries a newer state.
+    public mutating func committed(_ outcome: CommitOutcome) -> Delivery? {
+        switch outcome {
+        case .applied, .unchanged:
+            if health == .degraded(reason: StoreHealth.stateNotSaved) { health = .ok }
+        case .notSaved:
+            health = .degraded(reason: StoreHealth.stateNotSaved)
+        case .unknown, .unavailable:
+            break
+        }
+        return outcome.state.flatMap { apply($0) }
+    }
+
+    /// The store reported `event`.
+    /// - Returns: the delivery to make when it carries a newer state.
+    public mutating func storeReported(_ event: TokenStoreEvent) -> Delivery? {
+        switch event {
+        case .changed(let state):
+            return apply(state)
+        case .health(let health):
+            self.health = health
+            return nil
+        }
+    }
+
+    /// One heartbeat period has passed.
+    /// - Returns: the subscribers to tick.
+    public func heartbeat() -> [Subscriber] {
+        Array(subscribers.values)
+    }
+
+    /// Graceful shutdown begins: no new subscriber is admitted from now on.
+    /// - Returns: the subscribers to finish cleanly; empty when already stopping.
+    public mutating func stop() -> [Subscriber] {
+        guard !isStopping else { return [] }
+        isStopping = true
+        return Array(subscribers.values)
+    }
+
+    /// Shutdown's last step.
+    /// - Returns: every remaining subscriber, to abort.
+    public func abortAll() -> [Subscriber] {
+        Array(subscribers.values)
+    }
+
+    private mutating func apply(_ state: TokenState) -> Delivery? {
+        guard state.version > current.state.version else { return nil }
+        current = Rendition(state)
+        return subscribers.isEmpty ? nil : Delivery(rendition: current, subscribers: Array(subscribers.values))
+    }
+}
+
+extension StoreHealth {
+    /// The reason of `.degraded` after a change that could not be made durable.
+    public static let stateNotSaved = "state_not_saved"
+}

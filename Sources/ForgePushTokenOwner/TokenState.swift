@@ -1,0 +1,49 @@
+/// The service's token at one version: the value the owner keeps, the stores commit and the
+/// subscribers receive.
+///
+/// `version` is the change counter: 0 for the first state a store ever held, one more for every
+/// change of `token` (saturating at `UInt64.max`, so that no version can trap the process). It is
+/// the event id of `GET /token/stream` (docs/http-api.md), so a version never names two values.
+/// A value type; `Sendable`.
+public struct TokenState: Sendable, Hashable, CustomStringConvertible {
+    /// The change counter.
+    public var version: UInt64
+    /// The device token as lowercase hex digits (2 per byte), or `nil` when none is registered.
+    public var token: String?
+
+    /// A state at `version` holding `token`.
+    public init(version: UInt64, token: String?) {
+        self.version = version
+        self.token = token
+    }
+
+    /// The longest device token the service keeps, in bytes (APNs tokens are 32 today; Apple
+    /// documents them as of variable length). Its hex form is twice as long.
+    public static let maxTokenBytes = 256
+
+    /// The state a store starts from when it holds nothing yet: version 0, no token.
+    public static let initial = TokenState(version: 0, token: nil)
+
+    /// The state after changing the token to `token`: the version one higher (saturating).
+    public func changed(to token: String?) -> TokenState {
+        TokenState(version: version == .max ? .max : version + 1, token: token)
+    }
+
+    /// `version N, token <hex>` or `version N, no token`: for log lines. Device tokens are not
+    /// secrets, but the service's logs never print one: only whether there is one.
+    public var description: String {
+        "version \(version), \(token == nil ? "no token" : "a token")"
+    }
+}
+
+/// What the owner hands to readers and subscribers for one version: a `TokenState` plus whatever
+/// is derived from it once per version (the HTTP layer renders the `GET /token` body and the
+/// Server-Sent Events event here, so that 10,000 subscribers share one rendering).
+///
+/// The owner calls `init(_:)` once per version that it applies, under its lock: keep it free of I/O.
+public protocol TokenRendition: Sendable {
+    /// Renders `state`.
+    init(_ state: TokenState)
+    /// The state this rendition was made from.
+    var state: TokenState { get }
+}

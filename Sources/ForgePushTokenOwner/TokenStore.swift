@@ -1,0 +1,102 @@
+/// Where the versioned token is kept, and the one place that decides whether a write changes it.
+///
+/// The owner (`TokenOwner`) never compares tokens itself: it proposes the token a write asks for
+/// and applies the `CommitOutcome` the store returns. Implementations: `MemoryTokenStore` (the
+/// process's memory alone), `StateFileStore` (memory plus the durable `--state-file`); a store
+/// shared by several replicas decides in its own atomic step (docs/architecture.md, "The store
+/// seam").
+///
+/// Thread-safety: implementations are `Sendable`; the owner may call `commit` from any thread.
+public protocol TokenStore: AnyObject, Sendable {
+    /// How commits are ordered: whether the owner must run them one at a time, each on the
+    /// outcome of the one before, or the store orders them itself.
+    var ordering: CommitOrdering { get }
+
+    /// Proposes `token` (lowercase hex, or `nil` to clear it) as the new token.
+    ///
+    /// The store decides: the same token as the current one is `.unchanged` (no version bump,
+    /// nothing published); another one is stored at the next version. `completion` is called
+    /// exactly once, on any thread, after the outcome is known; with `.ownerSerialized` ordering it
+    /// must be called before `commit` returns.
+    /// - Parameters:
+    ///   - token: the proposed token.
+    ///   - base: the owner's current state. A store with `.ownerSerialized` ordering decides against
+    ///     it (the owner guarantees it is the outcome of the previous commit); a store that orders
+    ///     commits itself may ignore it.
+    ///   - completion: receives the outcome.
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+
+    /// Starts reporting what the owner cannot learn from its own commits: changes that arrive from
+    /// elsewhere (another replica) and the store's health. Called once, before any commit.
+    /// `report` may be called on any thread, never while the store holds a lock the owner's
+    /// `commit` call could wait for.
+    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void)
+
+    /// Stops background work (threads, connections). Called once, at the end of shutdown; the
+    /// state the store keeps is left as it is.
+    func stop()
+}
+
+/// How a store's commits are ordered.
+public enum CommitOrdering: Sendable, Equatable {
+    /// One commit at a time, each given the outcome of the one before as its base (a local store:
+    /// its decision is a comparison with the owner's state). Readers never wait for it.
+    case ownerSerialized
+    /// The store decides atomically on its own, against the state it keeps, and commits may
+    /// overlap (a shared store).
+    case storeSerialized
+}
+
+/// The outcome of one commit, as the store decided it.
+public enum CommitOutcome: Sendable, Equatable {
+    /// The token changed; the store holds `state` (its new version) durably.
+    case applied(TokenState)
+    /// The proposed token was already current: nothing changed; `state` is the store's current one.
+    case unchanged(TokenState)
+    /// The store's state is `state` (`changed` tells whether this commit changed it), but it could
+    /// not be made durable: `reason` says why, in one line for the log. The change stands (it is
+    /// served and streamed); the store tries again on the next commit.
+    case notSaved(TokenState, changed: Bool, reason: String)
+    /// The store did not answer in time: the change may or may not have been applied. Retrying
+    /// the same write is safe (a write of the current token changes nothing).
+    case unknown(reason: String)
+    /// The store refused or could not be reached: nothing was applied.
+    case unavailable(reason: String)
+
+    /// The state the store reported, when it reported one.
+    public var state: TokenState? {
+        switch self {
+        case .applied(let state), .unchanged(let state), .notSaved(let state, _, _): state
+        case .unknown, .unavailable: nil
+        }
+    }
+
+    /// Whether this commit changed the token.
+    public var changed: Bool {
+        switch self {
+        case .applied: true
+        case .notSaved(_, let changed, _): changed
+        case .unchanged, .unknown, .unavailable: false
+        }
+    }
+}
+
+/// What a store reports on its own (`TokenStore.start(reporting:)`).
+public enum TokenStoreEvent: Sendable, Equatable {
+    /// The store holds `state`, changed elsewhere (or read again after a reconnect). The owner
+    /// applies it only when its version is higher than the owner's: versions never go back.
+    case changed(TokenState)
+    /// The store's health changed.
+    case health(StoreHealth)
+}
+
+/// How well the store keeps the state: served at `GET /healthz` (docs/http-api.md).
+public enum StoreHealth: Sendable, Equatable {
+    /// Reads are current and writes are durable.
+    case ok
+    /// Still serving, but the state may not be durable or current: `reason` is a short code
+    /// (`state_not_saved` for a state file that could not be written).
+    case degraded(reason: String)
+    /// The state has not been read yet: reads and writes cannot be served (`reason` as above).
+    case starting(reason: String)
+}

@@ -1,0 +1,98 @@
+import CMicroHTTPD
+import ForgePushToken
+import ForgePushTokenHTTP
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+// Every function libmicrohttpd calls, in one place: the C boundary of the server. Each is a
+// module-level, nonisolated function passed as a C function pointer (`@convention(c)`), run on
+// a daemon's thread (DaemonLoop); each unwraps its C arguments and hands over to Swift code in
+// RequestHandling.swift, EventStream.swift or ConnectionLimits.swift. Their contracts are the
+// libmicrohttpd manual's "microhttpd-cb" section. `cls` is always the daemon's `DaemonContext`,
+// unretained (the server outlives its daemons), except for the stream callbacks (an `EventStream`)
+// and the logger (a `LogBox`).
+
+/// `MHD_AccessHandlerCallback`: called once with the header fields (`*con_cls` `NULL` or a target
+/// marker), once per piece of body, and once more with `*upload_data_size == 0` when the body is
+/// complete (and again after a suspended connection is resumed).
+func mhdAccessHandler(
+    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
+    _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
+    _ uploadSize: UnsafeMutablePointer<Int>?, _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> MHD_Result {
+    guard let cls, let connection, let url, let method, let uploadSize, let contextSlot else { return .NO }
+    let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
+    return handleRequest(daemon: daemon, connection: connection, url: url, method: method, version: version,
+                         uploadData: uploadData, uploadSize: uploadSize, contextSlot: contextSlot)
+}
+
+/// `MHD_RequestCompletedCallback`: the request is over (answered, or its connection closed).
+func mhdRequestCompleted(
+    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+    _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_RequestTerminationCode
+) {
+    guard let cls, let contextSlot, let raw = contextSlot.pointee else { return }
+    contextSlot.pointee = nil
+    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
+    finishRequest(server: server, slot: raw)
+}
+
+/// `MHD_AcceptPolicyCallback`: admits a new connection or has libmicrohttpd close it at once,
+/// before it allocates anything for it.
+func mhdAcceptPolicy(_ cls: UnsafeMutableRawPointer?, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> MHD_Result {
+    guard let cls else { return .NO }
+    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
+    return server.admitConnection(from: address.flatMap(ClientAddress.init)) ? .YES : .NO
+}
+
+/// `MHD_NotifyConnectionCallback`: a connection started or closed.
+func mhdConnectionNotify(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+                         _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+                         _ code: MHD_ConnectionNotificationCode) {
+    guard let cls, let connection, let socketContext else { return }
+    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
+    switch code.rawValue {
+    case ConnectionNotification.started:
+        socketContext.pointee = SlotMarker.admittedConnection
+    case ConnectionNotification.closed:
+        guard socketContext.pointee == SlotMarker.admittedConnection else { return }
+        socketContext.pointee = nil
+        server.limiter.release(fpt_connection_address(connection).flatMap(ClientAddress.init))
+    default:
+        return
+    }
+}
+
+/// The URI-log callback (`MHD_OPTION_URI_LOG_CALLBACK`): sees each request target as sent, before
+/// it is parsed. Its result becomes the request's first `*con_cls`: a target marker or `NULL`.
+func mhdURILog(_ cls: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?, _ connection: OpaquePointer?) -> UnsafeMutableRawPointer? {
+    guard let cls, let uri else { return nil }
+    let limit = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server.configuration.maxURLBytes
+    return targetMarker(uri, limit: limit)
+}
+
+/// `MHD_ContentReaderCallback` of an event stream: the next bytes, or a suspension while there is
+/// nothing to send (never a bare 0 without one, which would make libmicrohttpd spin), or the end.
+func mhdStreamReader(_ cls: UnsafeMutableRawPointer?, _ position: UInt64, _ buffer: UnsafeMutablePointer<CChar>?,
+                     _ max: Int) -> Int {
+    guard let cls, let buffer else { return ContentReaderResult.endWithError }
+    let stream = Unmanaged<EventStream>.fromOpaque(cls).takeUnretainedValue()
+    return stream.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: max))
+}
+
+/// `MHD_ContentReaderFreeCallback`: an event stream's response is gone (before libmicrohttpd
+/// closes the socket).
+func mhdStreamFree(_ cls: UnsafeMutableRawPointer?) {
+    guard let cls else { return }
+    Unmanaged<EventStream>.fromOpaque(cls).takeRetainedValue().close()
+}
+
+/// libmicrohttpd's own error messages (`MHD_OPTION_EXTERNAL_LOGGER`, through the shim's
+/// trampoline, which formats them).
+func mhdLog(_ cls: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {
+    guard let cls, let message else { return }
+    logLibraryMessage(message, to: Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log)
+}

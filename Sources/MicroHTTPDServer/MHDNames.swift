@@ -1,0 +1,57 @@
+import CMicroHTTPD
+
+// libmicrohttpd's values that its header gives as macros Swift does not import, and the
+// fake-pointer markers this adapter keeps in libmicrohttpd's context slots, under Swift names.
+// The values are those of microhttpd.h (libmicrohttpd 0.9.75); the manual's "microhttpd-cb"
+// section describes the callbacks that return or receive them.
+
+/// What a content reader (`MHD_ContentReaderCallback`) may return besides a byte count.
+enum ContentReaderResult {
+    /// `MHD_CONTENT_READER_END_OF_STREAM`: the body is complete (a chunked body terminates cleanly).
+    static let endOfStream = -1
+    /// `MHD_CONTENT_READER_END_WITH_ERROR`: the connection is closed without a clean end.
+    static let endWithError = -2
+}
+
+/// `enum MHD_ConnectionNotificationCode`'s values, as its raw values.
+enum ConnectionNotification {
+    /// `MHD_CONNECTION_NOTIFY_STARTED`: a connection was accepted.
+    static let started: UInt32 = 0
+    /// `MHD_CONNECTION_NOTIFY_CLOSED`: a connection is closed.
+    static let closed: UInt32 = 1
+}
+
+/// `MHD_SIZE_UNKNOWN`: a response body of unknown size (sent chunked).
+let responseSizeUnknown = UInt64.max
+
+/// The fake pointers this adapter stores in libmicrohttpd's per-request slot (`*con_cls`) and
+/// per-connection slot (`*socket_context`) instead of an allocation. They are small addresses no
+/// allocation can have; they are compared, never dereferenced.
+enum SlotMarker {
+    /// `*con_cls` of a `GET /token` without a body while the access log is off: the commonest
+    /// request allocates nothing.
+    static var tokenGet: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 1)! }
+    /// `*con_cls` of a `HEAD /token`, likewise.
+    static var tokenHead: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 2)! }
+    /// `*con_cls` set by `mhdURILog` for a request target over `ServerConfiguration.maxURLBytes`.
+    static var uriTooLong: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 3)! }
+    /// `*con_cls` set by `mhdURILog` for a path holding `%00`, which libmicrohttpd would decode into
+    /// a NUL that ends the path it hands over (`/token%00x` would be served as `/token`).
+    static var encodedNUL: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 4)! }
+    /// `*con_cls` set by `mhdURILog` for a path holding `%2F`, an encoded slash, which is data and
+    /// not a separator (RFC 3986 §2.2): `/token%2Fstream` names no route, though libmicrohttpd
+    /// would decode it into `/token/stream`.
+    static var encodedSlash: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 5)! }
+    /// `*socket_context` of a connection that holds a place in the `ConnectionLimiter`.
+    static var admittedConnection: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 1)! }
+
+    /// Whether `pointer` is one of the markers `mhdURILog` sets.
+    static func isTargetMarker(_ pointer: UnsafeMutableRawPointer?) -> Bool {
+        pointer == uriTooLong || pointer == encodedNUL || pointer == encodedSlash
+    }
+
+    /// Whether `pointer` is a `GET`/`HEAD /token` fast-path marker.
+    static func isTokenRead(_ pointer: UnsafeMutableRawPointer?) -> Bool {
+        pointer == tokenGet || pointer == tokenHead
+    }
+}

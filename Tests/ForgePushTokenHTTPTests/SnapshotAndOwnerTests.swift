@@ -1,0 +1,140 @@
+import Foundation
+import Testing
+
+import ForgePushToken
+@testable import ForgePushTokenHTTP
+import ForgePushTokenOwner
+
+/// `TokenSnapshot` rendering and versioning through the `TokenOwner`.
+@Suite("TokenSnapshot and TokenOwner")
+struct SnapshotAndOwnerTests {
+    // MARK: TokenSnapshot
+
+    @Test("version 0 without a token: {\"token\":null} and its event")
+    func nullSnapshot() {
+        let snapshot = TokenSnapshot(version: 0, token: nil)
+        #expect(snapshot.version == 0)
+        #expect(snapshot.token == nil)
+        #expect(snapshot.tokenBody == utf8(#"{"token":null}"#))
+        #expect(snapshot.event == utf8("id: 0\nevent: token\ndata: {\"token\":null}\n\n"))
+    }
+
+    @Test("a token snapshot renders the hex in the body and the event")
+    func tokenSnapshot() {
+        let snapshot = TokenSnapshot(version: 3, token: "ab")
+        #expect(snapshot.tokenBody == utf8(#"{"token":"ab"}"#))
+        #expect(snapshot.event == utf8("id: 3\nevent: token\ndata: {\"token\":\"ab\"}\n\n"))
+
+        let long = lowerHex(tokenBytes(256))
+        let big = TokenSnapshot(version: UInt64.max, token: long)
+        #expect(string(big.tokenBody) == #"{"token":""# + long + #""}"#)
+        #expect(string(big.event) == expectedEvent(UInt64.max, long))
+    }
+
+    @Test("snapshots are equal by version and token")
+    func snapshotEquality() {
+        #expect(TokenSnapshot(version: 1, token: "ab") == TokenSnapshot(version: 1, token: "ab"))
+        #expect(TokenSnapshot(version: 1, token: "ab") != TokenSnapshot(version: 2, token: "ab"))
+        #expect(TokenSnapshot(version: 1, token: "ab") != TokenSnapshot(version: 1, token: "cd"))
+        #expect(TokenSnapshot(version: 1, token: nil) != TokenSnapshot(version: 1, token: "ab"))
+    }
+
+    // MARK: TokenOwner over the memory store
+
+    @Test("an owner starts at the state it is given")
+    func initialState() {
+        let owner = makeOwner()
+        #expect(owner.current == TokenSnapshot(version: 0, token: nil))
+        #expect(owner.current.tokenBody == utf8(#"{"token":null}"#))
+
+        let restored = TokenOwner<TokenSnapshot>(store: MemoryTokenStore(), initial: TokenState(version: 7, token: "dead"),
+                                                 maxSubscribers: 1)
+        #expect(restored.current == TokenSnapshot(version: 7, token: "dead"))
+        #expect(restored.version == 7)
+    }
+
+    /// Commits `token` and returns the outcome (the memory store decides at once).
+    func commit(_ owner: TokenOwner<TokenSnapshot>, _ token: String?) -> CommitOutcome {
+        let result = Locked<CommitOutcome?>(nil)
+        owner.commit(token) { outcome in result.withLock { $0 = outcome } }
+        return result.withLock { $0 }!
+    }
+
+    @Test("the version grows by one per change only")
+    func versionPerChange() {
+        let owner = makeOwner()
+        #expect(commit(owner, "0a") == .applied(TokenState(version: 1, token: "0a")))
+        #expect(commit(owner, "0a") == .unchanged(TokenState(version: 1, token: "0a")))
+        #expect(owner.version == 1)
+    }
+
+    @Test("A → B → A gives versions 1, 2, 3")
+    func aba() {
+        let owner = makeOwner()
+        #expect(commit(owner, "aa01") == .applied(TokenState(version: 1, token: "aa01")))
+        #expect(commit(owner, "bb02") == .applied(TokenState(version: 2, token: "bb02")))
+        #expect(commit(owner, "aa01") == .applied(TokenState(version: 3, token: "aa01")))
+        #expect(owner.current.tokenBody == utf8(#"{"token":"aa01"}"#))
+        #expect(owner.current.event == utf8(expectedEvent(3, "aa01")))
+    }
+
+    @Test("POST /fail with no token does not bump; with a token it clears and bumps; each is logged")
+    func failVersions() throws {
+        let recorder = LogRecorder()
+        let responder = makeResponder(log: recorder.handler)
+        try expectChange(try responder.send("POST", "/fail", body: utf8("x")), token: nil, changed: false)
+        #expect(responder.owner.current == TokenSnapshot(version: 0, token: nil))
+
+        responder.owner.register(deviceToken: [1])
+        let json = #"{"code":2,"domain":"D","message":"y"}"#
+        try expectChange(try responder.send("POST", "/fail", contentType: "application/json", body: utf8(json)),
+                         token: nil, changed: true)
+        #expect(responder.owner.current == TokenSnapshot(version: 2, token: nil))
+
+        try expectChange(try responder.send("POST", "/fail", body: utf8("z")), token: nil, changed: false)
+        #expect(responder.owner.version == 2)
+        #expect(recorder.recorded.map(\.message) == [
+            "registration failed: x", "registration failed: D 2: y", "registration failed: z",
+        ])
+    }
+
+    @Test("the owner and the store decide exactly as PushTokenManager does (the design card)")
+    func sameSemanticsAsTheManager() {
+        // One random walk of registrations and failures through both: same token, same "changed".
+        let manager = PushTokenManager(logHandler: quiet)
+        let owner = makeOwner()
+        var generator = SystemRandomNumberGenerator()
+        for step in 0..<2_000 {
+            let before = manager.token
+            let outcome: CommitOutcome
+            if Int.random(in: 0..<4, using: &generator) == 0 {
+                manager.didFailToRegister(error: RegistrationFailure(message: "step \(step)"))
+                outcome = commit(owner, nil)
+            } else {
+                let bytes = [UInt8.random(in: 0...2, using: &generator)]
+                manager.didRegister(deviceToken: Data(bytes))
+                outcome = commit(owner, lowerHex(bytes))
+            }
+            #expect(owner.current.token == manager.token)
+            #expect(outcome.changed == (before != manager.token))
+        }
+    }
+
+    @Test("concurrent writes: one version per change")
+    func concurrentWrites() async {
+        let owner = makeOwner()
+        let changes = Locked<[UInt64]>([])
+        await runOnThreads(8) { thread in
+            for i in 0..<200 {
+                let token = lowerHex([UInt8(thread), UInt8(i)])
+                let result = Locked<CommitOutcome?>(nil)
+                owner.commit(token) { outcome in result.withLock { $0 = outcome } }
+                if case .applied(let state) = result.withLock({ $0 }) { changes.withLock { $0.append(state.version) } }
+                _ = owner.current
+            }
+        }
+        let versions = changes.withLock { $0 }.sorted()
+        #expect(versions == Array(1...1600))
+        #expect(owner.version == 1600)
+    }
+}
