@@ -135,7 +135,7 @@ http {
     }
   }
 }
-""" % ((user,) + (self.dir,) * 8 + (servers, HOST, self.port)))
+""" % ((user,) + (self.dir,) * 7 + (servers, HOST, self.port)))
         self.proc = None
 
     def start(self):
@@ -221,7 +221,8 @@ class Cluster:
         self.redis.kill()
 
 
-def converge(ports, what, timeout=5):
+def converge(ports, what, timeout=5, expect=None):
+    """Waits until every replica serves the same (id, token), `expect` when given; returns it."""
     def same():
         states = set()
         for port in ports:
@@ -230,7 +231,9 @@ def converge(ports, what, timeout=5):
                 return None
             states.add(body["token"])
         versions = set(version_of(port) for port in ports)
-        return versions if len(versions) == 1 and len(states) == 1 else None
+        if len(versions) != 1 or len(states) != 1:
+            return None
+        return versions if expect is None or versions == {expect} else None
     return next(iter(wait_until(same, timeout, interval=0.05, what=what)))
 
 
@@ -342,7 +345,7 @@ def tie(cluster):
     version, _ = version_of(ports[0])
     other = token_hex(0xC, 7)
     cluster.redis.cli("HSET", PREFIX + ":state", "version", version, "token", other)
-    final = converge(ports, "the replicas converging after the tie", timeout=6)
+    final = converge(ports, "the replicas converging after the tie", timeout=6, expect=(version + 1, other))
     check(final == (version + 1, other), "after the tie the replicas hold %r, not %r" % (final, (version + 1, other)))
     check(cluster.redis.state() == {"version": str(version + 1), "token": other}, "Redis holds %r" % cluster.redis.state())
     log("(c) the equal-version tie converged every replica on id %d" % (version + 1))

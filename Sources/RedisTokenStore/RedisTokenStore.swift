@@ -96,6 +96,9 @@ public final class RedisTokenStore: Sendable {
         var lostAt: Double? = nil
         var lossLogged = false
         var checkPending = false
+        /// Whether the writer's last attempt failed (connect, send, or no reply in time); cleared
+        /// by the next reply.
+        var writerFailed = false
         var stopping = false
         var callbacks: Callbacks? = nil
         /// The newest state learned from Redis (the replica's state: in this mode every state
@@ -167,11 +170,14 @@ public final class RedisTokenStore: Sendable {
 
     /// Proposes `token` (`nil`: no token) as the shared token. `completion` runs once, on the
     /// writer thread, after Redis answered or the write timed out; or at once, on the caller's
-    /// thread, when Redis is known to be unreachable (or refusing), the queue is full or the
-    /// store is stopping: a request never waits for a Redis that is down.
+    /// thread, when Redis is known to be down (the writer's last attempt failed and the
+    /// subscription is not live either), the queue is full or the store is stopping: a request
+    /// does not wait for a Redis known to be down. (A dropped subscription alone does not stop
+    /// writes: the writer's own connection may be fine.)
     public func commit(token: String?, completion: @escaping @Sendable (WriteOutcome) -> Void) {
         let health = self.health
-        if health != .connected {
+        let writerFailed = status.withLock { $0.writerFailed }
+        if health != .connected && writerFailed {
             completion(.unavailable(health))
             return
         }
@@ -353,6 +359,7 @@ public final class RedisTokenStore: Sendable {
                     connection = made
                 } catch {
                     countError()
+                    status.withLock { $0.writerFailed = true }
                     let health = self.health(for: error)
                     if health == .authFailed { setHealth(.authFailed, detail: error.description) }
                     finish(batch, failing: .unavailable(health))
@@ -410,6 +417,7 @@ public final class RedisTokenStore: Sendable {
             try connection.flush()
         } catch {
             countError()
+            status.withLock { $0.writerFailed = true }
             finish(batch, failing: .unknown)
             return false
         }
@@ -422,12 +430,14 @@ public final class RedisTokenStore: Sendable {
                 reply = try connection.readReply(deadline: deadline)
             } catch {
                 countError()
+                status.withLock { $0.writerFailed = true }
                 finish(Array(batch[index...]), failing: .unknown)
                 if case .timedOut = error {
                     log(.warning, "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
                 }
                 return false
             }
+            if index == 0 { status.withLock { $0.writerFailed = false } }
             if reply.errorCode == "NOSCRIPT" {
                 retry.append(job)
                 continue
