@@ -22,6 +22,8 @@ balancer; each is stopped by its pid. Checks, in order (each bounded to seconds)
   (g) a replica started while Redis is down: 503 on reads, /healthz starting, then it serves;
   (h) a replica killed (SIGKILL) under a subscriber connected through nginx: the subscriber
       reconnects through nginx with Last-Event-ID and gets the current value with the same id;
+  (j) a subscriber whose Last-Event-ID is above the replica's version is never sent a lower id:
+      its first event is the first change at or above that id;
   (i) bad input: rediss://, --state-file with --redis-url, a bad prefix (exit 64 with a clear
       message); a wrong password (auth_failed), PREFIX:state of the wrong type or with garbage
       (invalid_state, never overwritten), a server that does not speak Redis (unreachable):
@@ -490,6 +492,24 @@ def replica_killed(cluster):
         % (victim.port, event[0]))
 
 
+# -- (j) --------------------------------------------------------------------------------------
+def ahead_of_replica(cluster):
+    a, b = cluster.ports[0], cluster.ports[1]
+    version, _ = version_of(a)
+    stream = EventStream(a, last_event_id=version + 3)
+    check(stream.status == 200, "stream with a Last-Event-ID ahead: %s" % stream.status)
+    # Whatever the replica would send meanwhile stays queued in order on the stream: the first
+    # event read below is the first one sent.
+    time.sleep(1)
+    tokens = [token_hex(0x10, n) for n in range(3)]
+    for token in tokens:
+        check(write(b, token)[0] == 200, "write through B")
+    check(stream.next_token_event(3) == (version + 3, tokens[2]), "the first event is not the change at the id")
+    stream.close()
+    log("(j) a subscriber at Last-Event-ID %d (replica at %d) got nothing below it, then id %d"
+        % (version + 3, version, version + 3))
+
+
 # -- (i) --------------------------------------------------------------------------------------
 def bad_input(binary, redis):
     def exits(args, env=None, want=""):
@@ -582,7 +602,7 @@ def docker_nginx_config():
 def run():
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
-    parser.add_argument("--only", default="a,b,c,d,e,f,g,h,i")
+    parser.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j")
     options = parser.parse_args()
     only = set(options.only.split(","))
     binary = options.server
@@ -594,7 +614,7 @@ def run():
     cluster = Cluster(binary)
     try:
         for key, step in (("a", cross_replica), ("b", concurrent_writes), ("c", tie), ("d", pubsub_kill),
-                          ("e", hung_redis), ("f", killed_redis)):
+                          ("j", ahead_of_replica), ("e", hung_redis), ("f", killed_redis)):
             if key in only:
                 step(cluster)
         if "i" in only:
