@@ -123,6 +123,9 @@ public final class RedisTokenStore: Sendable {
     private let queue = Locked<[Job]>([])
     private let queueCondition = NSCondition()
     private let threads = DispatchGroup()
+    /// Serialises health reports, so that the owner receives them in the order they were decided
+    /// (the writer and the subscriber both decide health). Only the owner's lock nests inside.
+    private let healthReports = Locked<Void>(())
 
     /// Creates a store; nothing connects until `start`.
     public init(configuration: Configuration,
@@ -221,6 +224,10 @@ public final class RedisTokenStore: Sendable {
     // MARK: - Health, logs, metrics
 
     private func setHealth(_ new: Health, detail: String) {
+        healthReports.withLock { _ in decideHealth(new, detail: detail) }
+    }
+
+    private func decideHealth(_ new: Health, detail: String) {
         let now = monotonicSeconds()
         var lines: [(PushTokenManager.LogLevel, String)] = []
         let (changed, stateRead, callback) = status.withLock { state -> (Bool, Bool, (@Sendable (Health, Bool) -> Void)?) in
