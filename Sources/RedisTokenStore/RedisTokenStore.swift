@@ -359,25 +359,47 @@ public final class RedisTokenStore: Sendable {
                 finish(batch, failing: .unavailable(.unreachable))
                 continue
             }
-            if connection == nil {
-                do throws(RedisConnectionError) {
-                    let made = try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
-                    hashes = try loadScripts(made)
-                    connection = made
-                } catch {
-                    countError()
-                    status.withLock { $0.writerFailed = true }
-                    let health = self.health(for: error)
-                    if health == .authFailed { setHealth(.authFailed, detail: error.description) }
-                    finish(batch, failing: .unavailable(health))
-                    continue
+            var pending = batch
+            var mayRetry = true
+            while !pending.isEmpty {
+                let reused = connection != nil
+                if connection == nil {
+                    do throws(RedisConnectionError) {
+                        let made = try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+                        hashes = try loadScripts(made)
+                        connection = made
+                    } catch {
+                        countError()
+                        status.withLock { $0.writerFailed = true }
+                        let health = self.health(for: error)
+                        if health == .authFailed { setHealth(.authFailed, detail: error.description) }
+                        finish(pending, failing: .unavailable(health))
+                        break
+                    }
+                }
+                guard let live = connection, let scripts = hashes else { break }
+                // A connection that sat idle may have died with a Redis that restarted: a batch that
+                // fails on it with a broken socket (not a timeout) is sent once more on a new one.
+                // Safe for commits: a write of the token that is already current changes nothing.
+                switch run(pending, on: live, scripts: scripts, mayRetry: reused && mayRetry) {
+                case .done(let keep):
+                    if !keep { connection = nil }
+                    pending = []
+                case .retry(let rest):
+                    connection = nil
+                    pending = rest
+                    mayRetry = false
                 }
             }
-            guard let live = connection, let scripts = hashes else { continue }
-            if !run(batch, on: live, scripts: scripts) {
-                connection = nil
-            }
         }
+    }
+
+    /// What became of a batch.
+    private enum BatchResult {
+        /// Every job was completed; `keep` is false when the connection must be made again.
+        case done(keep: Bool)
+        /// The connection broke before these jobs got a reply: send them again on a new one.
+        case retry([Job])
     }
 
     private func loadScripts(_ connection: RedisConnection) throws(RedisConnectionError) -> ScriptHashes {
@@ -405,9 +427,9 @@ public final class RedisTokenStore: Sendable {
         }
     }
 
-    /// Sends `batch` pipelined and completes each job; returns false when the connection must
-    /// be made again.
-    private func run(_ batch: [Job], on connection: RedisConnection, scripts: ScriptHashes) -> Bool {
+    /// Sends `batch` pipelined and completes each job (or, with `mayRetry`, hands back the jobs
+    /// that a broken connection left without a reply).
+    private func run(_ batch: [Job], on connection: RedisConnection, scripts: ScriptHashes, mayRetry: Bool) -> BatchResult {
         // A commit that waited longer than the write timeout in the queue (behind a Redis that
         // stopped answering) is not sent: its request has waited long enough.
         let now = monotonicSeconds()
@@ -423,10 +445,11 @@ public final class RedisTokenStore: Sendable {
         do throws(RedisConnectionError) {
             try connection.flush()
         } catch {
+            if mayRetry { return .retry(batch) }
             countError()
             status.withLock { $0.writerFailed = true }
             finish(batch, failing: .unknown)
-            return false
+            return .done(keep: false)
         }
         let deadline = monotonicSeconds() + configuration.writeTimeout
         var keep = true
@@ -436,13 +459,14 @@ public final class RedisTokenStore: Sendable {
             do throws(RedisConnectionError) {
                 reply = try connection.readReply(deadline: deadline)
             } catch {
+                if mayRetry, index == 0, error != .timedOut { return .retry(batch) }
                 countError()
                 status.withLock { $0.writerFailed = true }
                 finish(Array(batch[index...]), failing: .unknown)
                 if case .timedOut = error {
                     log(.warning, "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
                 }
-                return false
+                return .done(keep: false)
             }
             if index == 0 { status.withLock { $0.writerFailed = false } }
             if reply.errorCode == "NOSCRIPT" {
@@ -459,10 +483,10 @@ public final class RedisTokenStore: Sendable {
             } catch {
                 countError()
                 finish([job], failing: .unknown)
-                return false
+                return .done(keep: false)
             }
         }
-        return keep
+        return .done(keep: keep)
     }
 
     /// Completes one job from its reply; returns false when the connection must be made again.

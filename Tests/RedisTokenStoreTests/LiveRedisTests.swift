@@ -229,6 +229,17 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         #expect(nothing.current == nil)
     }
 
+    @Test func aWriteOnADeadIdleConnectionIsSentAgainOnANewOne() throws {
+        let redis = try RedisServerProcess()
+        let a = ReplicaModel(port: redis.port)
+        #expect(a.wait { a.health.withLock { $0 } == .connected })
+        #expect(a.commit("01") == .applied(SharedTokenState(version: 1, token: "01"), changed: true))
+        // Kills the writer's idle connection (and not this client's: SKIPME yes is the default).
+        let client = try redis.client()
+        #expect(try client.command(["CLIENT", "KILL", "TYPE", "normal"], timeout: 2) != .null)
+        #expect(a.commit("02") == .applied(SharedTokenState(version: 2, token: "02"), changed: true))
+    }
+
     @Test func reconnectsAfterTheSubscriptionIsKilled() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
