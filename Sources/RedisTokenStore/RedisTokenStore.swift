@@ -134,7 +134,8 @@ public final class RedisTokenStore: Sendable {
         self.log = log
     }
 
-    /// Starts the writer and subscriber threads.
+    /// Starts the writer and subscriber threads, and sets `SIGPIPE` to be ignored by the
+    /// process (hiredis writes with `write(2)`).
     ///
     /// The store remembers the newest state it learned (the replica's state, since in this mode
     /// every state comes from Redis) and writes it back when Redis lost its data.
@@ -145,6 +146,9 @@ public final class RedisTokenStore: Sendable {
     ///     from Redis at least once (before that the replica knows no token).
     public func start(onState: @escaping @Sendable (SharedTokenState) -> Void,
                       onHealth: @escaping @Sendable (Health, _ stateRead: Bool) -> Void) {
+        // hiredis writes with write(2), which raises SIGPIPE on a connection the server closed;
+        // that must never end the process (forge-push-token-server ignores it already).
+        signal(SIGPIPE, SIG_IGN)
         status.withLock { $0.callbacks = Callbacks(onState: onState, onHealth: onHealth) }
         for (name, body) in [("redis-writer", writerLoop), ("redis-subscriber", subscriberLoop)] as [(String, @Sendable () -> Void)] {
             threads.enter()
