@@ -437,6 +437,11 @@ def killed_redis(cluster):
     check(stream.next_token_event(2) == (version + 1, token2), "the stream did not get the write after the restart")
     converge(ports, "agreement after the restart")
     stream.close()
+    logs = [server.stderr() for server in cluster.replicas]
+    for text in logs:
+        check(text.count("Redis lost at") >= 1 and "Redis back after" in text, "no lost/back log lines: %s" % text[-800:])
+    check(any("wrote back this replica's version %d" % version in text for text in logs),
+          "no replica logged the write-back of version %d" % version)
     log("(f) Redis SIGKILL: 503 + Retry-After, Token-Stale, degraded, heartbeats; restarted empty: written back at %d,"
         " next write reached everyone at %d" % (version, version + 1))
 

@@ -77,11 +77,11 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     /// Parses `text` as a Redis URL.
     /// - Throws: `ParseError` saying what is wrong, never echoing the URL.
     public static func parse(_ text: String) throws(ParseError) -> RedisEndpoint {
-        guard let schemeEnd = text.range(of: "://") else {
+        guard let colon = text.firstIndex(of: ":"), text[colon...].hasPrefix("://") else {
             throw .malformed("expected redis://HOST[:PORT][/DB] or unix:///PATH")
         }
-        let scheme = text[..<schemeEnd.lowerBound].lowercased()
-        let rest = String(text[schemeEnd.upperBound...])
+        let scheme = text[..<colon].lowercased()
+        let rest = String(text[text.index(colon, offsetBy: 3)...])
         switch scheme {
         case "redis": return try parseTCP(rest)
         case "unix": return try parseUnix(rest)

@@ -1,7 +1,11 @@
-#if canImport(FoundationEssentials)
-import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
 #endif
-import Foundation
+import Dispatch
 import ForgePushToken
 
 /// Keeps the token in Redis so that several replicas of the service share it (cluster.md;
@@ -119,9 +123,11 @@ public final class RedisTokenStore: Sendable {
     public let configuration: Configuration
     private let log: @Sendable (PushTokenManager.LogLevel, String) -> Void
     private let status = Locked(Status())
-    /// The writer queue; guarded by `queueCondition`.
+    /// The writer queue.
     private let queue = Locked<[Job]>([])
-    private let queueCondition = NSCondition()
+    /// Signalled once per job enqueued (and at stop): the writer waits on it when the queue is
+    /// empty. (Dispatch, not Foundation's NSCondition: the server links no full Foundation.)
+    private let queueSignal = DispatchSemaphore(value: 0)
     private let threads = DispatchGroup()
     /// Serialises health reports, so that the owner receives them in the order they were decided
     /// (the writer and the subscriber both decide health). Only the owner's lock nests inside.
@@ -150,14 +156,15 @@ public final class RedisTokenStore: Sendable {
         // that must never end the process (forge-push-token-server ignores it already).
         signal(SIGPIPE, SIG_IGN)
         status.withLock { $0.callbacks = Callbacks(onState: onState, onHealth: onHealth) }
-        for (name, body) in [("redis-writer", writerLoop), ("redis-subscriber", subscriberLoop)] as [(String, @Sendable () -> Void)] {
+        // Each loop blocks for its whole life on its own serial queue, so Dispatch gives each
+        // a thread of its own (as the server's daemon loops do).
+        for (name, body) in [("forge-push-token.redis-writer", writerLoop),
+                             ("forge-push-token.redis-subscriber", subscriberLoop)] as [(String, @Sendable () -> Void)] {
             threads.enter()
-            let thread = Thread { [threads] in
+            DispatchQueue(label: name).async { [threads] in
                 body()
                 threads.leave()
             }
-            thread.name = name
-            thread.start()
         }
     }
 
@@ -166,9 +173,7 @@ public final class RedisTokenStore: Sendable {
     /// Redis (a replica's shutdown never touches the state).
     public func stop() {
         status.withLock { $0.stopping = true }
-        queueCondition.lock()
-        queueCondition.broadcast()
-        queueCondition.unlock()
+        queueSignal.signal()
         _ = threads.wait(timeout: .now() + configuration.writeTimeout + 2)
     }
 
@@ -202,14 +207,12 @@ public final class RedisTokenStore: Sendable {
 
     private func enqueue(_ job: Job) -> Bool {
         if status.withLock({ $0.stopping }) { return false }
-        queueCondition.lock()
-        defer { queueCondition.unlock() }
         let accepted = queue.withLock { jobs -> Bool in
             guard jobs.count < configuration.queueCapacity else { return false }
             jobs.append(job)
             return true
         }
-        if accepted { queueCondition.signal() }
+        if accepted { queueSignal.signal() }
         return accepted
     }
 
@@ -240,7 +243,8 @@ public final class RedisTokenStore: Sendable {
                 if !state.everConnected {
                     lines.append((.info, "Redis connected at \(configuration.endpoint), key prefix \(configuration.prefix)"))
                 } else if let lostAt = state.lostAt {
-                    let gone = String(format: "%.1f", now - lostAt)
+                    let tenths = Int(((now - lostAt) * 10).rounded())
+                    let gone = "\(tenths / 10).\(tenths % 10)"
                     lines.append((.info, "Redis back after \(gone) s at \(configuration.endpoint)"))
                 }
                 state.everConnected = true
@@ -341,8 +345,6 @@ public final class RedisTokenStore: Sendable {
     }
 
     private func takeBatch() -> [Job]? {
-        queueCondition.lock()
-        defer { queueCondition.unlock() }
         while true {
             let batch = queue.withLock { jobs -> [Job] in
                 let taken = Array(jobs.prefix(64))
@@ -351,7 +353,8 @@ public final class RedisTokenStore: Sendable {
             }
             if stopping { return batch.isEmpty ? nil : batch }
             if !batch.isEmpty { return batch }
-            _ = queueCondition.wait(until: Date(timeIntervalSinceNow: 0.5))
+            // Extra signals (one per job already taken in a batch) only cause an empty round.
+            _ = queueSignal.wait(timeout: .now() + .milliseconds(500))
         }
     }
 

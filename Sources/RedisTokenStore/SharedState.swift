@@ -20,10 +20,10 @@ public struct SharedTokenState: Sendable, Equatable, CustomStringConvertible {
         self.token = token
     }
 
-    /// `version N (token …)`, for log lines (device tokens are not secrets, but are shortened).
+    /// `version N, a token` or `version N, no token`, for log lines: as the rest of the
+    /// service's log, it never prints a device token, only whether there is one.
     public var description: String {
-        if let token { return "version \(version) (token \(token.prefix(8))…)" }
-        return "version \(version) (no token)"
+        "version \(version), \(token == nil ? "no token" : "a token")"
     }
 
     /// The largest version this service stores: versions travel through Lua numbers (doubles),
