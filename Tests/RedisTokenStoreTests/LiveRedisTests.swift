@@ -7,21 +7,31 @@ import Testing
 /// stopped by its pid.
 final class RedisServerProcess {
     let port: Int
-    let process = Process()
+    /// The server's pid (spawned with posix_spawn: Foundation's Process leaks a weak reference per
+    /// run, which LeakSanitizer reports).
+    let pid: pid_t
 
     init(extra: [String] = []) throws {
         port = try Self.freePort()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
-        process.arguments = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] + extra
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let arguments = ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] + extra
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var spawned: pid_t = 0
+        let result = posix_spawnp(&spawned, "redis-server", &actions, nil, &argv, environ)
+        guard result == 0 else { throw CocoaError(.executableNotLoadable) }
+        pid = spawned
         let deadline = Date().addingTimeInterval(5)
         while Date() < deadline {
-            if (try? RedisConnection(endpoint: endpointWithoutAuth, timeout: 1)) != nil { return }
-            // With --requirepass the connection succeeds only with the password; a refusal of
-            // the credentials also proves the server is up.
-            do { _ = try RedisConnection(endpoint: endpointWithoutAuth, timeout: 1) } catch {
+            do {
+                _ = try RedisConnection(endpoint: endpointWithoutAuth, timeout: 1)
+                return
+            } catch {
+                // With --requirepass a refusal of the credentials also proves the server is up.
                 if case .authFailed = error { return }
             }
             usleep(20_000)
@@ -57,8 +67,9 @@ final class RedisServerProcess {
     }
 
     deinit {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
     }
 }
 
