@@ -256,8 +256,33 @@ def cross_replica(cluster):
     check(token_state(a)[2]["token"] == token, "A does not answer its own write at once")
     wait_until(lambda: all(token_state(p)[2]["token"] == token for p in (b, c)), 1, interval=0.005,
                what="GET /token on B and C agreeing")
-    log("(a) change through A reached B, C and nginx with id %d; GET /token agreed %.0f ms after the write"
-        % (seen["B"][0], (time.monotonic() - sent) * 1000))
+    first_agreement = (time.monotonic() - sent) * 1000
+    # The contract: within 100 ms (p99) on one machine. Ten more writes through A, each timed
+    # until B and C both serve it: the median must be under 100 ms, the slowest under 500 ms
+    # (the machine is shared; a loaded moment must not fail the run).
+    delays = []
+    for n in range(10):
+        other = token_hex(0xA, 100 + n)
+        t0 = time.monotonic()
+        check(write(a, other)[0] == 200, "write %d through A" % n)
+        wait_until(lambda: all(token_state(p)[2]["token"] == other for p in (b, c)), 1, interval=0.002,
+                   what="GET /token on B and C agreeing")
+        delays.append((time.monotonic() - t0) * 1000)
+    delays.sort()
+    check(delays[len(delays) // 2] < 100 and delays[-1] < 500, "B and C agree too late: %r ms" % delays)
+    log("(a) change through A reached B, C and nginx with id %d; GET /token on B and C agreed %.0f ms after the "
+        "write; over 10 more writes median %.0f ms, max %.0f ms" % (seen["B"][0], first_agreement,
+                                                                   delays[len(delays) // 2], delays[-1]))
+    status, _, body = write(a, token)
+    check(status == 200, "writing the first token again")
+    for name, s in streams.items():
+        # The ten changes above, conflated or not, end with the first token again.
+        last = None
+        for _ in range(12):
+            last = s.next_token_event(2)
+            if last[1] == token:
+                break
+        check(last is not None and last[1] == token, "%s did not end on the token written again: %r" % (name, last))
     status, _, body = write(c, token)
     check(status == 200 and body["changed"] is False, "same token again through C: %s %r" % (status, body))
     for name, s in streams.items():
@@ -272,7 +297,7 @@ def cross_replica(cluster):
 
 
 # -- (b) --------------------------------------------------------------------------------------
-def concurrent_writes(cluster, per_thread=120, threads_per_replica=3):
+def concurrent_writes(cluster, per_thread=230, threads_per_replica=3):
     ports = cluster.ports
     start_version = version_of(ports[0])[0]
     streams = [EventStream(p) for p in ports for _ in range(2)]
