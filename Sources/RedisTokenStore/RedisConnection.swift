@@ -106,7 +106,9 @@ final class RedisConnection {
             throw .unreachable(message)
         }
         context = made
-        _ = redisEnableKeepAlive(made)
+        // TCP keep-alive only on TCP: on a Unix socket setsockopt fails and hiredis would leave
+        // that error on the context, failing every later command.
+        if case .tcp = endpoint.address { _ = redisEnableKeepAlive(made) }
         do throws(RedisConnectionError) {
             if let password = endpoint.password {
                 var auth: [[UInt8]] = [Array("AUTH".utf8)]

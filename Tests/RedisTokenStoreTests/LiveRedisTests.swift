@@ -155,6 +155,18 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         #expect(throws: RedisConnectionError.timedOut) { try client.readReply(deadline: monotonicSeconds() + 0.1) }
     }
 
+    @Test func unixSocketAndDatabase() throws {
+        let path = "/tmp/forge-push-token-redis-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
+        defer { unlink(path) }
+        let redis = try RedisServerProcess(extra: ["--unixsocket", path, "--unixsocketperm", "700"])
+        let socket = try RedisConnection(endpoint: try RedisEndpoint.parse("unix://\(path)?db=3"), timeout: 2)
+        #expect(try socket.command(["SET", "where", "db3"], timeout: 2) == .status("OK"))
+        let tcp = try redis.client()
+        #expect(try tcp.command(["GET", "where"], timeout: 2) == .null)
+        #expect(try tcp.command(["SELECT", "3"], timeout: 2) == .status("OK"))
+        #expect(try tcp.command(["GET", "where"], timeout: 2) == .bulk(Array("db3".utf8)))
+    }
+
     @Test func changesReachEveryReplicaWithTheSameVersion() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
