@@ -168,13 +168,19 @@ public final class RedisTokenStore: Sendable {
         }
     }
 
-    /// Stops both threads (within about a tenth of a second, or `writeTimeout` when a write is
-    /// in flight) and fails what is still queued with `.unavailable`. Nothing is written to
-    /// Redis (a replica's shutdown never touches the state).
+    /// Stops both threads and fails what is still queued with `.unavailable`. Nothing is written
+    /// to Redis (a replica's shutdown never touches the state). Waits at most `timeout` seconds
+    /// (1) for the threads to end: one blocked in a connect or a read to a hung Redis
+    /// ends when that times out, and the service's shutdown does not wait for it.
     public func stop() {
+        stop(timeout: 1)
+    }
+
+    /// `stop()`, waiting at most `timeout` seconds for the threads.
+    public func stop(timeout: Double) {
         status.withLock { $0.stopping = true }
         queueSignal.signal()
-        _ = threads.wait(timeout: .now() + configuration.writeTimeout + 2)
+        _ = threads.wait(timeout: .now() + timeout)
     }
 
     /// The current health.
