@@ -79,12 +79,13 @@ final class ReplicaModel: Sendable {
     let health = Locked<RedisTokenStore.Health>(.unreachable)
     let store: RedisTokenStore
 
-    init(port: Int, password: String? = nil, user: String? = nil, prefix: String = "test") {
+    init(port: Int, password: String? = nil, user: String? = nil, prefix: String = "test", queueCapacity: Int = 4096) {
         var endpoint = RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port))
         endpoint.password = password.map { Array($0.utf8) }
         endpoint.user = user
         var configuration = RedisTokenStore.Configuration(endpoint: endpoint, prefix: RedisKeyPrefix(prefix)!)
         configuration.checkInterval = 0.5
+        configuration.queueCapacity = queueCapacity
         store = RedisTokenStore(configuration: configuration, log: { _, _ in })
         store.start(onState: { [state] new in
                         state.withLock { current in
@@ -153,6 +154,39 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         #expect(try client.readReply(deadline: deadline) == .integer(42))
         // Nothing more comes: the wait ends at the deadline.
         #expect(throws: RedisConnectionError.timedOut) { try client.readReply(deadline: monotonicSeconds() + 0.1) }
+    }
+
+    @Test func aHungRedisGivesUnknownInTwoSecondsAndAFullQueueRefusesAtOnce() throws {
+        let redis = try RedisServerProcess()
+        let a = ReplicaModel(port: redis.port, queueCapacity: 2)
+        #expect(a.wait { a.health.withLock { $0 } == .connected })
+        kill(redis.pid, SIGSTOP)
+        defer { kill(redis.pid, SIGCONT) }
+        let outcomes = Locked<[RedisTokenStore.WriteOutcome]>([])
+        let done = DispatchSemaphore(value: 0)
+        let started = monotonicSeconds()
+        // The first batch blocks the writer on the hung Redis; 2 more fill the queue; the rest
+        // are refused at once.
+        for n in 0..<6 {
+            a.store.commit(token: String(format: "%02x", n)) { outcome in
+                outcomes.withLock { $0.append(outcome) }
+                done.signal()
+            }
+            usleep(20_000)
+        }
+        let refusedAtOnce = outcomes.withLock { $0.filter { $0 == .unavailable(.unreachable) }.count }
+        #expect(refusedAtOnce >= 2)
+        for _ in 0..<6 { done.wait() }
+        let elapsed = monotonicSeconds() - started
+        #expect(outcomes.withLock { $0.contains(.unknown) })
+        #expect(elapsed >= 1.9 && elapsed < 6)
+        kill(redis.pid, SIGCONT)
+        #expect(a.wait(seconds: 8) { a.health.withLock { $0 } == .connected })
+        guard case .applied(let state, _) = a.commit("ff") else {
+            Issue.record("no write after SIGCONT")
+            return
+        }
+        #expect(state.token == "ff")
     }
 
     @Test func unixSocketAndDatabase() throws {
