@@ -45,15 +45,17 @@ public struct ReplicaMode: Sendable {
                                                                  "the replica has not read the shared token yet; retry"),
                                                headers: ["Retry-After": "1"])
 
-    /// The `GET /token` answer at `snapshot` under `health`.
-    func tokenResponse(_ snapshot: TokenSnapshot, health: StoreHealth) -> HTTPResponse {
+    /// The `GET /token` answer under `health`, from `response` (the answer the service gives
+    /// alone): as is while healthy, with `Token-Stale: true` while degraded, and the `503
+    /// store_unavailable` of `notReadYet` before the state was read.
+    func decorate(_ response: HTTPResponse, health: StoreHealth) -> HTTPResponse {
         switch health {
         case .ok:
-            return Responder.tokenResponse(snapshot)
-        case .degraded:
-            var response = Responder.tokenResponse(snapshot)
-            response.headers.add("Token-Stale", "true")
             return response
+        case .degraded:
+            var stale = response
+            stale.headers.add("Token-Stale", "true")
+            return stale
         case .starting:
             return Self.notReadYet
         }

@@ -167,7 +167,8 @@ public final class Responder: Sendable {
             }
         case .token:
             if let replica {
-                return .response(refuse(replica.tokenResponse(owner.current, health: owner.health), origin: origin))
+                return .response(refuse(replica.decorate(Self.tokenResponse(owner.current), health: owner.health),
+                                        origin: origin))
             }
             return .response(refuse(Self.tokenResponse(owner.current), origin: origin))
         case .stream:
