@@ -1,5 +1,6 @@
 import Testing
 @testable import forge_push_token_server
+import RedisTokenStore
 
 /// `--redis-url`, `--redis-password-file`, `--redis-key-prefix` (docs/replicas.md).
 @Suite struct RedisOptionsTests {
