@@ -41,6 +41,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import atexit
 
 from e2e_support import HOST, EventStream, Failure, Server, check, log, main, request, token_hex, wait_until
 
@@ -54,8 +55,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+_redis_started = []
+
+
+@atexit.register
+def _kill_redis_leftovers():
+    for proc in _redis_started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
 class Redis:
-    """A redis-server on a loopback port, without persistence, stopped by its pid."""
+    """A redis-server on a loopback port, without persistence, stopped by its pid (killed at
+    exit if a failed check left it running)."""
 
     def __init__(self, port=None, extra=()):
         self.port = port or free_port()
@@ -66,6 +79,7 @@ class Redis:
         self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", HOST, "--save", "",
                                       "--appendonly", "no"] + self.extra,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _redis_started.append(self.proc)
         wait_until(lambda: self._pingable(), 5, what="redis-server on port %d" % self.port)
         return self
 
@@ -203,21 +217,27 @@ class Cluster:
         self.binary = binary
         self.redis = Redis().start()
         self.replicas = []
-        for _ in range(3):
-            server = replica(self.redis.port)
-            server.binary = binary
-            self.replicas.append(server.start())
-        for server in self.replicas:
-            wait_until(lambda: health(server.port) == (200, {"status": "ok", "redis": "connected"}), 5,
-                       what="replica %d connected" % server.port)
-        self.nginx = Nginx([s.port for s in self.replicas]).start()
+        self.nginx = None
+        try:
+            for _ in range(3):
+                server = replica(self.redis.port)
+                server.binary = binary
+                self.replicas.append(server.start())
+            for server in self.replicas:
+                wait_until(lambda: health(server.port) == (200, {"status": "ok", "redis": "connected"}), 5,
+                           what="replica %d connected" % server.port)
+            self.nginx = Nginx([s.port for s in self.replicas]).start()
+        except BaseException:
+            self.close()  # nothing this test started outlives it
+            raise
 
     @property
     def ports(self):
         return [s.port for s in self.replicas if s.proc.poll() is None]
 
     def close(self):
-        self.nginx.stop()
+        if self.nginx:
+            self.nginx.stop()
         for server in self.replicas:
             server.kill()
         self.redis.kill()
