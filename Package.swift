@@ -46,6 +46,19 @@ let package = Package(
         // the daemon loops and the subscriber watcher; no library is linked).
         .systemLibrary(name: "CLinuxEvents"),
 
+        // hiredis as a system library (Debian: libhiredis-dev 0.14), with a shim header for the
+        // parts Swift cannot reach directly (the context's errstr array, reply elements).
+        .systemLibrary(
+            name: "CHiredis",
+            pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"]), .brew(["hiredis"])]
+        ),
+
+        // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
+        // store that lets replicas share one token (docs/replicas.md).
+        .target(name: "RedisTokenStore", dependencies: ["CHiredis", "ForgePushToken", "ForgePushTokenOwner"],
+                swiftSettings: swiftSettings),
+
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
         .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"], swiftSettings: swiftSettings),
 
@@ -55,7 +68,7 @@ let package = Package(
         // Configuration, signals, start and stop.
         .executableTarget(
             name: "forge-push-token-server",
-            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken"]
+            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "RedisTokenStore"]
         ),
 
         // Helpers the test targets share (log recorder, threads, waiting on a condition).
@@ -65,7 +78,8 @@ let package = Package(
         .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "RedisTokenStoreTests", dependencies: ["RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )

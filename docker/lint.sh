@@ -201,4 +201,52 @@ then
 fi
 pass ".dockerignore keeps .build/, .git/ and secrets out, the package in"
 
+# 6. The replica setup (docs/replicas.md): docker/compose.replicas.yaml and docker/nginx/replicas.conf.
+if ! "$venv/bin/python" - docker/compose.replicas.yaml docker/nginx/replicas.conf <<'PYTHON'
+import re, sys, yaml
+
+compose = yaml.safe_load(open(sys.argv[1]))
+nginx = open(sys.argv[2]).read()
+services = compose.get("services", {})
+problems = []
+redis = services.get("redis", {})
+command = " ".join(redis.get("command", []))
+if "--appendonly yes" not in command:
+    problems.append("redis: the append-only file is off (--appendonly yes)")
+if "--maxmemory-policy noeviction" not in command:
+    problems.append("redis: the eviction policy is not noeviction (the state key must never be evicted)")
+if not any(str(v).endswith(":/data") for v in redis.get("volumes", [])):
+    problems.append("redis: /data is not on a volume")
+replica = services.get("replica", {})
+environment = replica.get("environment", {})
+if environment.get("FORGE_PUSH_TOKEN_STATE_FILE", None) != "":
+    problems.append("replica: FORGE_PUSH_TOKEN_STATE_FILE must be cleared (\"\"): --redis-url excludes --state-file")
+if "FORGE_PUSH_TOKEN_REDIS_URL" not in environment:
+    problems.append("replica: no FORGE_PUSH_TOKEN_REDIS_URL")
+if replica.get("deploy", {}).get("replicas", 1) < 3:
+    problems.append("replica: fewer than 3 replicas")
+if "ports" in replica:
+    problems.append("replica: publishes a port (nginx is the way in)")
+if not any("replicas.conf:/etc/nginx/conf.d/default.conf" in str(v) for v in services.get("nginx", {}).get("volumes", [])):
+    problems.append("nginx: docker/nginx/replicas.conf is not mounted as its default.conf")
+stream = re.search(r"location = /token/stream \{(.*?)\}", nginx, re.S)
+if not stream:
+    problems.append("replicas.conf: no location for /token/stream")
+else:
+    if "proxy_buffering off;" not in stream.group(1):
+        problems.append("replicas.conf: the stream route buffers (proxy_buffering off)")
+    timeout = re.search(r"proxy_read_timeout (\d+)([smh]);", stream.group(1))
+    if not timeout or int(timeout.group(1)) * {"s": 1, "m": 60, "h": 3600}[timeout.group(2)] < 300:
+        problems.append("replicas.conf: the stream route's proxy_read_timeout is under 5 minutes")
+if "resolver 127.0.0.11" not in nginx:
+    problems.append("replicas.conf: not resolving through Docker's DNS (resolver 127.0.0.11): scaled replicas are not found")
+for problem in problems:
+    print(f"compose.replicas.yaml: {problem}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+PYTHON
+then
+    fail "docker/compose.replicas.yaml or docker/nginx/replicas.conf does not keep the replica setup's settings"
+fi
+pass "docker/compose.replicas.yaml: Redis with AOF on a volume and noeviction, 3 replicas without a state file, nginx for SSE"
+
 printf 'lint: %d passed, 0 failed\n' "$passed"

@@ -165,6 +165,7 @@ ensure_build_tools() {
     command -v readelf >/dev/null 2>&1 || missing+=(binutils)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     dpkg-query -W -f '${Status}' libmicrohttpd-dev 2>/dev/null | grep -q 'ok installed' || missing+=(libmicrohttpd-dev)
+    dpkg-query -W -f '${Status}' libhiredis-dev 2>/dev/null | grep -q 'ok installed' || missing+=(libhiredis-dev)
     if [[ ${#missing[@]} -gt 0 ]]; then apt_install "${missing[@]}"; fi
 }
 

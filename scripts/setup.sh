@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs what building and testing need on Debian 12 with Swift: libmicrohttpd-dev and
-# pkg-config (for the CMicroHTTPD system-library target), curl for the examples. Idempotent:
+# Installs what building and testing need on Debian 12 with Swift: libmicrohttpd-dev,
+# libhiredis-dev and pkg-config (for the CMicroHTTPD and CHiredis system-library targets), curl
+# for the examples, redis-server and nginx for the replica tests (which start their own
+# instances on free loopback ports; the system services are not used). Idempotent:
 # installs only what is missing. Needs root (or sudo) when something is missing.
 set -euo pipefail
 
 missing=()
-for package in libmicrohttpd-dev pkg-config curl; do
+for package in libmicrohttpd-dev libhiredis-dev redis-server nginx pkg-config curl; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if ((${#missing[@]})); then

@@ -56,12 +56,21 @@ public final class EventSubscriber: TokenSubscriber {
     private let tally: DeliveryTally
 
     /// A subscriber whose first event is `first`; `wake` resumes its connection (see above); each
-    /// event it writes or skips is added to `tally`.
-    public init(id: UInt64, first: TokenSnapshot, tally: DeliveryTally = DeliveryTally(),
-                wake: @escaping @Sendable () -> Void) {
+    /// event it writes or skips is added to `tally`. `preamble` is written before anything else (a
+    /// `retry:` field); with a `floor` (a replica's subscriber whose `Last-Event-ID` is above
+    /// `first`'s version), no event below `floor` is sent: the first event is the first offered at
+    /// `floor` or above.
+    public init(id: UInt64, first: TokenSnapshot, tally: DeliveryTally = DeliveryTally(), preamble: [UInt8] = [],
+                floor: UInt64? = nil, wake: @escaping @Sendable () -> Void) {
         self.id = id
         self.tally = tally
-        self.state = Locked(State(pending: first, lastOffered: first.version))
+        var initial = State(pending: first, lastOffered: first.version)
+        initial.output = preamble
+        if let floor, floor > first.version {
+            initial.pending = nil
+            initial.lastOffered = floor - 1
+        }
+        self.state = Locked(initial)
         self.resume = wake
     }
 

@@ -93,6 +93,8 @@ public final class Responder: Sendable {
     let log: ServerLog?
     /// Whether every finished request is logged (`--access-log`).
     public let accessLog: Bool
+    /// The replica mode (docs/replicas.md), or `nil` for a service that runs alone.
+    let replica: ReplicaMode?
 
     /// Creates the responder over `owner`.
     /// - Parameters:
@@ -100,9 +102,12 @@ public final class Responder: Sendable {
     ///   - crossOrigin: the origins allowed to read responses from a browser (default none).
     ///   - log: where failures, registration failures and the access log go (default: nowhere).
     ///   - accessLog: whether to log one line per finished request.
+    ///   - replica: the replica mode, when the token is shared with other replicas (default none).
     public init(owner: TokenOwner<TokenSnapshot>, authentication: BearerAuthentication? = nil,
-                crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil, accessLog: Bool = false) {
+                crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil, accessLog: Bool = false,
+                replica: ReplicaMode? = nil) {
         self.owner = owner
+        self.replica = replica
         self.authentication = authentication
         self.crossOrigin = crossOrigin
         self.log = log
@@ -117,6 +122,7 @@ public final class Responder: Sendable {
     /// `If-None-Match` itself, in place, for the 304).
     public var answersTokenReadsBlindly: Bool {
         authentication?.protects(.token) != true && !crossOrigin.isEnabled
+            && (replica == nil || owner.health == .ok)
     }
 
     /// Decides what a request's head (method, target, header fields) alone decides, before its
@@ -176,6 +182,9 @@ public final class Responder: Sendable {
                 return .response(refuse(.error(400, error), origin: origin))
             }
         case .token:
+            if let replica {
+                return .response(refuse(replica.decorate(tokenRead(request), health: owner.health), origin: origin))
+            }
             return .response(refuse(tokenRead(request), origin: origin))
         case .stream:
             if request.method == "HEAD" {
@@ -188,6 +197,7 @@ public final class Responder: Sendable {
             let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: StoreHealth.stateNotSaved) : nil
             let text = metrics.render(subscribers: owner.subscriberCount, events: deliveries.counts,
                                       maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved)
+                + (replica?.metrics() ?? "")
             return .response(refuse(HTTPResponse(status: 200, headers: ["Content-Type": ServiceMetrics.contentType,
                                                                         "Cache-Control": "no-store"],
                                                  body: Array(text.utf8)), origin: origin))
@@ -241,6 +251,7 @@ public final class Responder: Sendable {
 
     private func health() -> HTTPResponse {
         if owner.isStopping { return Self.shuttingDown }
+        if let replica { return replica.healthResponse(owner.health) }
         switch owner.health {
         case .ok: return Self.healthy
         case .degraded: return Self.degraded
@@ -276,9 +287,18 @@ public final class Responder: Sendable {
     public func openEventStream(for admitted: AdmittedRequest,
                                 wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
         let origin = admitted.request.headers["Origin"]
+        var preamble: [UInt8] = []
+        var floor: UInt64?
+        if let replica {
+            if case .starting = owner.health, !owner.isStopping { return (refuse(ReplicaMode.notReadYet, origin: origin), nil) }
+            preamble = ServerSentEvents.retry(milliseconds: Int.random(in: replica.retryMilliseconds))
+            floor = ReplicaMode.lastEventID(admitted.request.headers["Last-Event-ID"])
+            // Behind the subscriber: read the state again; it gets nothing below its id meanwhile.
+            if let floor, floor > owner.version { replica.refresh() }
+        }
         do {
             let subscriber = try owner.subscribe { [deliveries] id, first in
-                EventSubscriber(id: id, first: first, tally: deliveries, wake: wake)
+                EventSubscriber(id: id, first: first, tally: deliveries, preamble: preamble, floor: floor, wake: wake)
             }
             // The owner built it with the closure above, so it is an EventSubscriber.
             let stream = subscriber as! EventSubscriber

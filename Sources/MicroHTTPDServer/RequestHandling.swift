@@ -350,7 +350,8 @@ let chunkedBodyIdleSeconds = 5
 let responseHeaderReserve = 1024
 
 /// The header fields the responder reads, in the order it may need them.
-private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match"]
+private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match",
+                          "Last-Event-ID"]
 
 /// The head of a request as the responder sees it: `method`, `path` (libmicrohttpd has split off
 /// the query), the header fields the responder reads, and as the query the `access_token`

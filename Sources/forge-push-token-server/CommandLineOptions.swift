@@ -7,6 +7,7 @@ import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import MicroHTTPDServer
+import RedisTokenStore
 
 /// The command line and `FORGE_PUSH_TOKEN_*` environment variables of the service
 /// (http-api.md, "Command line"). A flag wins over its variable.
@@ -28,6 +29,9 @@ struct CommandLineOptions: Equatable {
     /// `FORGE_PUSH_TOKEN_*` variables that name no setting (a misspelling would otherwise go
     /// unnoticed: a mistyped `..._AUTH_TOKEN_FILE` leaves the service open), sorted.
     var unknownVariables: [String] = []
+    /// `--redis-url` with `--redis-password-file` and `--redis-key-prefix`: run as one replica
+    /// of several sharing the token through Redis (docs/replicas.md); `nil` to run alone.
+    var redis: RedisTokenStore.Configuration?
 
     enum Action: Equatable { case run, help, version, healthCheck }
 
@@ -46,6 +50,7 @@ struct CommandLineOptions: Equatable {
                                        [--tls-cert PATH --tls-key PATH] [--cors-origin ORIGIN ...]
                                        [--max-connections N] [--max-connections-per-ip N]
                                        [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
+                                       [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]]
                                        [--version] [--help] [--health-check]
 
           --host ADDR             IPv4 or IPv6 literal, or localhost (default 127.0.0.1)
@@ -80,6 +85,15 @@ struct CommandLineOptions: Equatable {
                                   (default 2048)
           --idle-timeout SECONDS  close an idle ordinary connection after SECONDS; event streams
                                   are exempt (default 60)
+          --redis-url URL         share the token with other replicas through Redis:
+                                  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or
+                                  unix:///PATH[?db=N] (no TLS; excludes --state-file)
+          --redis-password-file PATH
+                                  the Redis password, read from PATH (a container secret);
+                                  whitespace at either end is ignored; wins over the URL's
+          --redis-key-prefix PREFIX
+                                  namespace of the Redis keys, 1 to 64 of A-Z a-z 0-9 : _ . -
+                                  (default forge-push-token)
           --version               print the version and exit
           --help                  print this help and exit
           --health-check          ask GET /healthz of the service at --host/--port (a wildcard
@@ -95,7 +109,7 @@ struct CommandLineOptions: Equatable {
     static let valueFlags = ["host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log", "log-format",
                              "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
                              "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
-                             "max-url-bytes", "idle-timeout"]
+                             "max-url-bytes", "idle-timeout", "redis-url", "redis-password-file", "redis-key-prefix"]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]
 
@@ -170,6 +184,7 @@ struct CommandLineOptions: Equatable {
         do throws(UsageError) {
             try options.apply(values)
             try options.applySecurity(values, lists: lists, readFile: readFile)
+            try options.applyRedis(values, readFile: readFile)
         } catch {
             // Name the variable when the value came from one: in a container, nobody typed a flag.
             for flag in fromEnvironment.subtracting(fromFlags).sorted()
@@ -217,7 +232,7 @@ struct CommandLineOptions: Equatable {
         return text
     }
 
-    private static func readFlagFile(_ path: String, flag: String, readFile: (String) throws -> String) throws(UsageError) -> String {
+    static func readFlagFile(_ path: String, flag: String, readFile: (String) throws -> String) throws(UsageError) -> String {
         guard !path.isEmpty else { throw UsageError(description: "--\(flag) needs a path") }
         do {
             return try readFile(path)

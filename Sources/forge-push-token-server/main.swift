@@ -18,6 +18,7 @@ import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import MicroHTTPDServer
+import RedisTokenStore
 
 // First of all, so that a SIGTERM that arrives while the process is still starting is held until
 // the sigwait below (and then shuts down cleanly) instead of killing the process.
@@ -76,7 +77,15 @@ let log = ServerLog(minimumLevel: options.logLevel, format: options.logFormat)
 // The store keeps the versioned token; the owner serves it (docs/architecture.md).
 let store: any TokenStore
 let initial: TokenState
-if let path = options.stateFile {
+var initialHealth = StoreHealth.ok
+if let redis = options.redis {
+    // A replica: Redis keeps the state (docs/replicas.md). Until the state is read the replica
+    // knows no token and says it is starting; the store connects in the background.
+    store = RedisTokenStore(configuration: redis, log: { level, message in log.log(level, message) })
+    initial = .initial
+    initialHealth = .starting(reason: RedisTokenStore.Health.unreachable.rawValue)
+    log.log(.info, "replica of \(redis.endpoint), key prefix \(redis.prefix)")
+} else if let path = options.stateFile {
     let fileStore = StateFileStore(file: StateFile(path: path))
     do {
         initial = try fileStore.load()
@@ -96,10 +105,16 @@ if let path = options.stateFile {
     store = MemoryTokenStore()
     initial = .initial
 }
-let owner = TokenOwner<TokenSnapshot>(store: store, initial: initial, maxSubscribers: options.server.maxSubscribers)
+let owner = TokenOwner<TokenSnapshot>(store: store, initial: initial, health: initialHealth,
+                                      maxSubscribers: options.server.maxSubscribers)
 owner.start()
+var replicaMode: ReplicaMode?
+if let redisStore = store as? RedisTokenStore {
+    replicaMode = ReplicaMode(name: "redis", refresh: { redisStore.refresh { _ in } },
+                              metrics: { redisStore.renderMetrics() })
+}
 let responder = Responder(owner: owner, authentication: options.authentication, crossOrigin: options.crossOrigin,
-                          log: log, accessLog: options.server.accessLog)
+                          log: log, accessLog: options.server.accessLog, replica: replicaMode)
 responder.metrics.setBuildVersion(serverVersion)
 for warning in options.startupWarnings {
     log.log(.warning, warning)

@@ -63,16 +63,14 @@ struct OperatorSeriesTests {
         let descriptors = (0..<20).map { _ in open("/dev/null", O_RDONLY) }
         defer { for descriptor in descriptors { close(descriptor) } }
         var agreed = false
-        for _ in 0..<20 where !agreed {
+        for _ in 0..<200 where !agreed {
             let before = try Self.listedDescriptors()
             let reading = try #require(ProcessMetrics.read())
             let listed = ProcessMetrics.countOpenFileDescriptorsByListing()
             let after = try Self.listedDescriptors()
-            guard before == after else { continue }
-            // The count read (the size of /proc/self/fd on Linux 6.2+) and the fallback listing.
-            #expect(reading.openFileDescriptors == before)
-            #expect(listed == before)
-            agreed = true
+            // The count read (the size of /proc/self/fd on Linux 6.2+) and the fallback listing
+            // must both match a quiet moment's listing (one that nothing changed around them).
+            agreed = before == after && reading.openFileDescriptors == before && listed == before
         }
         #expect(agreed, "no quiet moment to compare the descriptor count in")
         let metrics = try #require(ProcessMetrics.read())

@@ -1,0 +1,70 @@
+import ForgePushTokenOwner
+
+/// What the HTTP layer does differently when the service is one replica of several sharing the
+/// token through a store such as Redis (docs/replicas.md):
+/// - `GET`/`HEAD /token` answer `503 store_unavailable` (`Retry-After: 1`) until the state has
+///   been read once, and carry `Token-Stale: true` while the store is degraded;
+/// - `/healthz` adds the store's state under `name` (`"redis":"connected"`, or the reason);
+/// - every event stream starts with `retry: R`, `R` random in `retryMilliseconds`, so that the
+///   subscribers of a replica that stops do not all reconnect at once;
+/// - a stream whose `Last-Event-ID` is above the replica's version asks the store to read the
+///   state again (`refresh`) and is never sent an id below that `Last-Event-ID`;
+/// - `/metrics` appends the store's own metrics (`metrics`).
+///
+/// Thread-safety: a `Sendable` value; its closures may be called from any thread.
+public struct ReplicaMode: Sendable {
+    /// The field of `/healthz` that carries the store's state (`redis`).
+    public var name: String
+    /// Asks the store to read the shared state again soon (without waiting for it).
+    public var refresh: @Sendable () -> Void
+    /// The store's metrics, in the Prometheus text format.
+    public var metrics: @Sendable () -> String
+    /// The range of the `retry:` field sent at the start of every stream, in milliseconds.
+    public var retryMilliseconds: ClosedRange<Int> = 1000...5000
+
+    /// Creates the mode.
+    public init(name: String, refresh: @escaping @Sendable () -> Void, metrics: @escaping @Sendable () -> String) {
+        self.name = name
+        self.refresh = refresh
+        self.metrics = metrics
+    }
+
+    /// The `/healthz` answer for `health` (`shutting_down` is decided before): `200
+    /// {"status":"ok","<name>":"connected"}`, `200 {"status":"degraded","<name>":"<why>"}`, or
+    /// `503 {"status":"starting","<name>":"<why>"}`.
+    func healthResponse(_ health: StoreHealth) -> HTTPResponse {
+        switch health {
+        case .ok: return .json(200, encoding: ["status": "ok", name: "connected"])
+        case .degraded(let reason): return .json(200, encoding: ["status": "degraded", name: reason])
+        case .starting(let reason): return .json(503, encoding: ["status": "starting", name: reason])
+        }
+    }
+
+    /// The `503 store_unavailable` of a read before the state is known.
+    static let notReadYet = HTTPResponse.error(503, ServiceError("store_unavailable",
+                                                                 "the replica has not read the shared token yet; retry"),
+                                               headers: ["Retry-After": "1"])
+
+    /// The `GET /token` answer under `health`, from `response` (the answer the service gives
+    /// alone): as is while healthy, with `Token-Stale: true` while degraded, and the `503
+    /// store_unavailable` of `notReadYet` before the state was read.
+    func decorate(_ response: HTTPResponse, health: StoreHealth) -> HTTPResponse {
+        switch health {
+        case .ok:
+            return response
+        case .degraded:
+            var stale = response
+            stale.headers.add("Token-Stale", "true")
+            return stale
+        case .starting:
+            return Self.notReadYet
+        }
+    }
+
+    /// The numeric `Last-Event-ID` of a request, if it has one (decimal digits only).
+    static func lastEventID(_ value: String?) -> UInt64? {
+        guard let value, !value.isEmpty, value.utf8.count <= 20,
+              value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
+        return UInt64(value)
+    }
+}

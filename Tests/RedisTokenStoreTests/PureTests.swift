@@ -1,0 +1,135 @@
+import Testing
+@testable import RedisTokenStore
+
+/// The `--redis-url` grammar of docs/replicas.md.
+@Suite struct RedisEndpointTests {
+    @Test func defaultsAndParts() throws {
+        let plain = try RedisEndpoint.parse("redis://127.0.0.1")
+        #expect(plain == RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6379)))
+        let full = try RedisEndpoint.parse("redis://alice:s%3Acret%40x@redis.example:6380/3")
+        #expect(full.address == .tcp(host: "redis.example", port: 6380))
+        #expect(full.user == "alice")
+        #expect(full.password == Array("s:cret@x".utf8))
+        #expect(full.database == 3)
+        let passwordOnly = try RedisEndpoint.parse("redis://:p%2Fw@h/")
+        #expect(passwordOnly.user == nil && passwordOnly.password == Array("p/w".utf8) && passwordOnly.database == 0)
+        let v6 = try RedisEndpoint.parse("redis://[::1]:7000/1")
+        #expect(v6.address == .tcp(host: "::1", port: 7000) && v6.database == 1)
+        #expect(try RedisEndpoint.parse("REDIS://h:1").address == .tcp(host: "h", port: 1))
+    }
+
+    @Test func unixSockets() throws {
+        let socket = try RedisEndpoint.parse("unix:///run/redis/redis%20server.sock?db=2")
+        #expect(socket.address == .unix(path: "/run/redis/redis server.sock") && socket.database == 2)
+        #expect(try RedisEndpoint.parse("unix:///tmp/r.sock").database == 0)
+        #expect(throws: RedisEndpoint.ParseError.self) { try RedisEndpoint.parse("unix://relative/r.sock") }
+        #expect(throws: RedisEndpoint.ParseError.self) { try RedisEndpoint.parse("unix:///tmp/r.sock?database=1") }
+    }
+
+    @Test func refusals() {
+        #expect(throws: RedisEndpoint.ParseError.tlsNotSupported) { try RedisEndpoint.parse("rediss://h:6379") }
+        #expect(throws: RedisEndpoint.ParseError.unknownScheme("http")) { try RedisEndpoint.parse("http://h") }
+        for bad in ["redis://", "redis://h:0", "redis://h:65536", "redis://h:x", "redis://h/db", "redis://h/-1",
+                    "redis://[::1", "redis://[zz]:1", "redis://pw@h", "redis://u:%zz@h", "redis://u:@h",
+                    "redis://h?x=1", "127.0.0.1:6379", "redis://h h"] {
+            #expect(throws: RedisEndpoint.ParseError.self, "\(bad)") { try RedisEndpoint.parse(bad) }
+        }
+    }
+
+    @Test func messagesNeverContainThePassword() {
+        for bad in ["redis://u:hunter2@h:99999", "redis://u:hunter2@h/x", "redis://u:hunter2%@h", "redis://u:hunter2@[h"] {
+            do {
+                _ = try RedisEndpoint.parse(bad)
+                Issue.record("accepted \(bad)")
+            } catch {
+                #expect(!error.description.contains("hunter2"), "\(error)")
+            }
+        }
+        let endpoint = try? RedisEndpoint.parse("redis://u:hunter2@h:1/2")
+        #expect(endpoint?.description == "redis://u@h:1/2")
+    }
+
+    @Test func keyPrefix() {
+        #expect(RedisKeyPrefix("forge-push-token")?.stateKey == "forge-push-token:state")
+        #expect(RedisKeyPrefix("a:B_c.d-9")?.changesChannel == "a:B_c.d-9:changes")
+        #expect(RedisKeyPrefix(String(repeating: "x", count: 64)) != nil)
+        for bad in ["", String(repeating: "x", count: 65), "a b", "a/b", "é", "a*"] {
+            #expect(RedisKeyPrefix(bad) == nil, "\(bad)")
+        }
+    }
+}
+
+/// Validation of what is read from Redis.
+@Suite struct SharedStateTests {
+    @Test func hashFields() throws {
+        #expect(try SharedTokenState.fromHashFields([:]) == nil)
+        #expect(try SharedTokenState.fromHashFields(["version": "7", "token": "ab01"]) == SharedTokenState(version: 7, token: "ab01"))
+        #expect(try SharedTokenState.fromHashFields(["version": "0"]) == SharedTokenState(version: 0, token: nil))
+        for bad in [["token": "ab"], ["version": "x"], ["version": "-1"], ["version": "1.5"], ["version": ""],
+                    ["version": "99999999999999999"], ["version": "1", "token": "AB"], ["version": "1", "token": ""],
+                    ["version": "1", "token": "xyz"]] {
+            #expect(throws: SharedTokenState.Invalid.self, "\(bad)") { try SharedTokenState.fromHashFields(bad) }
+        }
+    }
+
+    @Test func changeMessages() throws {
+        let state = SharedTokenState(version: 12, token: "00ff")
+        #expect(state.changeMessage == #"{"version":12,"token":"00ff"}"#)
+        #expect(try SharedTokenState.fromChangeMessage(Array(state.changeMessage.utf8)) == state)
+        let none = SharedTokenState(version: 3, token: nil)
+        #expect(none.changeMessage == #"{"version":3,"token":null}"#)
+        #expect(try SharedTokenState.fromChangeMessage(Array(none.changeMessage.utf8)) == none)
+        for bad in ["", "{}", "[1]", #"{"version":-1,"token":null}"#, #"{"version":"1","token":null}"#,
+                    #"{"version":1,"token":"ZZ"}"#, #"{"version":1,"token":5}"#] {
+            #expect(throws: SharedTokenState.Invalid.self, "\(bad)") { try SharedTokenState.fromChangeMessage(Array(bad.utf8)) }
+        }
+    }
+
+    @Test func scriptReplies() throws {
+        let reply = RedisReply.array([.integer(1), .bulk(Array("5".utf8)), .bulk(Array("abcd".utf8)),
+                                      .bulk(Array("written".utf8)), .bulk(Array("2".utf8))])
+        let parsed = try RedisScripts.parse(reply)
+        #expect(parsed == RedisScripts.Result(state: SharedTokenState(version: 5, token: "abcd"), changed: true,
+                                              reconciliation: .written, previousVersion: 2))
+        let noToken = RedisReply.array([.integer(0), .bulk(Array("0".utf8)), .null, .bulk(Array("none".utf8)), .bulk([])])
+        #expect(try RedisScripts.parse(noToken).state == SharedTokenState(version: 0, token: nil))
+        #expect(try RedisScripts.parse(noToken).previousVersion == nil)
+        for bad: RedisReply in [.null, .array([]), .array([.integer(1), .bulk(Array("x".utf8)), .null, .bulk(Array("none".utf8)), .bulk([])]),
+                                .array([.integer(1), .bulk(Array("1".utf8)), .bulk(Array("AB".utf8)), .bulk(Array("none".utf8)), .bulk([])]),
+                                .array([.integer(1), .bulk(Array("1".utf8)), .null, .bulk(Array("other".utf8)), .bulk([])])] {
+            #expect(throws: SharedTokenState.Invalid.self) { try RedisScripts.parse(bad) }
+        }
+        #expect(RedisScripts.replicaArguments(nil) == ["0", "", "0"])
+        #expect(RedisScripts.replicaArguments(SharedTokenState(version: 4, token: nil)) == ["4", "", "1"])
+    }
+
+    @Test func errorClassification() {
+        #expect(RedisConnectionError.classify(errorReply: "WRONGPASS invalid username-password pair") == .authFailed("WRONGPASS invalid username-password pair"))
+        #expect(RedisConnectionError.classify(errorReply: "NOAUTH Authentication required.") == .authFailed("NOAUTH Authentication required."))
+        #expect(RedisConnectionError.classify(errorReply: "ERR invalid password") == .authFailed("ERR invalid password"))
+        #expect(RedisConnectionError.classify(errorReply: "READONLY You can't write against a read only replica.") != nil)
+        #expect(RedisConnectionError.classify(errorReply: "LOADING Redis is loading the dataset in memory") != nil)
+        #expect(RedisConnectionError.classify(errorReply: "MASTERDOWN Link with MASTER is down") != nil)
+        #expect(RedisConnectionError.classify(errorReply: "ERR Error running script") == nil)
+        #expect(RedisConnectionError.classify(errorReply: "NOSCRIPT No matching script") == nil)
+        #expect(RedisReply.error("NOSCRIPT No matching script").errorCode == "NOSCRIPT")
+    }
+}
+
+/// The reconnect schedule: about 100 ms, doubling, at most 1 s, jittered.
+@Suite struct ReconnectBackoffTests {
+    @Test func doublesToTheCapWithJitterInTheUpperHalf() {
+        var backoff = ReconnectBackoff()
+        var ranges: [ClosedRange<Double>] = []
+        let highs = (0..<7).map { _ in backoff.next(random: { range in ranges.append(range); return range.upperBound }) }
+        #expect(highs == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0])
+        #expect(ranges.map(\.lowerBound) == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
+        backoff.reset()
+        #expect(backoff.next(random: { $0.lowerBound }) == 0.05)
+        var real = ReconnectBackoff()
+        for _ in 0..<20 {
+            let delay = real.next()
+            #expect(delay >= 0.05 && delay <= 1.0)
+        }
+    }
+}
