@@ -50,7 +50,9 @@ let package = Package(
         // parts Swift cannot reach directly (the context's errstr array, reply elements).
         .systemLibrary(
             name: "CHiredis",
-            pkgConfig: "hiredis",
+            // No pkgConfig: hiredis.pc adds -D_FILE_OFFSET_BITS=64, which SwiftPM refuses with a
+            // warning (and which changes nothing on 64-bit Linux); the shim includes
+            // <hiredis/hiredis.h> from the default include path instead.
             providers: [.apt(["libhiredis-dev"]), .brew(["hiredis"])]
         ),
 

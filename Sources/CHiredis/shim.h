@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 #include <sys/time.h>
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 
 /* The context's error text (empty when err is 0). Valid until the context is used again. */
 static inline const char *fpt_redis_errstr(const redisContext *c) {

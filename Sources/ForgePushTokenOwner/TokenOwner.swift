@@ -20,7 +20,9 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     public typealias Subscriber = any TokenSubscriber<Rendition>
 
     private let machine: Locked<TokenOwnerStateMachine<Rendition>>
-    private let commits: Locked<Void>?
+    /// Serialises the commits of an `.ownerSerialized` store; holds how many it ran (a lock over
+    /// a zero-sized value makes Thread Sanitizer see the mutex itself as the value accessed).
+    private let commits: Locked<UInt64>?
     /// Where the state is kept.
     public let store: any TokenStore
 
@@ -29,7 +31,7 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     public init(store: any TokenStore, initial: TokenState, health: StoreHealth = .ok, maxSubscribers: Int) {
         self.store = store
         self.machine = Locked(TokenOwnerStateMachine(initial: initial, health: health, maxSubscribers: maxSubscribers))
-        self.commits = store.ordering == .ownerSerialized ? Locked(()) : nil
+        self.commits = store.ordering == .ownerSerialized ? Locked(0) : nil
     }
 
     /// Starts the store's reports (changes from elsewhere, health).
@@ -71,7 +73,8 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
             }
             return
         }
-        let (outcome, delivery) = commits.withLock { _ -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?) in
+        let (outcome, delivery) = commits.withLock { count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?) in
+            count &+= 1
             let base = machine.withLock { $0.current.state }
             let result = Locked<CommitOutcome?>(nil)
             store.commit(token, base: base) { outcome in result.withLock { $0 = outcome } }
