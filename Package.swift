@@ -58,30 +58,60 @@ let package = Package(
 
         // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
         // store that lets replicas share one token (docs/replicas.md).
-        .target(name: "RedisTokenStore", dependencies: ["CHiredis", "ForgePushToken", "ForgePushTokenOwner"],
-                swiftSettings: swiftSettings),
+        .target(
+            name: "RedisTokenStore", dependencies: ["CHiredis", "ForgePushToken", "ForgePushTokenOwner"],
+            swiftSettings: swiftSettings),
 
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
-        .target(name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"], swiftSettings: swiftSettings),
+        .target(
+            name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"],
+            swiftSettings: swiftSettings),
 
         // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
-        .target(name: "MicroHTTPDServer", dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"], swiftSettings: swiftSettings),
+        .target(
+            name: "MicroHTTPDServer",
+            dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"],
+            swiftSettings: swiftSettings),
 
         // Configuration, signals, start and stop.
         .executableTarget(
             name: "forge-push-token-server",
-            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "RedisTokenStore"]
+            dependencies: [
+                "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "RedisTokenStore",
+            ]
         ),
 
         // Helpers the test targets share (log recorder, threads, waiting on a condition).
-        .target(name: "ForgePushTokenTestSupport", dependencies: ["ForgePushToken"], path: "Tests/TestSupport",
-                swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenTests", dependencies: ["ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenOwnerTests", dependencies: ["ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenHTTPTests", dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "MicroHTTPDServerTests", dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "RedisTokenStoreTests", dependencies: ["RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "ForgePushTokenServerTests", dependencies: ["forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore", "ForgePushToken", "ForgePushTokenTestSupport"], swiftSettings: swiftSettings),
+        .target(
+            name: "ForgePushTokenTestSupport", dependencies: ["ForgePushToken"], path: "Tests/TestSupport",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ForgePushTokenTests", dependencies: ["ForgePushToken", "ForgePushTokenTestSupport"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ForgePushTokenOwnerTests",
+            dependencies: ["ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ForgePushTokenHTTPTests",
+            dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "MicroHTTPDServerTests",
+            dependencies: [
+                "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken",
+                "ForgePushTokenTestSupport",
+            ], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "RedisTokenStoreTests",
+            dependencies: ["RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ForgePushTokenServerTests",
+            dependencies: [
+                "forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore",
+                "ForgePushToken", "ForgePushTokenTestSupport",
+            ], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of the project, in the order a failure is cheapest to find:
+#   0. the house style: swift-format lint --strict with .swift-format;
 #   1. debug build of everything with -warnings-as-errors, and the unit and live-server tests;
 #   2. the same tests under Thread Sanitizer, then under Address Sanitizer with LeakSanitizer (each
 #      in its own scratch folder, so no build evicts another);
@@ -29,6 +30,9 @@ if [ ! -f "$conformance" ]; then
   echo "         set FORGE_CONFORMANCE=/path/to/shared/conformance/run.py" >&2
   exit 2
 fi
+
+step "house style: swift-format lint --strict (the toolchain's swift-format, .swift-format)"
+swift-format lint --strict --recursive --parallel Sources Tests Package.swift
 
 step "debug build (-warnings-as-errors) and tests"
 swift build --build-tests -Xswiftc -warnings-as-errors

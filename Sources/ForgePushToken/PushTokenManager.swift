@@ -1,19 +1,19 @@
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 
 #if canImport(Observation)
-import Observation
+    import Observation
 #endif
 
 #if canImport(os)
-import os
+    import os
 #elseif canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 /// Holds an app's APNs device token as lowercase hex text and publishes its changes.
@@ -157,13 +157,13 @@ public final class PushTokenManager: Sendable {
         self.delivery = Locked([])
         self.log = logHandler
         #if canImport(Observation)
-        if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *) {
-            self.observation = ObservationRegistrar()
-        } else {
-            self.observation = nil
-        }
+            if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *) {
+                self.observation = ObservationRegistrar()
+            } else {
+                self.observation = nil
+            }
         #else
-        self.observation = nil
+            self.observation = nil
         #endif
     }
 
@@ -198,10 +198,11 @@ public final class PushTokenManager: Sendable {
     /// newer one) and may call back into the manager.
     public var token: String? {
         #if canImport(Observation)
-        if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
-           let registrar = observation as? ObservationRegistrar {
-            registrar.access(self, keyPath: \.token)
-        }
+            if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
+                let registrar = observation as? ObservationRegistrar
+            {
+                registrar.access(self, keyPath: \.token)
+            }
         #endif
         return state.withLock { $0.token }
     }
@@ -326,11 +327,12 @@ public final class PushTokenManager: Sendable {
     /// `withObservationTracking`) and `didSet`, back to back, after the change.
     private func notifyObservers() {
         #if canImport(Observation)
-        if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
-           let registrar = observation as? ObservationRegistrar {
-            registrar.willSet(self, keyPath: \.token)
-            registrar.didSet(self, keyPath: \.token)
-        }
+            if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
+                let registrar = observation as? ObservationRegistrar
+            {
+                registrar.willSet(self, keyPath: \.token)
+                registrar.didSet(self, keyPath: \.token)
+            }
         #endif
     }
 
@@ -344,32 +346,32 @@ extension PushTokenManager {
     /// The handler used by ``init()``: `os.Logger` on Apple platforms, standard error elsewhere.
     static func defaultLogHandler() -> LogHandler {
         #if canImport(os)
-        let logger = Logger(subsystem: "ForgePushToken", category: "PushTokenManager")
-        return { level, message in
-            // Messages never contain a device token, so they are logged as public text.
-            switch level {
-            case .debug: logger.debug("\(message, privacy: .public)")
-            case .info: logger.info("\(message, privacy: .public)")
-            case .warning: logger.warning("\(message, privacy: .public)")
-            case .error: logger.error("\(message, privacy: .public)")
+            let logger = Logger(subsystem: "ForgePushToken", category: "PushTokenManager")
+            return { level, message in
+                // Messages never contain a device token, so they are logged as public text.
+                switch level {
+                case .debug: logger.debug("\(message, privacy: .public)")
+                case .info: logger.info("\(message, privacy: .public)")
+                case .warning: logger.warning("\(message, privacy: .public)")
+                case .error: logger.error("\(message, privacy: .public)")
+                }
             }
-        }
         #else
-        return { level, message in
-            // One write(2) per line, so lines from concurrent calls do not interleave.
-            let line = Array("ForgePushToken \(level.rawValue): \(message)\n".utf8)
-            line.withUnsafeBytes { bytes in
-                _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count)
+            return { level, message in
+                // One write(2) per line, so lines from concurrent calls do not interleave.
+                let line = Array("ForgePushToken \(level.rawValue): \(message)\n".utf8)
+                line.withUnsafeBytes { bytes in
+                    _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count)
+                }
             }
-        }
         #endif
     }
 }
 
 #if canImport(Observation)
-/// `PushTokenManager` participates in Observation where the platform has it: reads of
-/// ``PushTokenManager/token`` are tracked and its changes reported through an
-/// `ObservationRegistrar` (see ``PushTokenManager/token``).
-@available(iOS 17, macOS 14, tvOS 17, watchOS 10, *)
-extension PushTokenManager: Observable {}
+    /// `PushTokenManager` participates in Observation where the platform has it: reads of
+    /// ``PushTokenManager/token`` are tracked and its changes reported through an
+    /// `ObservationRegistrar` (see ``PushTokenManager/token``).
+    @available(iOS 17, macOS 14, tvOS 17, watchOS 10, *)
+    extension PushTokenManager: Observable {}
 #endif

@@ -1,9 +1,9 @@
 #if canImport(UIKit) && !os(watchOS)
-import UIKit
+    import UIKit
 #elseif canImport(AppKit)
-import AppKit
+    import AppKit
 #elseif canImport(WatchKit)
-import WatchKit
+    import WatchKit
 #endif
 
 /// Something that asks the system to register the app with APNs.
@@ -48,107 +48,107 @@ extension PushTokenManager {
 // adapter) and the behaviour of the real frameworks.
 
 #if canImport(UIKit) && !os(watchOS)
-/// Calls `UIApplication.shared.registerForRemoteNotifications()` (iOS, iPadOS, tvOS, visionOS,
-/// Mac Catalyst).
-///
-/// Availability, from Apple's documentation: `UIApplication.shared` is unavailable in iOS app
-/// extensions (`NS_EXTENSION_UNAVAILABLE_IOS` in UIApplication.h), and Swift applies an
-/// `iOSApplicationExtension` rule to Mac Catalyst, tvOS and visionOS app extensions too. The four
-/// attributes below state that same rule for each platform explicitly, so they match UIKit's.
-@available(iOSApplicationExtension, unavailable)
-@available(macCatalystApplicationExtension, unavailable)
-@available(tvOSApplicationExtension, unavailable)
-@available(visionOSApplicationExtension, unavailable)
-struct ApplicationRegistrar: RemoteNotificationRegistrar {
-    func registerForRemoteNotifications() {
-        UIApplication.shared.registerForRemoteNotifications()
-    }
-}
-
-extension PushTokenManager {
-    /// Registers the app for remote notifications by calling
-    /// `UIApplication.shared.registerForRemoteNotifications()` on the main actor.
+    /// Calls `UIApplication.shared.registerForRemoteNotifications()` (iOS, iPadOS, tvOS, visionOS,
+    /// Mac Catalyst).
     ///
-    /// Returns at once. The outcome arrives through the app delegate's
-    /// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)` or
-    /// `application(_:didFailToRegisterForRemoteNotificationsWithError:)`; forward it to
-    /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
-    /// for `UIApplication.registerForRemoteNotifications()`. Not available in app extensions,
-    /// where UIKit makes `UIApplication.shared` unavailable.
-    ///
-    /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
+    /// Availability, from Apple's documentation: `UIApplication.shared` is unavailable in iOS app
+    /// extensions (`NS_EXTENSION_UNAVAILABLE_IOS` in UIApplication.h), and Swift applies an
+    /// `iOSApplicationExtension` rule to Mac Catalyst, tvOS and visionOS app extensions too. The four
+    /// attributes below state that same rule for each platform explicitly, so they match UIKit's.
     @available(iOSApplicationExtension, unavailable)
     @available(macCatalystApplicationExtension, unavailable)
     @available(tvOSApplicationExtension, unavailable)
     @available(visionOSApplicationExtension, unavailable)
-    @MainActor
-    public func registerForRemoteNotifications() {
-        registerForRemoteNotifications(using: ApplicationRegistrar())
+    struct ApplicationRegistrar: RemoteNotificationRegistrar {
+        func registerForRemoteNotifications() {
+            UIApplication.shared.registerForRemoteNotifications()
+        }
     }
-}
+
+    extension PushTokenManager {
+        /// Registers the app for remote notifications by calling
+        /// `UIApplication.shared.registerForRemoteNotifications()` on the main actor.
+        ///
+        /// Returns at once. The outcome arrives through the app delegate's
+        /// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)` or
+        /// `application(_:didFailToRegisterForRemoteNotificationsWithError:)`; forward it to
+        /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
+        /// for `UIApplication.registerForRemoteNotifications()`. Not available in app extensions,
+        /// where UIKit makes `UIApplication.shared` unavailable.
+        ///
+        /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
+        @available(iOSApplicationExtension, unavailable)
+        @available(macCatalystApplicationExtension, unavailable)
+        @available(tvOSApplicationExtension, unavailable)
+        @available(visionOSApplicationExtension, unavailable)
+        @MainActor
+        public func registerForRemoteNotifications() {
+            registerForRemoteNotifications(using: ApplicationRegistrar())
+        }
+    }
 #elseif canImport(AppKit)
-/// Calls `NSApplication.shared.registerForRemoteNotifications()` (macOS 10.14 and later, per
-/// Apple's documentation; this package requires macOS 12).
-///
-/// AppKit does not mark `NSApplication.shared` unavailable in app extensions; this package does,
-/// because an app extension has no application delegate to receive the outcome.
-@available(macOSApplicationExtension, unavailable)
-struct ApplicationRegistrar: RemoteNotificationRegistrar {
-    func registerForRemoteNotifications() {
-        NSApplication.shared.registerForRemoteNotifications()
-    }
-}
-
-extension PushTokenManager {
-    /// Registers the app for remote notifications by calling
-    /// `NSApplication.shared.registerForRemoteNotifications()` on the main actor.
+    /// Calls `NSApplication.shared.registerForRemoteNotifications()` (macOS 10.14 and later, per
+    /// Apple's documentation; this package requires macOS 12).
     ///
-    /// Returns at once. The outcome arrives through the app delegate's
-    /// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)` or
-    /// `application(_:didFailToRegisterForRemoteNotificationsWithError:)`; forward it to
-    /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
-    /// for `NSApplication.registerForRemoteNotifications()`. Not available in app extensions.
-    ///
-    /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
+    /// AppKit does not mark `NSApplication.shared` unavailable in app extensions; this package does,
+    /// because an app extension has no application delegate to receive the outcome.
     @available(macOSApplicationExtension, unavailable)
-    @MainActor
-    public func registerForRemoteNotifications() {
-        registerForRemoteNotifications(using: ApplicationRegistrar())
+    struct ApplicationRegistrar: RemoteNotificationRegistrar {
+        func registerForRemoteNotifications() {
+            NSApplication.shared.registerForRemoteNotifications()
+        }
     }
-}
-#elseif canImport(WatchKit)
-/// Calls `WKApplication.shared().registerForRemoteNotifications()` (watchOS).
-///
-/// Why `WKApplication`, from Apple's documentation: `WKApplication`, its `shared()` and its
-/// `registerForRemoteNotifications()` are available from watchOS 7.0, below this package's
-/// watchOS 8 minimum, so no `@available` gate is needed; it is the app object of single-target
-/// watchOS apps, the only kind Xcode 14 and later creates. `WKExtension` (the object of the older
-/// two-target, extension-based apps) is deprecated from watchOS 9.2, so calling it would break
-/// the build of an app targeting 9.2 or later with warnings as errors. An extension-based app
-/// calls `WKExtension.shared().registerForRemoteNotifications()` itself, or passes its own
-/// registrar to ``PushTokenManager/registerForRemoteNotifications(using:)``.
-struct ApplicationRegistrar: RemoteNotificationRegistrar {
-    func registerForRemoteNotifications() {
-        WKApplication.shared().registerForRemoteNotifications()
-    }
-}
 
-extension PushTokenManager {
-    /// Registers the app for remote notifications by calling
-    /// `WKApplication.shared().registerForRemoteNotifications()` on the main actor.
-    ///
-    /// Returns at once. The outcome arrives through the app delegate's (`WKApplicationDelegate`)
-    /// `didRegisterForRemoteNotifications(withDeviceToken:)` or
-    /// `didFailToRegisterForRemoteNotificationsWithError(_:)`; forward it to
-    /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
-    /// for `WKApplication.registerForRemoteNotifications()` (watchOS 7.0 and later). For a
-    /// single-target watchOS app; an extension-based app passes its own registrar to
-    /// ``registerForRemoteNotifications(using:)``.
-    ///
-    /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
-    @MainActor
-    public func registerForRemoteNotifications() {
-        registerForRemoteNotifications(using: ApplicationRegistrar())
+    extension PushTokenManager {
+        /// Registers the app for remote notifications by calling
+        /// `NSApplication.shared.registerForRemoteNotifications()` on the main actor.
+        ///
+        /// Returns at once. The outcome arrives through the app delegate's
+        /// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)` or
+        /// `application(_:didFailToRegisterForRemoteNotificationsWithError:)`; forward it to
+        /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
+        /// for `NSApplication.registerForRemoteNotifications()`. Not available in app extensions.
+        ///
+        /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
+        @available(macOSApplicationExtension, unavailable)
+        @MainActor
+        public func registerForRemoteNotifications() {
+            registerForRemoteNotifications(using: ApplicationRegistrar())
+        }
     }
-}
+#elseif canImport(WatchKit)
+    /// Calls `WKApplication.shared().registerForRemoteNotifications()` (watchOS).
+    ///
+    /// Why `WKApplication`, from Apple's documentation: `WKApplication`, its `shared()` and its
+    /// `registerForRemoteNotifications()` are available from watchOS 7.0, below this package's
+    /// watchOS 8 minimum, so no `@available` gate is needed; it is the app object of single-target
+    /// watchOS apps, the only kind Xcode 14 and later creates. `WKExtension` (the object of the older
+    /// two-target, extension-based apps) is deprecated from watchOS 9.2, so calling it would break
+    /// the build of an app targeting 9.2 or later with warnings as errors. An extension-based app
+    /// calls `WKExtension.shared().registerForRemoteNotifications()` itself, or passes its own
+    /// registrar to ``PushTokenManager/registerForRemoteNotifications(using:)``.
+    struct ApplicationRegistrar: RemoteNotificationRegistrar {
+        func registerForRemoteNotifications() {
+            WKApplication.shared().registerForRemoteNotifications()
+        }
+    }
+
+    extension PushTokenManager {
+        /// Registers the app for remote notifications by calling
+        /// `WKApplication.shared().registerForRemoteNotifications()` on the main actor.
+        ///
+        /// Returns at once. The outcome arrives through the app delegate's (`WKApplicationDelegate`)
+        /// `didRegisterForRemoteNotifications(withDeviceToken:)` or
+        /// `didFailToRegisterForRemoteNotificationsWithError(_:)`; forward it to
+        /// ``didRegister(deviceToken:)`` or ``didFailToRegister(error:)``. See Apple's documentation
+        /// for `WKApplication.registerForRemoteNotifications()` (watchOS 7.0 and later). For a
+        /// single-target watchOS app; an extension-based app passes its own registrar to
+        /// ``registerForRemoteNotifications(using:)``.
+        ///
+        /// A one-line adapter over ``registerForRemoteNotifications(using:)``.
+        @MainActor
+        public func registerForRemoteNotifications() {
+            registerForRemoteNotifications(using: ApplicationRegistrar())
+        }
+    }
 #endif

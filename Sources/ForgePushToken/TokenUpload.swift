@@ -189,7 +189,9 @@ extension PushTokenManager {
                     if Task.isCancelled { return }
                     let reason = Self.redacted("\(error)", value)
                     if mailbox.hasValue {
-                        log(.error, "device token upload failed (attempt \(attempt)): \(reason); a newer value replaces it")
+                        log(
+                            .error,
+                            "device token upload failed (attempt \(attempt)): \(reason); a newer value replaces it")
                         break
                     }
                     let wait = retryPolicy.delay(forRetry: attempt, using: &generator)

@@ -40,10 +40,10 @@ public struct BearerAuthentication: Sendable {
         return body.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"):
                 true
             case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "+"),
-                 UInt8(ascii: "/"):
+                UInt8(ascii: "/"):
                 true
             default:
                 false
@@ -81,12 +81,14 @@ public struct BearerAuthentication: Sendable {
         if let authorization {
             let value = authorization.utf8
             guard value.count > 7, value.prefix(6).elementsEqual("bearer".utf8, by: { asciiLower($0) == $1 }),
-                  value.dropFirst(6).first == UInt8(ascii: " ") else { return .invalid }
+                value.dropFirst(6).first == UInt8(ascii: " ")
+            else { return .invalid }
             let credentials = value.dropFirst(6).drop { $0 == UInt8(ascii: " ") }
             return Self.constantTimeEquals(credentials, secret) ? .authorized : .invalid
         }
         guard method == "GET" || method == "HEAD", let query,
-              let sent = RequestBodies.formField("access_token", in: query) else { return .missing }
+            let sent = RequestBodies.formField("access_token", in: query)
+        else { return .missing }
         guard let decoded = RequestBodies.percentDecoded(sent) else { return .invalid }
         return Self.constantTimeEquals(decoded.utf8, secret) ? .authorized : .invalid
     }
@@ -102,7 +104,8 @@ public struct BearerAuthentication: Sendable {
             challenge += ", error=\"invalid_token\""
             message = "the bearer token is not the service's token"
         } else {
-            message = "send the service's token as 'Authorization: Bearer <token>'"
+            message =
+                "send the service's token as 'Authorization: Bearer <token>'"
                 + (method == "GET" || method == "HEAD" ? " or as the access_token query parameter" : "")
         }
         return .error(401, ServiceError("unauthorized", message), headers: ["WWW-Authenticate": challenge])

@@ -20,8 +20,10 @@ public enum ConditionalGET {
     /// `Content-Length`: the 200's length is the one value RFC 9110 §8.6 allows there (an empty
     /// body would claim `Content-Length: 0`, which would be wrong).
     public static func notModified(_ full: HTTPResponse) -> HTTPResponse {
-        HTTPResponse(status: 304, headers: HTTPHeaders(full.headers.fields.filter { !$0.name.caseInsensitiveEquals("Content-Type") }),
-                     body: full.body)
+        HTTPResponse(
+            status: 304,
+            headers: HTTPHeaders(full.headers.fields.filter { !$0.name.caseInsensitiveEquals("Content-Type") }),
+            body: full.body)
     }
 }
 
@@ -32,10 +34,12 @@ extension Responder {
     /// a token that needs the bearer token to read, so that no shared cache keeps it). The engine
     /// may build it once per version and reuse it for every request.
     public static func tokenResponse(_ snapshot: TokenSnapshot, isPrivate: Bool = false) -> HTTPResponse {
-        .json(200, snapshot.tokenBody, headers: [
-            "Cache-Control": isPrivate ? "private, no-cache" : "no-cache",
-            "ETag": snapshot.entityTag.fieldValue,
-        ])
+        .json(
+            200, snapshot.tokenBody,
+            headers: [
+                "Cache-Control": isPrivate ? "private, no-cache" : "no-cache",
+                "ETag": snapshot.entityTag.fieldValue,
+            ])
     }
 
     /// The `304 Not Modified` of `tokenResponse(snapshot, isPrivate:)`, for a request whose
@@ -49,15 +53,17 @@ extension Responder {
     func tokenRead(_ request: HTTPRequest) -> HTTPResponse {
         let snapshot = owner.current
         let isPrivate = authentication?.protects(.token) == true
-        return ConditionalGET.answer(Self.tokenResponse(snapshot, isPrivate: isPrivate), current: snapshot.entityTag,
-                                     ifNoneMatch: request.headers["If-None-Match"])
+        return ConditionalGET.answer(
+            Self.tokenResponse(snapshot, isPrivate: isPrivate), current: snapshot.entityTag,
+            ifNoneMatch: request.headers["If-None-Match"])
     }
 
     /// `GET` or `HEAD /`: the live page with its policy header fields, or 304 when the request's
     /// `If-None-Match` names it.
     func pageRead(_ request: HTTPRequest) -> HTTPResponse {
-        let full = HTTPResponse(status: 200, headers: LivePage.headers(isPrivate: authentication?.protects(.page) == true),
-                                body: LivePage.html)
+        let full = HTTPResponse(
+            status: 200, headers: LivePage.headers(isPrivate: authentication?.protects(.page) == true),
+            body: LivePage.html)
         return ConditionalGET.answer(full, current: LivePage.entityTag, ifNoneMatch: request.headers["If-None-Match"])
     }
 }

@@ -30,8 +30,9 @@ public struct CrossOriginPolicy: Sendable, Equatable {
     /// - Throws: `ServiceError` (`invalid_origin`) naming the first malformed entry.
     public init(origins: [String]) throws(ServiceError) {
         for origin in origins where origin != "*" && !Self.isSerializedOrigin(origin) {
-            throw ServiceError("invalid_origin",
-                               "\(origin) is not an origin: write scheme://host[:port], for example https://app.example.com, or *")
+            throw ServiceError(
+                "invalid_origin",
+                "\(origin) is not an origin: write scheme://host[:port], for example https://app.example.com, or *")
         }
         self.origins = origins
     }
@@ -73,18 +74,24 @@ public struct CrossOriginPolicy: Sendable, Equatable {
             return HTTPResponse(status: 204, headers: ["Allow": allow])
         }
         guard let allowed = allowOriginValue(for: origin) else {
-            return .error(403, ServiceError("origin_not_allowed",
-                                            "cross-origin requests from \(origin) are not allowed; start the service with --cors-origin \(origin)"),
-                          headers: ["Vary": "Origin"])
+            return .error(
+                403,
+                ServiceError(
+                    "origin_not_allowed",
+                    "cross-origin requests from \(origin) are not allowed; start the service with --cors-origin \(origin)"
+                ),
+                headers: ["Vary": "Origin"])
         }
-        return HTTPResponse(status: 204, headers: [
-            "Allow": allow,
-            "Access-Control-Allow-Origin": allowed,
-            "Access-Control-Allow-Methods": allow,
-            "Access-Control-Allow-Headers": Self.allowedHeaders,
-            "Access-Control-Max-Age": String(Self.maxAgeSeconds),
-            "Vary": "Origin",
-        ])
+        return HTTPResponse(
+            status: 204,
+            headers: [
+                "Allow": allow,
+                "Access-Control-Allow-Origin": allowed,
+                "Access-Control-Allow-Methods": allow,
+                "Access-Control-Allow-Headers": Self.allowedHeaders,
+                "Access-Control-Max-Age": String(Self.maxAgeSeconds),
+                "Vary": "Origin",
+            ])
     }
 
     /// Whether `text` is `http://` or `https://`, then a host of letters, digits, `-`, `.` (or an
@@ -115,10 +122,13 @@ public struct CrossOriginPolicy: Sendable, Equatable {
                 port = rest[rest.index(after: colon)...]
                 if port.isEmpty { return false }
             }
-            guard !host.isEmpty, host.utf8.allSatisfy({ byte in
-                (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
-                    || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
-            }) else { return false }
+            guard !host.isEmpty,
+                host.utf8.allSatisfy({ byte in
+                    (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z"))
+                        || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
+                        || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
+                })
+            else { return false }
             if port.isEmpty { return true }
         }
         return (1...5).contains(port.count) && port.allSatisfy(\.isASCII) && port.allSatisfy(\.isNumber)

@@ -69,8 +69,11 @@ public enum IfNoneMatch {
     ///
     /// Reads the bytes in place: no allocation, so the cached `GET /token` path may call it.
     public static func matches(_ field: UnsafeBufferPointer<UInt8>, current: EntityTag) -> Bool {
-        let space = UInt8(ascii: " "), tab = UInt8(ascii: "\t"), quote = UInt8(ascii: "\"")
-        let comma = UInt8(ascii: ","), count = field.count
+        let space = UInt8(ascii: " ")
+        let tab = UInt8(ascii: "\t")
+        let quote = UInt8(ascii: "\"")
+        let comma = UInt8(ascii: ",")
+        let count = field.count
         var index = 0
         func skipWhitespace() {
             while index < count, field[index] == space || field[index] == tab { index += 1 }

@@ -60,8 +60,10 @@ public final class EventSubscriber: TokenSubscriber {
     /// `retry:` field); with a `floor` (a replica's subscriber whose `Last-Event-ID` is above
     /// `first`'s version), no event below `floor` is sent: the first event is the first offered at
     /// `floor` or above.
-    public init(id: UInt64, first: TokenSnapshot, tally: DeliveryTally = DeliveryTally(), preamble: [UInt8] = [],
-                floor: UInt64? = nil, wake: @escaping @Sendable () -> Void) {
+    public init(
+        id: UInt64, first: TokenSnapshot, tally: DeliveryTally = DeliveryTally(), preamble: [UInt8] = [],
+        floor: UInt64? = nil, wake: @escaping @Sendable () -> Void
+    ) {
         self.id = id
         self.tally = tally
         var initial = State(pending: first, lastOffered: first.version)

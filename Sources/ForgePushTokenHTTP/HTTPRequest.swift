@@ -18,7 +18,8 @@ public struct HTTPRequest: Sendable {
     /// Creates a request from a path and query already split apart, as a server engine that
     /// parses the request target hands them over (the path percent-decoded: a `?` in it is data,
     /// not the start of a query, so `/token%3Fx` is the path `/token?x`, which names no route).
-    public init(method: String, path: String, query: String?, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+    public init(method: String, path: String, query: String?, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = [])
+    {
         self.method = method
         self.path = path
         self.query = query
@@ -82,7 +83,8 @@ public struct HTTPHeaders: Sendable, ExpressibleByDictionaryLiteral, Sequence {
 extension StringProtocol {
     /// ASCII case-insensitive equality, as header names and media types need (RFC 9110 §5.1, §8.3.1).
     func caseInsensitiveEquals(_ other: some StringProtocol) -> Bool {
-        let lhs = utf8, rhs = other.utf8
+        let lhs = utf8
+        let rhs = other.utf8
         guard lhs.count == rhs.count else { return false }
         return zip(lhs, rhs).allSatisfy { asciiLower($0) == asciiLower($1) }
     }

@@ -1,8 +1,9 @@
 import ForgePushTokenOwner
+
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 
 /// One complete HTTP response: status, header fields and body bytes.
@@ -36,13 +37,16 @@ public struct HTTPResponse: Sendable {
     }
 
     /// A response whose body is `value` encoded by Foundation's `JSONEncoder`.
-    public static func json(_ status: Int, encoding value: some Encodable, headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse {
+    public static func json(_ status: Int, encoding value: some Encodable, headers: HTTPHeaders = HTTPHeaders())
+        -> HTTPResponse
+    {
         json(status, JSONBody.encode(value), headers: headers)
     }
 
     /// An error response with the body `{"error":"<code>","message":"<text>"}` (http-api.md,
     /// "Common rules").
-    public static func error(_ status: Int, _ error: ServiceError, headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse {
+    public static func error(_ status: Int, _ error: ServiceError, headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse
+    {
         json(status, encoding: error, headers: headers)
     }
 }

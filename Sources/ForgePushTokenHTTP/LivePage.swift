@@ -1,7 +1,7 @@
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 
 /// `GET /`: a small self-contained page that shows the token live.
@@ -18,67 +18,68 @@ public enum LivePage {
     public static let contentType = "text/html; charset=utf-8"
 
     /// The page, UTF-8.
-    public static let html: [UInt8] = Array(#"""
-    <!doctype html>
-    <html lang="en">
-    <head>
-    <meta charset="utf-8">
-    <meta name="viewport" content="width=device-width, initial-scale=1">
-    <title>forge-push-token</title>
-    <style>
-      body { font: 16px/1.5 system-ui, sans-serif; margin: 2rem auto; max-width: 46rem; padding: 0 1rem; color: #1d1d1f; }
-      h1 { font-size: 1.3rem; }
-      dl { display: grid; grid-template-columns: max-content 1fr; gap: .4rem 1rem; }
-      dt { color: #6e6e73; }
-      dd { margin: 0; }
-      #token { font-family: ui-monospace, monospace; word-break: break-all; }
-      #state[data-state="open"] { color: #1a7f37; }
-      #state[data-state="connecting"] { color: #9a6700; }
-      #state[data-state="closed"] { color: #cf222e; }
-    </style>
-    </head>
-    <body>
-    <h1>APNs device token</h1>
-    <dl>
-      <dt>Token</dt><dd id="token">…</dd>
-      <dt>Version</dt><dd id="version">…</dd>
-      <dt>Last change seen</dt><dd id="changed">…</dd>
-      <dt>Connection</dt><dd id="state" data-state="connecting">connecting</dd>
-    </dl>
-    <script>
-    "use strict";
-    const $ = (id) => document.getElementById(id);
-    let source = null, retryDelay = 1000, retryTimer = null, lastToken;
-    function setState(state, text) { $("state").dataset.state = state; $("state").textContent = text; }
-    function connect() {
-      retryTimer = null;
-      setState("connecting", "connecting");
-      source = new EventSource("token/stream" + location.search);
-      source.onopen = () => { retryDelay = 1000; setState("open", "live"); };
-      source.addEventListener("token", (event) => {
-        const token = JSON.parse(event.data).token;
-        $("token").textContent = token === null ? "none" : token;
-        $("version").textContent = event.lastEventId;
-        if (token !== lastToken) { $("changed").textContent = new Date().toLocaleString(); lastToken = token; }
-        setState("open", "live");
-      });
-      source.onerror = () => {
-        if (source.readyState === EventSource.CLOSED) {
-          // A non-200 answer (a restart in progress, a full service): EventSource gave up; retry.
-          setState("closed", "disconnected, retrying in " + retryDelay / 1000 + " s");
-          if (retryTimer === null) { retryTimer = setTimeout(connect, retryDelay); }
-          retryDelay = Math.min(retryDelay * 2, 30000);
-        } else {
-          setState("connecting", "reconnecting");
+    public static let html: [UInt8] = Array(
+        #"""
+        <!doctype html>
+        <html lang="en">
+        <head>
+        <meta charset="utf-8">
+        <meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>forge-push-token</title>
+        <style>
+          body { font: 16px/1.5 system-ui, sans-serif; margin: 2rem auto; max-width: 46rem; padding: 0 1rem; color: #1d1d1f; }
+          h1 { font-size: 1.3rem; }
+          dl { display: grid; grid-template-columns: max-content 1fr; gap: .4rem 1rem; }
+          dt { color: #6e6e73; }
+          dd { margin: 0; }
+          #token { font-family: ui-monospace, monospace; word-break: break-all; }
+          #state[data-state="open"] { color: #1a7f37; }
+          #state[data-state="connecting"] { color: #9a6700; }
+          #state[data-state="closed"] { color: #cf222e; }
+        </style>
+        </head>
+        <body>
+        <h1>APNs device token</h1>
+        <dl>
+          <dt>Token</dt><dd id="token">…</dd>
+          <dt>Version</dt><dd id="version">…</dd>
+          <dt>Last change seen</dt><dd id="changed">…</dd>
+          <dt>Connection</dt><dd id="state" data-state="connecting">connecting</dd>
+        </dl>
+        <script>
+        "use strict";
+        const $ = (id) => document.getElementById(id);
+        let source = null, retryDelay = 1000, retryTimer = null, lastToken;
+        function setState(state, text) { $("state").dataset.state = state; $("state").textContent = text; }
+        function connect() {
+          retryTimer = null;
+          setState("connecting", "connecting");
+          source = new EventSource("token/stream" + location.search);
+          source.onopen = () => { retryDelay = 1000; setState("open", "live"); };
+          source.addEventListener("token", (event) => {
+            const token = JSON.parse(event.data).token;
+            $("token").textContent = token === null ? "none" : token;
+            $("version").textContent = event.lastEventId;
+            if (token !== lastToken) { $("changed").textContent = new Date().toLocaleString(); lastToken = token; }
+            setState("open", "live");
+          });
+          source.onerror = () => {
+            if (source.readyState === EventSource.CLOSED) {
+              // A non-200 answer (a restart in progress, a full service): EventSource gave up; retry.
+              setState("closed", "disconnected, retrying in " + retryDelay / 1000 + " s");
+              if (retryTimer === null) { retryTimer = setTimeout(connect, retryDelay); }
+              retryDelay = Math.min(retryDelay * 2, 30000);
+            } else {
+              setState("connecting", "reconnecting");
+            }
+          };
         }
-      };
-    }
-    connect();
-    </script>
-    </body>
-    </html>
+        connect();
+        </script>
+        </body>
+        </html>
 
-    """#.utf8)
+        """#.utf8)
 }
 
 extension LivePage {
@@ -119,11 +120,13 @@ extension LivePage {
     /// `page`, in order: the bytes between the start tag (written exactly `<element>`, without
     /// attributes) and the end tag, as the browser hashes them.
     static func inlineHashSources(element: String, in page: [UInt8]) -> [String] {
-        let open = Array("<\(element)>".utf8), close = Array("</\(element)>".utf8)
+        let open = Array("<\(element)>".utf8)
+        let close = Array("</\(element)>".utf8)
         var sources: [String] = []
         var searchFrom = page.startIndex
         while let start = page[searchFrom...].firstRange(of: open),
-              let end = page[start.upperBound...].firstRange(of: close) {
+            let end = page[start.upperBound...].firstRange(of: close)
+        {
             let text = page[start.upperBound..<end.lowerBound]
             sources.append("'sha256-\(Data(SHA256.digest(text)).base64EncodedString())'")
             searchFrom = end.upperBound

@@ -1,11 +1,11 @@
 import ForgePushTokenOwner
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The standard process metrics that every Prometheus client library exports, with their names
@@ -38,15 +38,20 @@ package struct ProcessMetrics: Equatable, Sendable {
     /// be read or parsed.
     package static func read() -> ProcessMetrics? {
         guard let stat = try? SmallFile.contents(of: "/proc/self/stat", maxBytes: 4096),
-              let system = try? SmallFile.contents(of: "/proc/stat", maxBytes: 1 << 20),
-              let bootTime = parseBootTime(system) else { return nil }
+            let system = try? SmallFile.contents(of: "/proc/stat", maxBytes: 1 << 20),
+            let bootTime = parseBootTime(system)
+        else { return nil }
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         let pageSize = Double(sysconf(Int32(_SC_PAGESIZE)))
-        guard ticks > 0, pageSize > 0, var metrics = parse(stat: stat, ticksPerSecond: ticks, pageSize: pageSize,
-                                                           bootTime: bootTime) else { return nil }
+        guard ticks > 0, pageSize > 0,
+            var metrics = parse(
+                stat: stat, ticksPerSecond: ticks, pageSize: pageSize,
+                bootTime: bootTime)
+        else { return nil }
         metrics.openFileDescriptors = countOpenFileDescriptors()
         var limit = rlimit()
-        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max {  // rlim_t.max: RLIM_INFINITY
+        // rlim_t.max is RLIM_INFINITY: no limit to report.
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max {
             metrics.maxFileDescriptors = Int(clamping: limit.rlim_cur)
         }
         return metrics
@@ -56,8 +61,10 @@ package struct ProcessMetrics: Equatable, Sendable {
     /// parentheses and may itself hold spaces and parentheses, so the fields are counted after the
     /// last `)`. Field 14 `utime`, 15 `stime`, 22 `starttime` (clock ticks), 23 `vsize` (bytes),
     /// 24 `rss` (pages). `nil` when a field is missing or not a number.
-    package static func parse(stat: [UInt8], ticksPerSecond: Double, pageSize: Double,
-                              bootTime: Double) -> ProcessMetrics? {
+    package static func parse(
+        stat: [UInt8], ticksPerSecond: Double, pageSize: Double,
+        bootTime: Double
+    ) -> ProcessMetrics? {
         guard let close = stat.lastIndex(of: UInt8(ascii: ")")) else { return nil }
         // Index 0 is field 3 (the state).
         let fields = stat[(close + 1)...].split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") })
@@ -67,10 +74,12 @@ package struct ProcessMetrics: Equatable, Sendable {
             return UInt64(String(decoding: fields[index], as: UTF8.self)).map { Double($0) }
         }
         guard let user = number(14), let system = number(15), let start = number(22),
-              let virtual = number(23), let resident = number(24) else { return nil }
-        return ProcessMetrics(cpuSeconds: (user + system) / ticksPerSecond, residentBytes: resident * pageSize,
-                              virtualBytes: virtual, startTimeSeconds: bootTime + start / ticksPerSecond,
-                              openFileDescriptors: nil, maxFileDescriptors: nil)
+            let virtual = number(23), let resident = number(24)
+        else { return nil }
+        return ProcessMetrics(
+            cpuSeconds: (user + system) / ticksPerSecond, residentBytes: resident * pageSize,
+            virtualBytes: virtual, startTimeSeconds: bootTime + start / ticksPerSecond,
+            openFileDescriptors: nil, maxFileDescriptors: nil)
     }
 
     /// The `btime` line of `/proc/stat`: boot time in seconds since the Unix epoch.
@@ -113,11 +122,13 @@ package struct ProcessMetrics: Equatable, Sendable {
         func family(_ name: String, _ type: String, _ help: String, _ value: String) {
             text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(value)\n"
         }
-        family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", "\(cpuSeconds)")
+        family(
+            "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", "\(cpuSeconds)")
         family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", "\(residentBytes)")
         family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", "\(virtualBytes)")
-        family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.",
-               "\(startTimeSeconds)")
+        family(
+            "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.",
+            "\(startTimeSeconds)")
         if let openFileDescriptors {
             family("process_open_fds", "gauge", "Number of open file descriptors.", "\(openFileDescriptors)")
         }

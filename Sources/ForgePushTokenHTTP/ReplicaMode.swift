@@ -41,9 +41,12 @@ public struct ReplicaMode: Sendable {
     }
 
     /// The `503 store_unavailable` of a read before the state is known.
-    static let notReadYet = HTTPResponse.error(503, ServiceError("store_unavailable",
-                                                                 "the replica has not read the shared token yet; retry"),
-                                               headers: ["Retry-After": "1"])
+    static let notReadYet = HTTPResponse.error(
+        503,
+        ServiceError(
+            "store_unavailable",
+            "the replica has not read the shared token yet; retry"),
+        headers: ["Retry-After": "1"])
 
     /// The `GET /token` answer under `health`, from `response` (the answer the service gives
     /// alone): as is while healthy, with `Token-Stale: true` while degraded, and the `503
@@ -64,7 +67,8 @@ public struct ReplicaMode: Sendable {
     /// The numeric `Last-Event-ID` of a request, if it has one (decimal digits only).
     static func lastEventID(_ value: String?) -> UInt64? {
         guard let value, !value.isEmpty, value.utf8.count <= 20,
-              value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
+            value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") })
+        else { return nil }
         return UInt64(value)
     }
 }

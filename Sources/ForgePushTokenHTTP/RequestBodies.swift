@@ -1,9 +1,10 @@
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
 import ForgePushToken
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Decoding of request bodies into the manager's inputs (http-api.md, `POST /register` and
 /// `POST /fail`). Pure functions over bytes; every rejection is a `ServiceError` whose message
@@ -72,12 +73,15 @@ public enum RequestBodies {
     /// - anything else: the body text (UTF-8) is the message.
     /// - An empty body, whatever its type, means "unknown error" (the body is optional).
     /// - Throws: `ServiceError` with code `invalid_request`.
-    public static func registrationFailure(contentType: String?, body: [UInt8]) throws(ServiceError) -> RegistrationFailure {
+    public static func registrationFailure(contentType: String?, body: [UInt8]) throws(ServiceError)
+        -> RegistrationFailure
+    {
         if body.isEmpty { return RegistrationFailure(message: "unknown error") }
         if mediaType(contentType) == "application/json" {
             guard let decoded = try? JSONDecoder().decode(RegistrationFailure.self, from: Data(body)) else {
-                throw ServiceError("invalid_request",
-                                   #"expected a JSON object {"message":"…"} with optional "domain" (string) and "code" (integer)"#)
+                throw ServiceError(
+                    "invalid_request",
+                    #"expected a JSON object {"message":"…"} with optional "domain" (string) and "code" (integer)"#)
             }
             return decoded
         }
@@ -92,10 +96,13 @@ public enum RequestBodies {
     static func asciiMediaType(_ contentType: String) -> String? {
         let result: String?? = contentType.utf8.withContiguousStorageIfAvailable { bytes -> String? in
             guard !bytes.contains(where: { $0 >= 0x80 }) else { return nil }
-            var start = 0, end = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.count
+            var start = 0
+            var end = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.count
             while start < end, isASCIISpace(bytes[start]) { start += 1 }
             while end > start, isASCIISpace(bytes[end - 1]) { end -= 1 }
-            if start == 0, end == bytes.count, !bytes.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) {
+            if start == 0, end == bytes.count,
+                !bytes.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })
+            {
                 return contentType  // already a bare, lowercase media type
             }
             return String(decoding: bytes[start..<end].map(asciiLower), as: UTF8.self)
@@ -108,7 +115,8 @@ public enum RequestBodies {
     /// a bad length), which the general path then decodes or rejects with its message. For every
     /// body it accepts, the result is the one the general path gives.
     static func plainHexToken(_ body: [UInt8]) -> [UInt8]? {
-        var start = body.startIndex, end = body.endIndex
+        var start = body.startIndex
+        var end = body.endIndex
         while start < end, isASCIISpace(body[start]) { start += 1 }
         while end > start, isASCIISpace(body[end - 1]) { end -= 1 }
         guard (2...2 * maxTokenBytes).contains(end - start) else { return nil }
@@ -158,7 +166,8 @@ public enum RequestBodies {
                 bytes.append(UInt8(ascii: " "))
             case UInt8(ascii: "%"):
                 guard let high = input.next(), let low = input.next(),
-                      let decoded = DeviceTokenHex.decode(utf8: [high, low]) else { return nil }
+                    let decoded = DeviceTokenHex.decode(utf8: [high, low])
+                else { return nil }
                 bytes.append(contentsOf: decoded)
             default:
                 bytes.append(byte)
@@ -193,9 +202,9 @@ public struct RegistrationFailure: Error, Sendable, Equatable, Decodable, Custom
     /// `NSCocoaErrorDomain 3010: remote notifications are not supported in the simulator`.
     public var description: String {
         switch (domain, code) {
-        case let (domain?, code?): "\(domain) \(code): \(message)"
-        case let (domain?, nil): "\(domain): \(message)"
-        case let (nil, code?): "code \(code): \(message)"
+        case (let domain?, let code?): "\(domain) \(code): \(message)"
+        case (let domain?, nil): "\(domain): \(message)"
+        case (nil, let code?): "code \(code): \(message)"
         case (nil, nil): message
         }
     }
@@ -207,7 +216,8 @@ extension StringProtocol where UTF8View: BidirectionalCollection {
     package func trimmingASCIIWhitespace() -> SubSequence {
         let bytes = utf8
         guard let first = bytes.firstIndex(where: { !RequestBodies.isASCIISpace($0) }),
-              let last = bytes.lastIndex(where: { !RequestBodies.isASCIISpace($0) }) else { return self[endIndex...] }
+            let last = bytes.lastIndex(where: { !RequestBodies.isASCIISpace($0) })
+        else { return self[endIndex...] }
         return self[first..<bytes.index(after: last)]
     }
 }

@@ -64,8 +64,10 @@ public final class Responder: Sendable {
         public var remote: String?
 
         /// A finished request.
-        public init(method: String, path: String, route: Route?, status: Int, bytes: Int, microseconds: Int?,
-                    wasStream: Bool, remote: String? = nil) {
+        public init(
+            method: String, path: String, route: Route?, status: Int, bytes: Int, microseconds: Int?,
+            wasStream: Bool, remote: String? = nil
+        ) {
             self.method = method
             self.path = path
             self.route = route
@@ -103,9 +105,11 @@ public final class Responder: Sendable {
     ///   - log: where failures, registration failures and the access log go (default: nowhere).
     ///   - accessLog: whether to log one line per finished request.
     ///   - replica: the replica mode, when the token is shared with other replicas (default none).
-    public init(owner: TokenOwner<TokenSnapshot>, authentication: BearerAuthentication? = nil,
-                crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil, accessLog: Bool = false,
-                replica: ReplicaMode? = nil) {
+    public init(
+        owner: TokenOwner<TokenSnapshot>, authentication: BearerAuthentication? = nil,
+        crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil, accessLog: Bool = false,
+        replica: ReplicaMode? = nil
+    ) {
         self.owner = owner
         self.replica = replica
         self.authentication = authentication
@@ -133,8 +137,9 @@ public final class Responder: Sendable {
     public func admit(_ head: HTTPRequest) -> Admission {
         let origin = head.headers["Origin"]
         guard let route = Route(path: head.path) else {
-            return .answer(refuse(.error(404, ServiceError("not_found", "no route for \(head.path)")), origin: origin),
-                           route: nil)
+            return .answer(
+                refuse(.error(404, ServiceError("not_found", "no route for \(head.path)")), origin: origin),
+                route: nil)
         }
         let method = head.method
         if method == "OPTIONS" {
@@ -142,15 +147,20 @@ public final class Responder: Sendable {
         }
         guard route.allowedMethods.contains(method) else {
             let allow = route.allowedMethods.joined(separator: ", ")
-            return .answer(refuse(.error(405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
-                                         headers: ["Allow": allow]), origin: origin), route: route)
+            return .answer(
+                refuse(
+                    .error(
+                        405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
+                        headers: ["Allow": allow]), origin: origin), route: route)
         }
         if let authentication, authentication.protects(route) {
-            let outcome = authentication.check(authorization: head.headers["Authorization"], query: head.query,
-                                               method: method)
+            let outcome = authentication.check(
+                authorization: head.headers["Authorization"], query: head.query,
+                method: method)
             if outcome != .authorized {
                 metrics.increment(.unauthorizedRequests)
-                return .answer(refuse(BearerAuthentication.unauthorized(outcome, method: method), origin: origin), route: route)
+                return .answer(
+                    refuse(BearerAuthentication.unauthorized(outcome, method: method), origin: origin), route: route)
             }
         }
         return .proceed(AdmittedRequest(route: route, request: head))
@@ -164,7 +174,8 @@ public final class Responder: Sendable {
         switch admitted.route {
         case .register:
             do {
-                let token = try RequestBodies.deviceToken(contentType: request.headers["Content-Type"], body: request.body)
+                let token = try RequestBodies.deviceToken(
+                    contentType: request.headers["Content-Type"], body: request.body)
                 metrics.increment(.registrationsAccepted)
                 return write(DeviceTokenHex.encode(token), origin: origin)
             } catch {
@@ -173,8 +184,9 @@ public final class Responder: Sendable {
             }
         case .fail:
             do {
-                let failure = try RequestBodies.registrationFailure(contentType: request.headers["Content-Type"],
-                                                                    body: request.body)
+                let failure = try RequestBodies.registrationFailure(
+                    contentType: request.headers["Content-Type"],
+                    body: request.body)
                 metrics.increment(.failuresReported)
                 log?.log(.error, "registration failed: \(failure)")
                 return write(nil, origin: origin)
@@ -188,19 +200,28 @@ public final class Responder: Sendable {
             return .response(refuse(tokenRead(request), origin: origin))
         case .stream:
             if request.method == "HEAD" {
-                return .response(refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin))
+                return .response(
+                    refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin))
             }
             return .eventStream
         case .healthz:
             return .response(refuse(health(), origin: origin))
         case .metrics:
             let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: StoreHealth.stateNotSaved) : nil
-            let text = metrics.render(subscribers: owner.subscriberCount, events: deliveries.counts,
-                                      maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved)
+            let text =
+                metrics.render(
+                    subscribers: owner.subscriberCount, events: deliveries.counts,
+                    maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved)
                 + (replica?.metrics() ?? "")
-            return .response(refuse(HTTPResponse(status: 200, headers: ["Content-Type": ServiceMetrics.contentType,
-                                                                        "Cache-Control": "no-store"],
-                                                 body: Array(text.utf8)), origin: origin))
+            return .response(
+                refuse(
+                    HTTPResponse(
+                        status: 200,
+                        headers: [
+                            "Content-Type": ServiceMetrics.contentType,
+                            "Cache-Control": "no-store",
+                        ],
+                        body: Array(text.utf8)), origin: origin))
         case .page:
             return .response(refuse(pageRead(request), origin: origin))
         }
@@ -241,11 +262,15 @@ public final class Responder: Sendable {
             return .json(200, TokenSnapshot.changeBody(state, changed: outcome.changed))
         case .notSaved(_, _, let reason):
             log?.log(.error, "\(reason); the service is degraded until a write succeeds")
-            return .error(503, ServiceError("state_not_saved",
-                                            "the token is in memory but could not be saved to the state file; see the service's log"))
+            return .error(
+                503,
+                ServiceError(
+                    "state_not_saved",
+                    "the token is in memory but could not be saved to the state file; see the service's log"))
         case .unknown, .unavailable:
-            return .error(503, ServiceError("store_unavailable", "the token's store did not confirm the write; retry"),
-                          headers: ["Retry-After": "1"])
+            return .error(
+                503, ServiceError("store_unavailable", "the token's store did not confirm the write; retry"),
+                headers: ["Retry-After": "1"])
         }
     }
 
@@ -284,13 +309,17 @@ public final class Responder: Sendable {
     ///   - wake: resumes the subscriber's connection (see `EventSubscriber`).
     /// - Returns: the response head (200 with the SSE header fields) and the subscriber, or a 503
     ///   (`too_many_subscribers` with `Retry-After`, or `shutting_down`) and `nil`.
-    public func openEventStream(for admitted: AdmittedRequest,
-                                wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
+    public func openEventStream(
+        for admitted: AdmittedRequest,
+        wake: @escaping @Sendable () -> Void
+    ) -> (HTTPResponse, EventSubscriber?) {
         let origin = admitted.request.headers["Origin"]
         var preamble: [UInt8] = []
         var floor: UInt64?
         if let replica {
-            if case .starting = owner.health, !owner.isStopping { return (refuse(ReplicaMode.notReadYet, origin: origin), nil) }
+            if case .starting = owner.health, !owner.isStopping {
+                return (refuse(ReplicaMode.notReadYet, origin: origin), nil)
+            }
             preamble = ServerSentEvents.retry(milliseconds: Int.random(in: replica.retryMilliseconds))
             floor = ReplicaMode.lastEventID(admitted.request.headers["Last-Event-ID"])
             // Behind the subscriber: read the state again; it gets nothing below its id meanwhile.
@@ -302,14 +331,23 @@ public final class Responder: Sendable {
             }
             // The owner built it with the closure above, so it is an EventSubscriber.
             let stream = subscriber as! EventSubscriber
-            return (refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin), stream)
+            return (
+                refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin), stream
+            )
         } catch .full {
-            let error = ServiceError("too_many_subscribers",
-                                     "the service has \(owner.maxSubscribers) subscribers already; retry later")
-            return (refuse(.error(503, error, headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil)
+            let error = ServiceError(
+                "too_many_subscribers",
+                "the service has \(owner.maxSubscribers) subscribers already; retry later")
+            return (
+                refuse(.error(503, error, headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil
+            )
         } catch {
-            return (refuse(.error(503, ServiceError("shutting_down", "the service is stopping"),
-                                  headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil)
+            return (
+                refuse(
+                    .error(
+                        503, ServiceError("shutting_down", "the service is stopping"),
+                        headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil
+            )
         }
     }
 
@@ -355,11 +393,13 @@ public final class Responder: Sendable {
 
     /// Counts `finished` in the metrics and, with `accessLog`, logs it (`ServerLog.access`).
     public func recordFinished(_ finished: FinishedRequest) {
-        metrics.recordRequest(route: finished.route, method: finished.method, status: finished.status,
-                              seconds: finished.wasStream ? nil : finished.microseconds.map { Double($0) / 1e6 })
+        metrics.recordRequest(
+            route: finished.route, method: finished.method, status: finished.status,
+            seconds: finished.wasStream ? nil : finished.microseconds.map { Double($0) / 1e6 })
         guard accessLog, let log else { return }
-        log.access(method: finished.method, path: finished.path, status: finished.status == 0 ? nil : finished.status,
-                   bytes: finished.bytes, durationMicros: Int64(finished.microseconds ?? 0), remote: finished.remote)
+        log.access(
+            method: finished.method, path: finished.path, status: finished.status == 0 ? nil : finished.status,
+            bytes: finished.bytes, durationMicros: Int64(finished.microseconds ?? 0), remote: finished.remote)
     }
 
     /// Counts a connection refused on accept because of `limit`.

@@ -1,16 +1,17 @@
+import ForgePushToken
+
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
-import ForgePushToken
 
 /// The service's log: one line per message, at or above a minimum level, written to standard error
 /// by default. In the `text` format a line is `<ISO 8601 UTC timestamp> <level> <message>`; in the
@@ -43,8 +44,10 @@ public struct ServerLog: Sendable {
 
     /// Creates a log writing lines at or above `minimumLevel`, in `format` (default text), to `sink`
     /// (default: standard error). Each line given to `sink` ends with a newline.
-    public init(minimumLevel: PushTokenManager.LogLevel = .info, format: Format = .text,
-                sink: @escaping @Sendable (String) -> Void = ServerLog.standardError) {
+    public init(
+        minimumLevel: PushTokenManager.LogLevel = .info, format: Format = .text,
+        sink: @escaping @Sendable (String) -> Void = ServerLog.standardError
+    ) {
         self.minimumLevel = minimumLevel
         self.format = format
         self.sink = sink
@@ -96,16 +99,21 @@ public struct ServerLog: Sendable {
     ///
     /// Text: `GET /token 200 57 bytes 41 us` (no peer, as before). JSON: `msg` is
     /// `"<method> <path>"`, and the other values are fields of their own.
-    public func access(method: String, path: String, status: Int?, bytes: Int, durationMicros: Int64,
-                       remote: @autoclosure () -> String?) {
+    public func access(
+        method: String, path: String, status: Int?, bytes: Int, durationMicros: Int64,
+        remote: @autoclosure () -> String?
+    ) {
         guard minimumLevel <= .info else { return }
         switch format {
         case .text:
             log(.info, "\(method) \(path) \(status.map(String.init) ?? "-") \(bytes) bytes \(durationMicros) us")
         case .json:
-            sink(JSONLine.line(level: .info, message: "\(method) \(path)",
-                               access: .init(method: method, path: path, status: status, bytes: bytes,
-                                             durationMicros: durationMicros, remote: remote())))
+            sink(
+                JSONLine.line(
+                    level: .info, message: "\(method) \(path)",
+                    access: .init(
+                        method: method, path: path, status: status, bytes: bytes,
+                        durationMicros: durationMicros, remote: remote())))
         }
     }
 

@@ -1,9 +1,10 @@
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
 import ForgePushToken
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The `json` format of `ServerLog`: one object per line, with the field names and level names of
 /// Go's `log/slog` JSON handler (`time`, `level`, `msg`; `DEBUG`, `INFO`, `WARN`, `ERROR`).
@@ -37,8 +38,10 @@ enum JSONLine {
     }
 
     /// One complete line, ending in a newline.
-    static func line(level: PushTokenManager.LogLevel, message: String, access: Access? = nil,
-                     time: String = ServerLog.timestamp()) -> String {
+    static func line(
+        level: PushTokenManager.LogLevel, message: String, access: Access? = nil,
+        time: String = ServerLog.timestamp()
+    ) -> String {
         var line = ""
         line.reserveCapacity(access == nil ? 96 + message.utf8.count : 224 + 2 * message.utf8.count)
         line += "{\"time\":"

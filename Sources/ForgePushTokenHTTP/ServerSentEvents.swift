@@ -26,8 +26,9 @@ public enum ServerSentEvents {
     ///   - data: one line of data as UTF-8 bytes, without CR or LF.
     /// - Returns: the UTF-8 bytes of the event.
     public static func event(id: UInt64, name: String, data: [UInt8]) -> [UInt8] {
-        precondition(!name.containsLineBreak && !data.contains { $0 == 0x0A || $0 == 0x0D },
-                     "SSE field values must not contain CR or LF")
+        precondition(
+            !name.containsLineBreak && !data.contains { $0 == 0x0A || $0 == 0x0D },
+            "SSE field values must not contain CR or LF")
         var bytes: [UInt8] = []
         bytes.reserveCapacity(40 + name.utf8.count + data.count)
         bytes.append(contentsOf: "id: ".utf8)

@@ -1,10 +1,11 @@
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
 import ForgePushToken
 import ForgePushTokenOwner
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The service's metrics, rendered for `GET /metrics` in the Prometheus text exposition format,
 /// version 0.0.4 (Prometheus documentation, "Exposition formats").
@@ -58,7 +59,9 @@ public final class ServiceMetrics: Sendable {
     }
 
     /// Upper bounds of the request-duration histogram's buckets, in seconds.
-    public static let durationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1]
+    public static let durationBuckets: [Double] = [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+    ]
 
     struct RequestKey: Hashable, Sendable {
         let route: String
@@ -113,10 +116,11 @@ public final class ServiceMetrics: Sendable {
         // Once per request: no array literal, the bucket found outside the lock, the histogram
         // updated in place (copying it out of the dictionary and back copied its buckets).
         let route = route?.rawValue ?? "other"
-        let method = switch method {
-        case "GET", "HEAD", "POST", "OPTIONS": method
-        default: "other"
-        }
+        let method =
+            switch method {
+            case "GET", "HEAD", "POST", "OPTIONS": method
+            default: "other"
+            }
         let key = RequestKey(route: route, method: method, status: status)
         let bucket = seconds.flatMap { seconds in Self.durationBuckets.firstIndex { seconds <= $0 } }
         state.withLock { state in
@@ -142,8 +146,10 @@ public final class ServiceMetrics: Sendable {
     ///     1, or 0 after a failed write); `nil` (no `--state-file`) leaves the series out.
     ///
     /// The process metrics (`process_*`) and the build information follow the service's own.
-    public func render(subscribers: Int, events: DeliveryCounts, maxSubscribers: Int? = nil,
-                       stateSaved: Bool? = nil) -> String {
+    public func render(
+        subscribers: Int, events: DeliveryCounts, maxSubscribers: Int? = nil,
+        stateSaved: Bool? = nil
+    ) -> String {
         let state = state.withLock { $0 }
         var text = ""
         func family(_ name: String, _ type: String, _ help: String) {
@@ -161,15 +167,22 @@ public final class ServiceMetrics: Sendable {
         }
         family("forge_push_token_events_sent_total", "counter", "Token events written to subscribers.")
         text += "forge_push_token_events_sent_total \(events.sent)\n"
-        family("forge_push_token_events_skipped_total", "counter",
-               "Token events a slow subscriber skipped because a newer one replaced them (conflation).")
+        family(
+            "forge_push_token_events_skipped_total", "counter",
+            "Token events a slow subscriber skipped because a newer one replaced them (conflation).")
         text += "forge_push_token_events_skipped_total \(events.skipped)\n"
         family("forge_push_token_http_requests_total", "counter", "HTTP requests by route, method and status.")
-        for (key, count) in state.requests.sorted(by: { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }) {
-            text += "forge_push_token_http_requests_total{route=\"\(key.route)\",method=\"\(key.method)\",status=\"\(key.status)\"} \(count)\n"
+        for (key, count) in state.requests.sorted(by: {
+            ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status)
+        }) {
+            text +=
+                "forge_push_token_http_requests_total{route=\"\(key.route)\",method=\"\(key.method)\",status=\"\(key.status)\"} \(count)\n"
         }
         let name = "forge_push_token_http_request_duration_seconds"
-        family(name, "histogram", "Time from a request's arrival to its completion, by route; not timed: event streams, and GET /token while the access log is off (an allocation-free path).")
+        family(
+            name, "histogram",
+            "Time from a request's arrival to its completion, by route; not timed: event streams, and GET /token while the access log is off (an allocation-free path)."
+        )
         for (route, histogram) in state.durations.sorted(by: { $0.key < $1.key }) {
             var cumulative: UInt64 = 0
             for (bound, count) in zip(Self.durationBuckets, histogram.buckets) {
@@ -192,13 +205,16 @@ public final class ServiceMetrics: Sendable {
             text += "# HELP \(name) \(help)\n# TYPE \(name) gauge\n\(name) \(value)\n"
         }
         if let maxSubscribers {
-            gauge("forge_push_token_subscribers_limit", "Most event-stream subscribers admitted at once (--max-subscribers).",
-                  "\(maxSubscribers)")
+            gauge(
+                "forge_push_token_subscribers_limit",
+                "Most event-stream subscribers admitted at once (--max-subscribers).",
+                "\(maxSubscribers)")
         }
         if let stateSaved {
-            gauge("forge_push_token_state_saved",
-                  "1 when every token change is saved in the state file, 0 after a write failed (until one succeeds).",
-                  stateSaved ? "1" : "0")
+            gauge(
+                "forge_push_token_state_saved",
+                "1 when every token change is saved in the state file, 0 after a write failed (until one succeeds).",
+                stateSaved ? "1" : "0")
         }
         if let version = buildVersion.withLock({ $0 }) {
             let name = "forge_push_token_build_info"
@@ -208,7 +224,8 @@ public final class ServiceMetrics: Sendable {
         if let process = ProcessMetrics.read() {
             text += process.exposition
         } else {
-            gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "\(startTime)")
+            gauge(
+                "process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "\(startTime)")
         }
         return text
     }

@@ -1,15 +1,16 @@
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
 import ForgePushToken
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The file that keeps the token and its version across restarts (`--state-file`).
@@ -89,11 +90,13 @@ public struct StateFile: Sendable {
         do {
             contents = try JSONDecoder().decode(Contents.self, from: Data(bytes))
         } catch {
-            throw Failure(description: #"state file \#(path) cannot be parsed: expected {"token":"<hex>"|null,"version":N}"#)
+            throw Failure(
+                description: #"state file \#(path) cannot be parsed: expected {"token":"<hex>"|null,"version":N}"#)
         }
         if let token = contents.token {
             // Canonical: what the service itself writes, 1 to 256 bytes as lowercase hex.
-            let valid = token.utf8.count <= 2 * TokenState.maxTokenBytes
+            let valid =
+                token.utf8.count <= 2 * TokenState.maxTokenBytes
                 && DeviceTokenHex.decode(token).map(DeviceTokenHex.encode) == token
             guard valid else { throw Failure(description: "state file \(path) holds an invalid token") }
         }

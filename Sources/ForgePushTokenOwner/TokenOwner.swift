@@ -73,7 +73,8 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
             }
             return
         }
-        let (outcome, delivery) = commits.withLock { count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?) in
+        let (outcome, delivery) = commits.withLock {
+            count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?) in
             count &+= 1
             let base = machine.withLock { $0.current.state }
             let result = Locked<CommitOutcome?>(nil)

@@ -1,10 +1,11 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 // Every function libmicrohttpd calls, in one place: the C boundary of the server. Each is a
@@ -25,8 +26,9 @@ func mhdAccessHandler(
 ) -> MHD_Result {
     guard let cls, let connection, let url, let method, let uploadSize, let contextSlot else { return .NO }
     let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
-    return handleRequest(daemon: daemon, connection: connection, url: url, method: method, version: version,
-                         uploadData: uploadData, uploadSize: uploadSize, contextSlot: contextSlot)
+    return handleRequest(
+        daemon: daemon, connection: connection, url: url, method: method, version: version,
+        uploadData: uploadData, uploadSize: uploadSize, contextSlot: contextSlot)
 }
 
 /// `MHD_RequestCompletedCallback`: the request is over (answered, or its connection closed).
@@ -42,16 +44,20 @@ func mhdRequestCompleted(
 
 /// `MHD_AcceptPolicyCallback`: admits a new connection or has libmicrohttpd close it at once,
 /// before it allocates anything for it.
-func mhdAcceptPolicy(_ cls: UnsafeMutableRawPointer?, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> MHD_Result {
+func mhdAcceptPolicy(_ cls: UnsafeMutableRawPointer?, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t)
+    -> MHD_Result
+{
     guard let cls else { return .NO }
     let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
     return server.admitConnection(from: address.flatMap(ClientAddress.init)) ? .YES : .NO
 }
 
 /// `MHD_NotifyConnectionCallback`: a connection started or closed.
-func mhdConnectionNotify(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
-                         _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
-                         _ code: MHD_ConnectionNotificationCode) {
+func mhdConnectionNotify(
+    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+    _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+    _ code: MHD_ConnectionNotificationCode
+) {
     guard let cls, let connection, let socketContext else { return }
     let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
     switch code.rawValue {
@@ -68,7 +74,9 @@ func mhdConnectionNotify(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePo
 
 /// The URI-log callback (`MHD_OPTION_URI_LOG_CALLBACK`): sees each request target as sent, before
 /// it is parsed. Its result becomes the request's first `*con_cls`: a target marker or `NULL`.
-func mhdURILog(_ cls: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?, _ connection: OpaquePointer?) -> UnsafeMutableRawPointer? {
+func mhdURILog(_ cls: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?, _ connection: OpaquePointer?)
+    -> UnsafeMutableRawPointer?
+{
     guard let cls, let uri else { return nil }
     let limit = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server.configuration.maxURLBytes
     return targetMarker(uri, limit: limit)
@@ -76,8 +84,10 @@ func mhdURILog(_ cls: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?, _ 
 
 /// `MHD_ContentReaderCallback` of an event stream: the next bytes, or a suspension while there is
 /// nothing to send (never a bare 0 without one, which would make libmicrohttpd spin), or the end.
-func mhdStreamReader(_ cls: UnsafeMutableRawPointer?, _ position: UInt64, _ buffer: UnsafeMutablePointer<CChar>?,
-                     _ max: Int) -> Int {
+func mhdStreamReader(
+    _ cls: UnsafeMutableRawPointer?, _ position: UInt64, _ buffer: UnsafeMutablePointer<CChar>?,
+    _ max: Int
+) -> Int {
     guard let cls, let buffer else { return ContentReaderResult.endWithError }
     let stream = Unmanaged<EventStream>.fromOpaque(cls).takeUnretainedValue()
     return stream.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: max))

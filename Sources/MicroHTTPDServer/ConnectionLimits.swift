@@ -1,10 +1,11 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 /// A client's IP address as a hashable value: IPv6 as its 16 bytes, IPv4 as its IPv4-mapped IPv6
@@ -19,15 +20,19 @@ struct ClientAddress: Hashable, Sendable {
     init?(_ address: UnsafePointer<sockaddr>) {
         switch Int32(address.pointee.sa_family) {
         case AF_INET:
-            let ipv4 = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt32(bigEndian: $0.pointee.sin_addr.s_addr) }
+            let ipv4 = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                UInt32(bigEndian: $0.pointee.sin_addr.s_addr)
+            }
             high = 0
             low = 0xFFFF_0000_0000 | UInt64(ipv4)
         case AF_INET6:
             // Read in place: this runs for every accepted connection.
             (high, low) = address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { pointer in
                 withUnsafeBytes(of: pointer.pointee.sin6_addr) { bytes in
-                    (UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
-                     UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+                    (
+                        UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
+                        UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+                    )
                 }
             }
         default:
@@ -134,7 +139,8 @@ func targetMarker(_ uri: UnsafePointer<CChar>, limit: Int) -> UnsafeMutableRawPo
         var index = 0
         while index < length, bytes[index] != UInt8(ascii: "?") {
             if bytes[index] == UInt8(ascii: "%"), index + 2 < length {
-                let high = bytes[index + 1], low = bytes[index + 2] | 0x20
+                let high = bytes[index + 1]
+                let low = bytes[index + 2] | 0x20
                 if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { return SlotMarker.encodedNUL }
                 if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { return SlotMarker.encodedSlash }
             }

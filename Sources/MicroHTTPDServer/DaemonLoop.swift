@@ -2,10 +2,11 @@ import CLinuxEvents
 import CMicroHTTPD
 import Dispatch
 import ForgePushToken
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 /// The thread that runs one libmicrohttpd daemon: waits on the daemon's epoll set and on its own
@@ -60,10 +61,13 @@ final class DaemonLoop: Sendable {
     /// - Throws: `ServerError.socket` when the daemon reports no epoll set.
     func start(daemon: DaemonHandle) throws(ServerError) {
         // In epoll mode, MHD_get_fdset2 reports the daemon's epoll fd, and only it.
-        var readSet = fd_set(), writeSet = fd_set(), exceptSet = fd_set()
+        var readSet = fd_set()
+        var writeSet = fd_set()
+        var exceptSet = fd_set()
         var maxFD: Int32 = -1
         guard MHD_get_fdset2(daemon.pointer, &readSet, &writeSet, &exceptSet, &maxFD, fdSetSize) == .YES,
-              maxFD >= 0 else {
+            maxFD >= 0
+        else {
             throw .socket(call: "MHD_get_fdset2", address: "libmicrohttpd daemon", errno: EBADF)
         }
         let epollFD = maxFD
@@ -115,15 +119,18 @@ final class DaemonLoop: Sendable {
     private func run(_ daemon: DaemonHandle, epollFD: Int32) {
         pthread_setspecific(currentLoopKey, Unmanaged.passUnretained(self).toOpaque())
         defer { pthread_setspecific(currentLoopKey, nil) }
-        var fds = [pollfd(fd: epollFD, events: Int16(POLLIN), revents: 0),
-                   pollfd(fd: signal, events: Int16(POLLIN), revents: 0)]
+        var fds = [
+            pollfd(fd: epollFD, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: signal, events: Int16(POLLIN), revents: 0),
+        ]
         var fruitlessRounds = 0
         while true {
             // Never wait more than `maximumWait`, as a backstop: work that libmicrohttpd leaves for
             // a later round (such as freeing a closed connection) must not wait for an unrelated
             // socket event. Two idle wake-ups a second cost nothing measurable.
             var timeout: UInt64 = 0
-            var wait: Int32 = MHD_get_timeout(daemon.pointer, &timeout) == .YES
+            var wait: Int32 =
+                MHD_get_timeout(daemon.pointer, &timeout) == .YES
                 ? Int32(clamping: min(timeout, Self.maximumWait)) : Int32(Self.maximumWait)
             // libmicrohttpd 0.9.75 asks to be run again at once, forever, for a connection it
             // cannot advance: a chunked body whose chunk-size line does not fit in what is left of

@@ -75,8 +75,10 @@ struct ConnectionHandle: @unchecked Sendable {
 
 /// Answers `GET /token/stream`: registers a subscriber (or answers 503) and queues a chunked
 /// response whose content reader is `mhdStreamReader`.
-func openStream(_ admitted: Responder.AdmittedRequest, on connection: OpaquePointer, context: RequestContext,
-                daemon: DaemonContext) -> MHD_Result {
+func openStream(
+    _ admitted: Responder.AdmittedRequest, on connection: OpaquePointer, context: RequestContext,
+    daemon: DaemonContext
+) -> MHD_Result {
     let server = daemon.server
     let handle = ConnectionHandle(pointer: connection, loop: daemon.loop)
     let (head, subscriber) = server.responder.openEventStream(for: admitted, wake: { handle.resume() })
@@ -84,8 +86,11 @@ func openStream(_ admitted: Responder.AdmittedRequest, on connection: OpaquePoin
     let fd = fpt_connection_fd(connection)
     let stream = EventStream(subscriber: subscriber, connection: handle, fd: fd, server: server)
     let cls = Unmanaged.passRetained(stream).toOpaque()
-    guard let response = MHD_create_response_from_callback(responseSizeUnknown, 256, mhdStreamReader, cls,
-                                                           mhdStreamFree) else {
+    guard
+        let response = MHD_create_response_from_callback(
+            responseSizeUnknown, 256, mhdStreamReader, cls,
+            mhdStreamFree)
+    else {
         Unmanaged<EventStream>.fromOpaque(cls).release()
         server.responder.streamClosed(subscriber.id)
         return .NO

@@ -1,9 +1,9 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A bound, listening TCP socket, made here rather than by libmicrohttpd so that a failure to
@@ -30,9 +30,9 @@ struct ListeningSocket {
         }
         let display = HostAddress.authority(literal, port: port)
         #if canImport(Darwin)
-        let kind = SOCK_STREAM
+            let kind = SOCK_STREAM
         #else
-        let kind = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+            let kind = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
         #endif
         let fd = socket(isIPv6 ? AF_INET6 : AF_INET, kind, 0)
         guard fd >= 0 else { throw .socket(call: "socket", address: display, errno: errno) }
@@ -74,8 +74,12 @@ struct ListeningSocket {
         }
         let actual: UInt16 = withUnsafePointer(to: &storage) { pointer in
             isIPv6
-                ? pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
-                : pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+                ? pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    UInt16(bigEndian: $0.pointee.sin6_port)
+                }
+                : pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                    UInt16(bigEndian: $0.pointee.sin_port)
+                }
         }
         let authority = HostAddress.authority(literal, port: actual)
         return ListeningSocket(fd: fd, port: actual, isIPv6: isIPv6, authority: authority)
@@ -85,10 +89,10 @@ struct ListeningSocket {
 /// `bind(2)`, named apart from `ListeningSocket.bind`.
 private func systemBind(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) -> Int32 {
     #if canImport(Glibc)
-    Glibc.bind(fd, address, length)
+        Glibc.bind(fd, address, length)
     #elseif canImport(Musl)
-    Musl.bind(fd, address, length)
+        Musl.bind(fd, address, length)
     #else
-    Darwin.bind(fd, address, length)
+        Darwin.bind(fd, address, length)
     #endif
 }

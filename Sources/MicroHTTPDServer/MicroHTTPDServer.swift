@@ -2,10 +2,11 @@ import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 /// The HTTP/1.1 server: one libmicrohttpd daemon in front of a `Responder`.
@@ -61,7 +62,9 @@ public final class MicroHTTPDServer: Sendable {
         let usable = files.map { max(1, Int(clamping: $0) - Self.reservedDescriptors) }
         var limit = configuration.connectionLimit
         if let usable, limit > usable {
-            log.log(.warning, "--max-connections \(limit) is over what the open-file limit (\(files!)) allows;"
+            log.log(
+                .warning,
+                "--max-connections \(limit) is over what the open-file limit (\(files!)) allows;"
                     + " using \(usable) (raise it with ulimit -n or the container's nofile limit)")
             limit = usable
         }
@@ -100,7 +103,8 @@ public final class MicroHTTPDServer: Sendable {
             // The limiter (mhdAcceptPolicy) enforces the limit across all daemons; libmicrohttpd's
             // own per-daemon limit is set above it so that it never refuses first.
             MHD_OptionItem(option: .CONNECTION_LIMIT, value: limiter.maxTotal + 16, ptr_value: nil),
-            MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: configuration.connectionMemoryLimit, ptr_value: nil),
+            MHD_OptionItem(
+                option: .CONNECTION_MEMORY_LIMIT, value: configuration.connectionMemoryLimit, ptr_value: nil),
             // Ordinary connections idle longer than this are closed; event streams opt out (see
             // openStream), which also puts them on the list libmicrohttpd's epoll loop visits in full.
             MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: configuration.idleTimeoutSeconds, ptr_value: nil),
@@ -115,8 +119,11 @@ public final class MicroHTTPDServer: Sendable {
                 throw .tlsUnsupported
             }
             flags |= MHD_USE_TLS.rawValue
-            options.append(MHD_OptionItem(option: .HTTPS_MEM_CERT, value: 0, ptr_value: UnsafeMutableRawPointer(credentials.certificate)))
-            options.append(MHD_OptionItem(option: .HTTPS_MEM_KEY, value: 0, ptr_value: UnsafeMutableRawPointer(credentials.key)))
+            options.append(
+                MHD_OptionItem(
+                    option: .HTTPS_MEM_CERT, value: 0, ptr_value: UnsafeMutableRawPointer(credentials.certificate)))
+            options.append(
+                MHD_OptionItem(option: .HTTPS_MEM_KEY, value: 0, ptr_value: UnsafeMutableRawPointer(credentials.key)))
         }
         options.append(MHD_OptionItem(option: .END, value: 0, ptr_value: nil))
         // One daemon per thread, all taking connections from the one listening socket (which
@@ -127,10 +134,14 @@ public final class MicroHTTPDServer: Sendable {
             for _ in 0..<max(1, configuration.threads) {
                 let context = DaemonContext(server: self, loop: try DaemonLoop())
                 let cls = Unmanaged.passUnretained(context).toOpaque()
-                guard let daemon = fpt_start_daemon(flags, mhdAcceptPolicy, cls, mhdAccessHandler, cls,
-                                                    mhdRequestCompleted, mhdConnectionNotify, mhdURILog, cls,
-                                                    socket.fd, logger.pointer, &options) else {
-                    throw credentials == nil ? .daemonStartFailed(socket.authority) : .tlsCredentialsRejected(socket.authority)
+                guard
+                    let daemon = fpt_start_daemon(
+                        flags, mhdAcceptPolicy, cls, mhdAccessHandler, cls,
+                        mhdRequestCompleted, mhdConnectionNotify, mhdURILog, cls,
+                        socket.fd, logger.pointer, &options)
+                else {
+                    throw credentials == nil
+                        ? .daemonStartFailed(socket.authority) : .tlsCredentialsRejected(socket.authority)
                 }
                 daemons.append(DaemonHandle(pointer: daemon))
                 contexts.append(context)
@@ -149,8 +160,9 @@ public final class MicroHTTPDServer: Sendable {
         }
         watcher.start()
         running.withLock {
-            $0 = Running(daemons: daemons, contexts: contexts, logger: logger, credentials: credentials,
-                         authority: socket.authority)
+            $0 = Running(
+                daemons: daemons, contexts: contexts, logger: logger, credentials: credentials,
+                authority: socket.authority)
         }
         log.log(.info, "listening on \(credentials == nil ? "http" : "https")://\(socket.authority)")
         return socket.authority
@@ -161,7 +173,12 @@ public final class MicroHTTPDServer: Sendable {
     /// `configuration.shutdownGraceSeconds`, then closes what is left and stops the daemon.
     /// Returns when the daemon has stopped. Does nothing when the server is not running.
     public func shutdown() {
-        guard let run = running.withLock({ state in defer { state = nil }; return state }) else { return }
+        guard
+            let run = running.withLock({ state in
+                defer { state = nil }
+                return state
+            })
+        else { return }
         var listenFD: Int32 = -1
         for daemon in run.daemons { listenFD = max(listenFD, MHD_quiesce_daemon(daemon.pointer)) }
         if listenFD >= 0 { close(listenFD) }
@@ -278,7 +295,8 @@ final class LogBox: Sendable {
 /// they are routine, not faults (10,000 departing subscribers made 10,000 warnings).
 func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog) {
     // A client that leaves mid-response: routine for event streams (and not the service's fault).
-    let routine = strncmp(message, "Closing connection (application error generating response)", 58) == 0
+    let routine =
+        strncmp(message, "Closing connection (application error generating response)", 58) == 0
         || strncmp(message, "Failed to send the", 18) == 0
     let level: PushTokenManager.LogLevel = routine ? .debug : .warning
     guard level >= log.minimumLevel else { return }

@@ -1,8 +1,9 @@
 import CMicroHTTPD
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 /// The numeric address and port of `connection`'s peer, as the access log's `remote` field writes
@@ -20,7 +21,8 @@ func peerAddress(of connection: OpaquePointer?) -> String? {
         return address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { ipv4 in
             var bytes = ipv4.pointee.sin_addr
             guard inet_ntop(AF_INET, &bytes, &text, socklen_t(text.count)) != nil else { return nil }
-            return text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } + ":" + String(UInt16(bigEndian: ipv4.pointee.sin_port))
+            return text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } + ":"
+                + String(UInt16(bigEndian: ipv4.pointee.sin_port))
         }
     case AF_INET6:
         return address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { ipv6 in

@@ -1,10 +1,11 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 // What the access handler and the request-completed callback (Callbacks.swift) do, in Swift.
@@ -87,15 +88,20 @@ func handleRequest(
         // One pass over the header fields serves the framing checks and tells a chunked body.
         let counts = fpt_count_framing_fields(connection)
         let chunked = counts.transfer_encoding > 0
-        let framing = framingRefusal(connection, counts: counts, method: method, url: url, version: version,
-                                     memoryLimit: server.configuration.connectionMemoryLimit)
+        let framing = framingRefusal(
+            connection, counts: counts, method: method, url: url, version: version,
+            memoryLimit: server.configuration.connectionMemoryLimit)
         if framing == nil, chunked {
             // A chunked body whose chunk-size line cannot fit in the pool leaves libmicrohttpd
             // unable to advance the connection (see DaemonLoop): a short idle timeout while a
             // chunked body arrives bounds how long such a connection lives. The connection's
             // own timeout is restored once the body is complete.
-            _ = fpt_set_connection_timeout(connection, UInt32(min(server.configuration.idleTimeoutSeconds,
-                                                                  chunkedBodyIdleSeconds)))
+            _ = fpt_set_connection_timeout(
+                connection,
+                UInt32(
+                    min(
+                        server.configuration.idleTimeoutSeconds,
+                        chunkedBodyIdleSeconds)))
         }
         server.inFlight.withLock { $0 += 1 }
         if let marker, first == nil, framing == nil, length == nil, !responder.accessLog {
@@ -118,8 +124,9 @@ func handleRequest(
                 context.route = admitted.route
                 if let length, length > UInt64(limit) {
                     context.progress = .tooLarge
-                    return respond(responder.refuse(Responder.payloadTooLarge(limit: limit), origin: origin),
-                                   on: connection, context: context)
+                    return respond(
+                        responder.refuse(Responder.payloadTooLarge(limit: limit), origin: origin),
+                        on: connection, context: context)
                 }
                 context.progress = marker != nil ? .tokenRead : .admitted(admitted)
             }
@@ -128,7 +135,8 @@ func handleRequest(
         // then closes the connection), so that an unauthorized client cannot make the service
         // take in bodies. One without a body is answered in the next call, keeping the connection.
         if case .refused(let early) = context.progress,
-           (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 501 {
+            (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 501
+        {
             return respond(early, on: connection, context: context)
         }
         return .YES
@@ -140,16 +148,20 @@ func handleRequest(
         // not announced by Content-Length, turns it back into an ordinary request so that its
         // size is checked as for any other.
         if uploadSize.pointee == 0 {
-            let queued = server.tokenResponses.queue(on: connection, responder: responder,
-                                                     ifNoneMatch: ifNoneMatch(connection))
+            let queued = server.tokenResponses.queue(
+                on: connection, responder: responder,
+                ifNoneMatch: ifNoneMatch(connection))
             if queued.status == 304 {
-                contextSlot.pointee = existing == SlotMarker.tokenGet ? SlotMarker.tokenGetNotModified
-                                                                      : SlotMarker.tokenHeadNotModified
+                contextSlot.pointee =
+                    existing == SlotMarker.tokenGet
+                    ? SlotMarker.tokenGetNotModified
+                    : SlotMarker.tokenHeadNotModified
             }
             return queued.result
         }
-        let context = RequestContext(method: existing == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
-                                     chunked: true)  // the one kind of body this path lets through
+        let context = RequestContext(
+            method: existing == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
+            chunked: true)  // the one kind of body this path lets through
         context.progress = .tokenRead
         context.route = .token
         existing = Unmanaged.passRetained(context).toOpaque()
@@ -192,12 +204,14 @@ func handleRequest(
     case .refused(let early):
         return respond(early, on: connection, context: context)
     case .tooLarge:
-        return respond(responder.refuse(Responder.payloadTooLarge(limit: limit), origin: nil), on: connection,
-                       context: context)
+        return respond(
+            responder.refuse(Responder.payloadTooLarge(limit: limit), origin: nil), on: connection,
+            context: context)
     case .tokenRead:
         context.body = []
-        let queued = server.tokenResponses.queue(on: connection, responder: responder,
-                                                 ifNoneMatch: ifNoneMatch(connection))
+        let queued = server.tokenResponses.queue(
+            on: connection, responder: responder,
+            ifNoneMatch: ifNoneMatch(connection))
         context.progress = .answered
         context.status = queued.status
         context.bytes = queued.bytes
@@ -222,11 +236,16 @@ func handleRequest(
 
 /// Sends `pending`'s response when it is decided; otherwise suspends the connection until it is
 /// (libmicrohttpd calls the access handler again once the connection is resumed).
-private func answer(_ pending: PendingResponse, on connection: OpaquePointer, context: RequestContext,
-                    daemon: DaemonContext) -> MHD_Result {
+private func answer(
+    _ pending: PendingResponse, on connection: OpaquePointer, context: RequestContext,
+    daemon: DaemonContext
+) -> MHD_Result {
     let handle = ConnectionHandle(pointer: connection, loop: daemon.loop)
-    guard let response = pending.take(orPark: { MHD_suspend_connection(connection) },
-                                      resume: { handle.resume() }) else { return .YES }
+    guard
+        let response = pending.take(
+            orPark: { MHD_suspend_connection(connection) },
+            resume: { handle.resume() })
+    else { return .YES }
     return respond(response, on: connection, context: context)
 }
 
@@ -241,19 +260,23 @@ func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer, conn
     if SlotMarker.isTokenRead(slot) || SlotMarker.isTokenNotModified(slot) {
         // The fast path keeps no context, so no start time: counted, not timed.
         let get = slot == SlotMarker.tokenGet || slot == SlotMarker.tokenGetNotModified
-        server.responder.recordFinished(.init(method: get ? "GET" : "HEAD", path: "/token", route: .token,
-                                              status: SlotMarker.isTokenNotModified(slot) ? 304 : 200, bytes: 0,
-                                              microseconds: nil, wasStream: false))
+        server.responder.recordFinished(
+            .init(
+                method: get ? "GET" : "HEAD", path: "/token", route: .token,
+                status: SlotMarker.isTokenNotModified(slot) ? 304 : 200, bytes: 0,
+                microseconds: nil, wasStream: false))
         return
     }
     let context = Unmanaged<RequestContext>.fromOpaque(slot).takeRetainedValue()
     let elapsed = ContinuousClock.now - context.started
     let micros = Int(elapsed.components.seconds) * 1_000_000 + Int(elapsed.components.attoseconds / 1_000_000_000_000)
-    server.responder.recordFinished(.init(method: context.method, path: context.path, route: context.route,
-                                          status: context.status,
-                                          bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
-                                          wasStream: context.stream != nil,
-                                          remote: server.responder.logsPeerAddresses ? peerAddress(of: connection) : nil))
+    server.responder.recordFinished(
+        .init(
+            method: context.method, path: context.path, route: context.route,
+            status: context.status,
+            bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
+            wasStream: context.stream != nil,
+            remote: server.responder.logsPeerAddresses ? peerAddress(of: connection) : nil))
 }
 
 /// Queues a complete response (libmicrohttpd copies the body).
@@ -300,9 +323,11 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
 /// that leave less than `responseHeaderReserve` bytes of the pool (431); an HTTP/1.1 request
 /// without exactly one `Host` field (RFC 9112 §3.2: 400; libmicrohttpd's own check,
 /// `MHD_OPTION_STRICT_FOR_CLIENT`, sends its error page's header block twice in 0.9.75).
-private func framingRefusal(_ connection: OpaquePointer, counts: fpt_framing_counts,
-                            method: UnsafePointer<CChar>, url: UnsafePointer<CChar>,
-                            version: UnsafePointer<CChar>?, memoryLimit: Int) -> HTTPResponse? {
+private func framingRefusal(
+    _ connection: OpaquePointer, counts: fpt_framing_counts,
+    method: UnsafePointer<CChar>, url: UnsafePointer<CChar>,
+    version: UnsafePointer<CChar>?, memoryLimit: Int
+) -> HTTPResponse? {
     if counts.malformed_names > 0 {
         return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
     }
@@ -310,8 +335,11 @@ private func framingRefusal(_ connection: OpaquePointer, counts: fpt_framing_cou
     // leaves too little room would be carried out and then get no answer at all.
     let requestBytes = counts.bytes + strlen(method) + strlen(url) + 16
     if requestBytes > memoryLimit - responseHeaderReserve {
-        return .error(431, ServiceError("header_fields_too_large",
-                                        "the request line and header fields are over \(memoryLimit - responseHeaderReserve) bytes"))
+        return .error(
+            431,
+            ServiceError(
+                "header_fields_too_large",
+                "the request line and header fields are over \(memoryLimit - responseHeaderReserve) bytes"))
     }
     if counts.host != 1, let version, strcmp(version, "HTTP/1.1") == 0 {
         return .error(400, ServiceError("invalid_request", "an HTTP/1.1 request needs exactly one Host field"))
@@ -326,7 +354,8 @@ private func framingRefusal(_ connection: OpaquePointer, counts: fpt_framing_cou
     // obs-fold "Content-Length:\r\n 62" arrives) as no body at all: the body would then be read
     // as the next request.
     if counts.content_length == 1, let value = header(connection, "Content-Length"),
-       !value.utf8.contains(where: { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+        !value.utf8.contains(where: { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") })
+    {
         return .error(400, ServiceError("invalid_request", "the Content-Length field has no number"))
     }
     guard counts.transfer_encoding > 0 else { return nil }
@@ -350,8 +379,10 @@ let chunkedBodyIdleSeconds = 5
 let responseHeaderReserve = 1024
 
 /// The header fields the responder reads, in the order it may need them.
-private let headFields = ["Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match",
-                          "Last-Event-ID"]
+private let headFields = [
+    "Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match",
+    "Last-Event-ID",
+]
 
 /// The head of a request as the responder sees it: `method`, `path` (libmicrohttpd has split off
 /// the query), the header fields the responder reads, and as the query the `access_token`
@@ -377,8 +408,9 @@ func percentEncoded(_ bytes: UnsafeRawBufferPointer) -> String {
     encoded.reserveCapacity(bytes.count)
     for byte in bytes {
         switch byte {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
             encoded.append(byte)
         default:
             encoded += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0xF)]]

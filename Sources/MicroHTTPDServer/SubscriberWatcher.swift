@@ -1,10 +1,11 @@
 import CLinuxEvents
 import Dispatch
 import ForgePushTokenHTTP
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 /// Watches the sockets of event-stream subscribers for a departed client, and ticks the heartbeat.

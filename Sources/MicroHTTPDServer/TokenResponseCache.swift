@@ -1,10 +1,11 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
 
 /// One libmicrohttpd response for `GET /token` (and `HEAD /token`) per token version, and its
@@ -36,8 +37,10 @@ final class TokenResponseCache: Sendable {
     /// the same header fields without the body), or its `304 Not Modified` when `ifNoneMatch` (the
     /// request's `If-None-Match` field value, a C string, or `nil`) matches the current `ETag`.
     /// - Returns: libmicrohttpd's result, the status queued and the body size (for the access log).
-    func queue(on connection: OpaquePointer, responder: Responder,
-               ifNoneMatch: UnsafePointer<CChar>?) -> (result: MHD_Result, status: Int, bytes: Int) {
+    func queue(
+        on connection: OpaquePointer, responder: Responder,
+        ifNoneMatch: UnsafePointer<CChar>?
+    ) -> (result: MHD_Result, status: Int, bytes: Int) {
         let version = responder.tokenVersion
         // The owner's lock nests inside the cache's (never the other way round).
         return entry.withLock { entry -> (result: MHD_Result, status: Int, bytes: Int) in
@@ -49,14 +52,18 @@ final class TokenResponseCache: Sendable {
                     return (.NO, 500, 0)
                 }
                 if let old = entry { Self.destroy(old) }
-                entry = Entry(version: snapshot.version, response: Int(bitPattern: response),
-                              notModified: Int(bitPattern: notModified), bodyCount: snapshot.tokenBody.count,
-                              entityTag: snapshot.entityTag)
+                entry = Entry(
+                    version: snapshot.version, response: Int(bitPattern: response),
+                    notModified: Int(bitPattern: notModified), bodyCount: snapshot.tokenBody.count,
+                    entityTag: snapshot.entityTag)
             }
             // Only a conditional request reads the tag (the unconditional one copies no String).
             if let ifNoneMatch, let tag = entry?.entityTag,
-               IfNoneMatch.matches(UnsafeBufferPointer(start: UnsafeRawPointer(ifNoneMatch).assumingMemoryBound(to: UInt8.self),
-                                                       count: strlen(ifNoneMatch)), current: tag) {
+                IfNoneMatch.matches(
+                    UnsafeBufferPointer(
+                        start: UnsafeRawPointer(ifNoneMatch).assumingMemoryBound(to: UInt8.self),
+                        count: strlen(ifNoneMatch)), current: tag)
+            {
                 let result = MHD_queue_response(connection, 304, OpaquePointer(bitPattern: entry!.notModified))
                 return (result, 304, 0)
             }
@@ -84,8 +91,9 @@ final class TokenResponseCache: Sendable {
 func makeResponse(_ response: HTTPResponse) -> OpaquePointer? {
     let body = response.body
     let mhdResponse = body.withUnsafeBytes {
-        MHD_create_response_from_buffer(body.count, UnsafeMutableRawPointer(mutating: $0.baseAddress),
-                                        .RESPMEM_MUST_COPY)
+        MHD_create_response_from_buffer(
+            body.count, UnsafeMutableRawPointer(mutating: $0.baseAddress),
+            .RESPMEM_MUST_COPY)
     }
     guard let mhdResponse else { return nil }
     addHeaders(response.headers, to: mhdResponse)

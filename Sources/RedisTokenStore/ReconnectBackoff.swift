@@ -22,7 +22,7 @@ public struct ReconnectBackoff: Sendable {
     public mutating func next(random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Double {
         let current = step
         step = min(step * 2, maximum)
-        return random(current / 2 ... current)
+        return random(current / 2...current)
     }
 
     /// Starts over from `initial` (after a successful connection).

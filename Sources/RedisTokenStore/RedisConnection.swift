@@ -1,11 +1,12 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import CHiredis
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// Why a Redis connection or command failed.
 ///
@@ -50,7 +51,8 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
         case "ERR":
             let lowered = message.lowercased()
             if lowered.contains("invalid password") || lowered.contains("invalid username-password")
-                || lowered.contains("without any password configured") {
+                || lowered.contains("without any password configured")
+            {
                 return .authFailed(String(message.prefix(120)))
             }
             return nil
@@ -90,7 +92,7 @@ final class RedisConnection {
         let whole = Int(timeout)
         var limit = timeval(tv_sec: whole, tv_usec: Int(((timeout - Double(whole)) * 1e6).rounded()))
         #if canImport(Darwin)
-        limit.tv_usec = __darwin_suseconds_t(limit.tv_usec)
+            limit.tv_usec = __darwin_suseconds_t(limit.tv_usec)
         #endif
         let made: UnsafeMutablePointer<redisContext>?
         switch endpoint.address {
@@ -152,7 +154,7 @@ final class RedisConnection {
             pointers.append(UnsafePointer(buffer))
             lengths.append(argument.count)
         }
-        defer { storage.forEach { $0.deallocate() } }
+        defer { for pointer in storage { pointer.deallocate() } }
         _ = pointers.withUnsafeMutableBufferPointer { argv in
             lengths.withUnsafeBufferPointer { argvlen in
                 redisAppendCommandArgv(context, Int32(arguments.count), argv.baseAddress, argvlen.baseAddress)

@@ -119,7 +119,8 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             let passwordBytes = try percentDecode(userInfo[userInfo.index(after: colon)...], part: "password")
             if !userBytes.isEmpty {
                 guard let name = String(validating: userBytes, as: UTF8.self),
-                      !name.contains(where: { $0 == " " || $0.asciiValue.map { $0 < 0x20 || $0 == 0x7F } ?? false }) else {
+                    !name.contains(where: { $0 == " " || $0.asciiValue.map { $0 < 0x20 || $0 == 0x7F } ?? false })
+                else {
                     throw .malformed("the user name must be UTF-8 without spaces or control characters")
                 }
                 user = name
@@ -151,7 +152,8 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             } else {
                 host = hostPort
             }
-            guard host.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "." || $0 == "_") }) else {
+            guard host.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "." || $0 == "_") })
+            else {
                 throw .malformed("the host must be a name, an IPv4 address or an IPv6 address in brackets")
             }
         }
@@ -170,8 +172,9 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             }
             database = value
         }
-        return RedisEndpoint(address: .tcp(host: String(host), port: port), user: user,
-                             password: password, database: database)
+        return RedisEndpoint(
+            address: .tcp(host: String(host), port: port), user: user,
+            password: password, database: database)
     }
 
     private static func parseUnix(_ rest: String) throws(ParseError) -> RedisEndpoint {
@@ -199,7 +202,8 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
 
     private static func decimal(_ text: Substring, max: Int) -> Int? {
         guard !text.isEmpty, text.count <= 10, text.allSatisfy({ $0.isASCII && $0.isNumber }),
-              let value = Int(text), value <= max else { return nil }
+            let value = Int(text), value <= max
+        else { return nil }
         return value
     }
 
@@ -208,10 +212,14 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         var out: [UInt8] = []
         var bytes = Array(text.utf8)[...]
         while let byte = bytes.popFirst() {
-            guard byte == UInt8(ascii: "%") else { out.append(byte); continue }
+            guard byte == UInt8(ascii: "%") else {
+                out.append(byte)
+                continue
+            }
             guard bytes.count >= 2,
-                  let high = hexValue(bytes[bytes.startIndex]),
-                  let low = hexValue(bytes[bytes.startIndex + 1]) else {
+                let high = hexValue(bytes[bytes.startIndex]),
+                let low = hexValue(bytes[bytes.startIndex + 1])
+            else {
                 throw .malformed("a '%' in the \(part) must be followed by two hex digits")
             }
             out.append(high << 4 | low)
@@ -246,13 +254,14 @@ public struct RedisKeyPrefix: Sendable, Equatable, CustomStringConvertible {
     /// outside `[A-Za-z0-9:_.-]`.
     public init?(_ value: String) {
         guard (1...64).contains(value.utf8.count),
-              value.utf8.allSatisfy({ byte in
-                  (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z"))
-                      || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
-                      || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
-                      || byte == UInt8(ascii: ":") || byte == UInt8(ascii: "_")
-                      || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
-              }) else { return nil }
+            value.utf8.allSatisfy({ byte in
+                (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z"))
+                    || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+                    || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
+                    || byte == UInt8(ascii: ":") || byte == UInt8(ascii: "_")
+                    || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
+            })
+        else { return nil }
         self.value = value
     }
 

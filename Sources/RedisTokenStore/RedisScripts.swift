@@ -71,22 +71,24 @@ enum RedisScripts {
 
     /// Reads and reconciles `PREFIX:state` (the read after every (re)connect, the periodic
     /// check, the refresh before serving a `Last-Event-ID` above the replica's version).
-    static let sync = common + """
+    static let sync =
+        common + """
 
-        return {0, fmt(v), t, reconciled, previous}
-        """
+            return {0, fmt(v), t, reconciled, previous}
+            """
 
     /// Changes the token (a `POST /register` or `POST /fail`).
-    static let change = common + """
+    static let change =
+        common + """
 
-        local nt = ARGV[1]
-        if nt == '' then nt = false end
-        if nt == t then return {0, fmt(v), t, reconciled, previous} end
-        v = v + 1
-        store(v, nt)
-        publish(v, nt)
-        return {1, fmt(v), nt, reconciled, previous}
-        """
+            local nt = ARGV[1]
+            if nt == '' then nt = false end
+            if nt == t then return {0, fmt(v), t, reconciled, previous} end
+            v = v + 1
+            store(v, nt)
+            publish(v, nt)
+            return {1, fmt(v), nt, reconciled, previous}
+            """
 
     /// What the replica applies after a script ran.
     struct Result: Equatable {
@@ -114,11 +116,12 @@ enum RedisScripts {
     /// - Throws: `SharedTokenState.Invalid` when the reply is not of the documented shape.
     static func parse(_ reply: RedisReply) throws(SharedTokenState.Invalid) -> Result {
         guard case .array(let items) = reply, items.count == 5,
-              case .integer(let changed) = items[0],
-              let versionText = items[1].text, let version = SharedTokenState.parseVersion(versionText),
-              let reconciliationText = items[3].text,
-              let reconciliation = Reconciliation(rawValue: reconciliationText),
-              let previousText = items[4].text else {
+            case .integer(let changed) = items[0],
+            let versionText = items[1].text, let version = SharedTokenState.parseVersion(versionText),
+            let reconciliationText = items[3].text,
+            let reconciliation = Reconciliation(rawValue: reconciliationText),
+            let previousText = items[4].text
+        else {
             throw SharedTokenState.Invalid("unexpected script reply")
         }
         var token: String?
@@ -134,8 +137,9 @@ enum RedisScripts {
             throw SharedTokenState.Invalid("unexpected token in the script reply")
         }
         let previous = previousText.isEmpty ? nil : SharedTokenState.parseVersion(previousText)
-        return Result(state: SharedTokenState(version: version, token: token), changed: changed == 1,
-                      reconciliation: reconciliation, previousVersion: previous)
+        return Result(
+            state: SharedTokenState(version: version, token: token), changed: changed == 1,
+            reconciliation: reconciliation, previousVersion: previous)
     }
 
     /// The `ARGV` for the replica's own state: version, token (empty for none), known flag.

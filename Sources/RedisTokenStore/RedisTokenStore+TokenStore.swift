@@ -32,11 +32,13 @@ extension RedisTokenStore: TokenStore {
 
     /// Starts the store's threads, reporting changes and health to the owner.
     public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
-        start(onState: { state in
-            report(.changed(TokenState(version: state.version, token: state.token)))
-        }, onHealth: { health, stateRead in
-            report(.health(Self.storeHealth(health, stateRead: stateRead)))
-        })
+        start(
+            onState: { state in
+                report(.changed(TokenState(version: state.version, token: state.token)))
+            },
+            onHealth: { health, stateRead in
+                report(.health(Self.storeHealth(health, stateRead: stateRead)))
+            })
     }
 
     /// The owner's view of `health`: `.ok` when connected, else `.degraded` (the state was read

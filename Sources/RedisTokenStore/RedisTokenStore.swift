@@ -1,12 +1,13 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import Dispatch
 import ForgePushToken
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// Keeps the token in Redis so that several replicas of the service share it (cluster.md;
 /// docs/replicas.md): the layout is `PREFIX:state` (a hash of `version` and `token`) and the
@@ -117,7 +118,9 @@ public final class RedisTokenStore: Sendable {
     }
 
     /// Upper bounds, in seconds, of the `forge_push_token_redis_write_seconds` buckets.
-    public static let writeBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+    public static let writeBuckets: [Double] = [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+    ]
 
     /// The configuration the store runs with.
     public let configuration: Configuration
@@ -134,8 +137,10 @@ public final class RedisTokenStore: Sendable {
     private let healthReports = Locked<Void>(())
 
     /// Creates a store; nothing connects until `start`.
-    public init(configuration: Configuration,
-                log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void) {
+    public init(
+        configuration: Configuration,
+        log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
+    ) {
         self.configuration = configuration
         self.log = log
     }
@@ -150,16 +155,20 @@ public final class RedisTokenStore: Sendable {
     ///     or repeated: apply it only if its version is higher.
     ///   - onHealth: receives every change of `health`, with whether the state has been read
     ///     from Redis at least once (before that the replica knows no token).
-    public func start(onState: @escaping @Sendable (SharedTokenState) -> Void,
-                      onHealth: @escaping @Sendable (Health, _ stateRead: Bool) -> Void) {
+    public func start(
+        onState: @escaping @Sendable (SharedTokenState) -> Void,
+        onHealth: @escaping @Sendable (Health, _ stateRead: Bool) -> Void
+    ) {
         // hiredis writes with write(2), which raises SIGPIPE on a connection the server closed;
         // that must never end the process (forge-push-token-server ignores it already).
         signal(SIGPIPE, SIG_IGN)
         status.withLock { $0.callbacks = Callbacks(onState: onState, onHealth: onHealth) }
         // Each loop blocks for its whole life on its own serial queue, so Dispatch gives each
         // a thread of its own (as the server's daemon loops do).
-        for (name, body) in [("forge-push-token.redis-writer", writerLoop),
-                             ("forge-push-token.redis-subscriber", subscriberLoop)] as [(String, @Sendable () -> Void)] {
+        for (name, body) in [
+            ("forge-push-token.redis-writer", writerLoop),
+            ("forge-push-token.redis-subscriber", subscriberLoop),
+        ] as [(String, @Sendable () -> Void)] {
             threads.enter()
             DispatchQueue(label: name).async { [threads] in
                 body()
@@ -243,11 +252,13 @@ public final class RedisTokenStore: Sendable {
     private func decideHealth(_ new: Health, detail: String) {
         let now = monotonicSeconds()
         var lines: [(PushTokenManager.LogLevel, String)] = []
-        let (changed, stateRead, callback) = status.withLock { state -> (Bool, Bool, (@Sendable (Health, Bool) -> Void)?) in
+        let (changed, stateRead, callback) = status.withLock {
+            state -> (Bool, Bool, (@Sendable (Health, Bool) -> Void)?) in
             let old = state.health
             if new == .connected {
                 if !state.everConnected {
-                    lines.append((.info, "Redis connected at \(configuration.endpoint), key prefix \(configuration.prefix)"))
+                    lines.append(
+                        (.info, "Redis connected at \(configuration.endpoint), key prefix \(configuration.prefix)"))
                 } else if let lostAt = state.lostAt {
                     let tenths = Int(((now - lostAt) * 10).rounded())
                     let gone = "\(tenths / 10).\(tenths % 10)"
@@ -264,14 +275,26 @@ public final class RedisTokenStore: Sendable {
                     state.lossLogged = true
                     switch new {
                     case .invalidState:
-                        lines.append((.error, "Redis key \(configuration.prefix.stateKey) holds data this service did not write (\(detail)); "
-                            + "it is never overwritten: inspect it with HGETALL \(configuration.prefix.stateKey) and delete it "
-                            + "(DEL \(configuration.prefix.stateKey)) so that the replicas write their state back"))
+                        lines.append(
+                            (
+                                .error,
+                                "Redis key \(configuration.prefix.stateKey) holds data this service did not write (\(detail)); "
+                                    + "it is never overwritten: inspect it with HGETALL \(configuration.prefix.stateKey) and delete it "
+                                    + "(DEL \(configuration.prefix.stateKey)) so that the replicas write their state back"
+                            ))
                     case .authFailed:
-                        lines.append((.warning, "Redis at \(configuration.endpoint) refused the credentials (\(detail)); retrying in the background"))
+                        lines.append(
+                            (
+                                .warning,
+                                "Redis at \(configuration.endpoint) refused the credentials (\(detail)); retrying in the background"
+                            ))
                     default:
                         let when = state.everConnected ? "lost" : "unreachable at start"
-                        lines.append((.warning, "Redis \(when) at \(configuration.endpoint) (\(detail)); retrying in the background"))
+                        lines.append(
+                            (
+                                .warning,
+                                "Redis \(when) at \(configuration.endpoint) (\(detail)); retrying in the background"
+                            ))
                     }
                 }
             }
@@ -303,7 +326,8 @@ public final class RedisTokenStore: Sendable {
     public func renderMetrics() -> String {
         let snapshot = status.withLock { $0 }
         var out = ""
-        out += "# HELP forge_push_token_redis_up Whether the subscription to Redis is live and the state was read (1) or not (0).\n"
+        out +=
+            "# HELP forge_push_token_redis_up Whether the subscription to Redis is live and the state was read (1) or not (0).\n"
         out += "# TYPE forge_push_token_redis_up gauge\n"
         out += "forge_push_token_redis_up \(snapshot.up ? 1 : 0)\n"
         out += "# HELP forge_push_token_redis_reconnects_total Connections to Redis made again after one was lost.\n"
@@ -378,7 +402,8 @@ public final class RedisTokenStore: Sendable {
                 let reused = connection != nil
                 if connection == nil {
                     do throws(RedisConnectionError) {
-                        let made = try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+                        let made = try RedisConnection(
+                            endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
                         hashes = try loadScripts(made)
                         connection = made
                     } catch {
@@ -432,23 +457,30 @@ public final class RedisTokenStore: Sendable {
         let replica = RedisScripts.replicaArguments(knownState)
         switch job {
         case .change(let token, _, _):
-            return [source ? "EVAL" : "EVALSHA", source ? RedisScripts.change : scripts.change, "2",
-                    prefix.stateKey, prefix.changesChannel, token ?? ""] + replica
+            return [
+                source ? "EVAL" : "EVALSHA", source ? RedisScripts.change : scripts.change, "2",
+                prefix.stateKey, prefix.changesChannel, token ?? "",
+            ] + replica
         case .check:
-            return [source ? "EVAL" : "EVALSHA", source ? RedisScripts.sync : scripts.sync, "2",
-                    prefix.stateKey, prefix.changesChannel, ""] + replica
+            return [
+                source ? "EVAL" : "EVALSHA", source ? RedisScripts.sync : scripts.sync, "2",
+                prefix.stateKey, prefix.changesChannel, "",
+            ] + replica
         }
     }
 
     /// Sends `batch` pipelined and completes each job (or, with `mayRetry`, hands back the jobs
     /// that a broken connection left without a reply).
-    private func run(_ batch: [Job], on connection: RedisConnection, scripts: ScriptHashes, mayRetry: Bool) -> BatchResult {
+    private func run(_ batch: [Job], on connection: RedisConnection, scripts: ScriptHashes, mayRetry: Bool)
+        -> BatchResult
+    {
         // A commit that waited longer than the write timeout in the queue (behind a Redis that
         // stopped answering) is not sent: its request has waited long enough.
         let now = monotonicSeconds()
         var batch = batch
         batch.removeAll { job in
-            guard case .change(_, let enqueued, let completion) = job, now - enqueued > configuration.writeTimeout else {
+            guard case .change(_, let enqueued, let completion) = job, now - enqueued > configuration.writeTimeout
+            else {
                 return false
             }
             completion(.unavailable(.unreachable))
@@ -490,8 +522,9 @@ public final class RedisTokenStore: Sendable {
         }
         for job in retry {
             do throws(RedisConnectionError) {
-                let reply = try connection.command(arguments(for: job, scripts: scripts, source: true),
-                                                   timeout: configuration.writeTimeout)
+                let reply = try connection.command(
+                    arguments(for: job, scripts: scripts, source: true),
+                    timeout: configuration.writeTimeout)
                 if !complete(job, with: reply) { keep = false }
             } catch {
                 countError()
@@ -536,8 +569,10 @@ public final class RedisTokenStore: Sendable {
             let previous = result.previousVersion.map { "version \($0)" } ?? "a missing key"
             log(.warning, "Redis had lost the state (\(previous)); wrote back this replica's \(result.state)")
         case .bumped:
-            log(.warning, "Redis held another token at this replica's version \(result.previousVersion ?? 0); "
-                + "the stored token wins at \(result.state)")
+            log(
+                .warning,
+                "Redis held another token at this replica's version \(result.previousVersion ?? 0); "
+                    + "the stored token wins at \(result.state)")
         case .none:
             break
         }
@@ -598,7 +633,8 @@ public final class RedisTokenStore: Sendable {
                 let reply = try connection.readReply(deadline: monotonicSeconds() + configuration.writeTimeout)
                 guard case .array(let items) = reply, items.first?.text == "subscribe" else {
                     if case .error(let message) = reply {
-                        throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
+                        throw RedisConnectionError.classify(errorReply: message)
+                            ?? .refused(String(message.prefix(120)))
                     }
                     throw .unreachable("unexpected SUBSCRIBE reply")
                 }

@@ -1,7 +1,7 @@
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 
 /// The token state as Redis holds it in `PREFIX:state`: the shared `version` (the event id of
@@ -32,16 +32,19 @@ public struct SharedTokenState: Sendable, Equatable, CustomStringConvertible {
 
     /// Whether `text` is a token as this service writes it: lowercase hex, at least one digit.
     public static func isValidToken(_ text: some StringProtocol) -> Bool {
-        !text.isEmpty && text.utf8.allSatisfy { byte in
-            (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "f"))
-        }
+        !text.isEmpty
+            && text.utf8.allSatisfy { byte in
+                (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
+                    || (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "f"))
+            }
     }
 
     /// Parses a version as this service writes it: decimal digits, at most `maximumVersion`.
     public static func parseVersion(_ text: some StringProtocol) -> UInt64? {
         guard !text.isEmpty, text.utf8.count <= 16,
-              text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-              let value = UInt64(text), value <= maximumVersion else { return nil }
+            text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+            let value = UInt64(text), value <= maximumVersion
+        else { return nil }
         return value
     }
 
@@ -62,7 +65,9 @@ public struct SharedTokenState: Sendable, Equatable, CustomStringConvertible {
     public static func fromHashFields(_ fields: [String: String]) throws(Invalid) -> SharedTokenState? {
         if fields.isEmpty { return nil }
         guard let versionText = fields["version"] else { throw Invalid("the field version is missing") }
-        guard let version = parseVersion(versionText) else { throw Invalid("the field version is not a decimal number") }
+        guard let version = parseVersion(versionText) else {
+            throw Invalid("the field version is not a decimal number")
+        }
         var token: String?
         if let tokenText = fields["token"] {
             guard isValidToken(tokenText) else { throw Invalid("the field token is not lowercase hex") }

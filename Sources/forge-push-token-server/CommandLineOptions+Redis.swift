@@ -11,8 +11,9 @@ extension CommandLineOptions {
             return
         }
         if stateFile != nil {
-            throw UsageError(description: "--redis-url and --state-file exclude each other: with --redis-url, Redis keeps "
-                             + "the state (leave --state-file out, or set FORGE_PUSH_TOKEN_STATE_FILE to an empty value)")
+            throw UsageError(
+                description: "--redis-url and --state-file exclude each other: with --redis-url, Redis keeps "
+                    + "the state (leave --state-file out, or set FORGE_PUSH_TOKEN_STATE_FILE to an empty value)")
         }
         var endpoint: RedisEndpoint
         do {

@@ -1,13 +1,14 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import MicroHTTPDServer
 import RedisTokenStore
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
 
 /// The command line and `FORGE_PUSH_TOKEN_*` environment variables of the service
 /// (http-api.md, "Command line"). A flag wins over its variable.
@@ -106,18 +107,22 @@ struct CommandLineOptions: Equatable {
         """
 
     /// The flags that take a value, in the order of the usage text.
-    static let valueFlags = ["host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log", "log-format",
-                             "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
-                             "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
-                             "max-url-bytes", "idle-timeout", "redis-url", "redis-password-file", "redis-key-prefix"]
+    static let valueFlags = [
+        "host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log", "log-format",
+        "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
+        "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
+        "max-url-bytes", "idle-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
+    ]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]
 
     /// Parses `arguments` (without the program name) over `environment`.
     /// - Parameter readFile: reads a file named by a flag (`--auth-token-file`, `--tls-cert`,
     ///   `--tls-key`) as UTF-8 text; its error's description goes into the usage error.
-    static func parse(_ arguments: [String], environment: [String: String],
-                      readFile: (String) throws -> String = Self.readTextFile) throws(UsageError) -> CommandLineOptions {
+    static func parse(
+        _ arguments: [String], environment: [String: String],
+        readFile: (String) throws -> String = Self.readTextFile
+    ) throws(UsageError) -> CommandLineOptions {
         var values: [String: String] = [:]
         var lists: [String: [String]] = [:]
         for flag in valueFlags {
@@ -125,7 +130,9 @@ struct CommandLineOptions: Equatable {
             // An empty variable counts as unset, so that Compose's "${VAR:-}" can leave a setting out.
             guard let value = environment[variable], !value.isEmpty else { continue }
             if repeatableFlags.contains(flag) {
-                lists[flag] = value.split(separator: ",").map { String($0.trimmingASCIIWhitespace()) }.filter { !$0.isEmpty }
+                lists[flag] = value.split(separator: ",").map { String($0.trimmingASCIIWhitespace()) }.filter {
+                    !$0.isEmpty
+                }
             } else {
                 values[flag] = value
             }
@@ -135,7 +142,8 @@ struct CommandLineOptions: Equatable {
         var fromFlags: Set<String> = []
         var options = CommandLineOptions()
         let known = Set(valueFlags.map(variable(for:)))
-        options.unknownVariables = environment.keys.filter { $0.hasPrefix("FORGE_PUSH_TOKEN_") && !known.contains($0) }.sorted()
+        options.unknownVariables = environment.keys.filter { $0.hasPrefix("FORGE_PUSH_TOKEN_") && !known.contains($0) }
+            .sorted()
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
@@ -232,7 +240,9 @@ struct CommandLineOptions: Equatable {
         return text
     }
 
-    static func readFlagFile(_ path: String, flag: String, readFile: (String) throws -> String) throws(UsageError) -> String {
+    static func readFlagFile(_ path: String, flag: String, readFile: (String) throws -> String) throws(UsageError)
+        -> String
+    {
         guard !path.isEmpty else { throw UsageError(description: "--\(flag) needs a path") }
         do {
             return try readFile(path)
@@ -242,15 +252,18 @@ struct CommandLineOptions: Equatable {
     }
 
     /// Authentication, TLS, CORS and the connection limits.
-    private mutating func applySecurity(_ values: [String: String], lists: [String: [String]],
-                                        readFile: (String) throws -> String) throws(UsageError) {
+    private mutating func applySecurity(
+        _ values: [String: String], lists: [String: [String]],
+        readFile: (String) throws -> String
+    ) throws(UsageError) {
         switch (values["auth-token"], values["auth-token-file"]) {
         case (.some, .some):
             throw UsageError(description: "--auth-token and --auth-token-file exclude each other: give one")
         case (.some(let token), nil):
             authToken = token
         case (nil, .some(let path)):
-            authToken = String(try Self.readFlagFile(path, flag: "auth-token-file", readFile: readFile).trimmingASCIIWhitespace())
+            authToken = String(
+                try Self.readFlagFile(path, flag: "auth-token-file", readFile: readFile).trimmingASCIIWhitespace())
         case (nil, nil):
             break
         }
@@ -258,8 +271,9 @@ struct CommandLineOptions: Equatable {
             // Never echo the token: it is a secret.
             guard !token.isEmpty else { throw UsageError(description: "the auth token is empty") }
             guard BearerAuthentication.isValidToken(token) else {
-                throw UsageError(description: "the auth token may hold only A-Z a-z 0-9 - . _ ~ + / (then any '='), "
-                                 + "as a Bearer token must (RFC 6750 §2.1); try: openssl rand -hex 32")
+                throw UsageError(
+                    description: "the auth token may hold only A-Z a-z 0-9 - . _ ~ + / (then any '='), "
+                        + "as a Bearer token must (RFC 6750 §2.1); try: openssl rand -hex 32")
             }
         }
         if let scope = values["auth-scope"] {
@@ -273,8 +287,9 @@ struct CommandLineOptions: Equatable {
         }
         switch (values["tls-cert"], values["tls-key"]) {
         case (.some(let certificate), .some(let key)):
-            server.tls = TLSCredentials(certificatePEM: try Self.readFlagFile(certificate, flag: "tls-cert", readFile: readFile),
-                                        privateKeyPEM: try Self.readFlagFile(key, flag: "tls-key", readFile: readFile))
+            server.tls = TLSCredentials(
+                certificatePEM: try Self.readFlagFile(certificate, flag: "tls-cert", readFile: readFile),
+                privateKeyPEM: try Self.readFlagFile(key, flag: "tls-key", readFile: readFile))
         case (.some, nil):
             throw UsageError(description: "--tls-cert needs --tls-key")
         case (nil, .some):
@@ -290,14 +305,17 @@ struct CommandLineOptions: Equatable {
             }
         }
         if let count = values["max-connections"] {
-            server.maxConnections = try Self.whole(count, flag: "max-connections", in: 1...1_000_000, unit: "connections")
+            server.maxConnections = try Self.whole(
+                count, flag: "max-connections", in: 1...1_000_000, unit: "connections")
         }
         if let count = values["max-connections-per-ip"] {
-            server.maxConnectionsPerAddress = try Self.whole(count, flag: "max-connections-per-ip", in: 0...1_000_000,
-                                                             unit: "connections")
+            server.maxConnectionsPerAddress = try Self.whole(
+                count, flag: "max-connections-per-ip", in: 0...1_000_000,
+                unit: "connections")
         }
         if let bytes = values["max-header-bytes"] {
-            server.connectionMemoryLimit = try Self.whole(bytes, flag: "max-header-bytes", in: 8192...(1 << 20), unit: "bytes")
+            server.connectionMemoryLimit = try Self.whole(
+                bytes, flag: "max-header-bytes", in: 8192...(1 << 20), unit: "bytes")
         }
         if let bytes = values["max-url-bytes"] {
             server.maxURLBytes = try Self.whole(bytes, flag: "max-url-bytes", in: 16...(1 << 20), unit: "bytes")
@@ -319,12 +337,14 @@ struct CommandLineOptions: Equatable {
         }
         let loopback = HostAddress.isLoopback(server.host)
         if authToken == nil && !loopback {
-            warnings.append("listening on \(server.host), which is not loopback, without --auth-token:"
-                            + " anyone who reaches the port can change the device token")
+            warnings.append(
+                "listening on \(server.host), which is not loopback, without --auth-token:"
+                    + " anyone who reaches the port can change the device token")
         }
         if let token = authToken, token.utf8.count < 16 {
-            warnings.append("the auth token has only \(token.utf8.count) characters; use at least 32 random ones"
-                            + " (openssl rand -hex 32)")
+            warnings.append(
+                "the auth token has only \(token.utf8.count) characters; use at least 32 random ones"
+                    + " (openssl rand -hex 32)")
         }
         return warnings
     }
@@ -343,7 +363,9 @@ struct CommandLineOptions: Equatable {
             server.host = host
         }
         if let port = values["port"] {
-            guard port.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), let number = UInt16(port) else {
+            guard port.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+                let number = UInt16(port)
+            else {
                 throw UsageError(description: "--port must be a whole number from 0 to 65535, not \(port)")
             }
             server.port = number
@@ -355,7 +377,8 @@ struct CommandLineOptions: Equatable {
             server.maxBodyBytes = try Self.whole(bytes, flag: "max-body-bytes", in: 1...(64 << 20), unit: "bytes")
         }
         if let count = values["max-subscribers"] {
-            server.maxSubscribers = try Self.whole(count, flag: "max-subscribers", in: 1...1_000_000, unit: "subscribers")
+            server.maxSubscribers = try Self.whole(
+                count, flag: "max-subscribers", in: 1...1_000_000, unit: "subscribers")
         }
         if let level = values["log-level"] {
             guard let parsed = PushTokenManager.LogLevel(rawValue: level) else {
@@ -382,11 +405,17 @@ struct CommandLineOptions: Equatable {
         }
     }
 
-    private static func whole(_ text: String, flag: String, in range: ClosedRange<Int>, unit: String) throws(UsageError) -> Int {
+    private static func whole(_ text: String, flag: String, in range: ClosedRange<Int>, unit: String) throws(UsageError)
+        -> Int
+    {
         let digits = text.utf8.dropFirst(text.hasPrefix("-") ? 1 : 0)
         guard !digits.isEmpty, digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-              let value = Int(text), range.contains(value) else {
-            throw UsageError(description: "--\(flag) must be a whole number of \(unit) from \(range.lowerBound) to \(range.upperBound), not \(text)")
+            let value = Int(text), range.contains(value)
+        else {
+            throw UsageError(
+                description:
+                    "--\(flag) must be a whole number of \(unit) from \(range.lowerBound) to \(range.upperBound), not \(text)"
+            )
         }
         return value
     }

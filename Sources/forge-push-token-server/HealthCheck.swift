@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 import MicroHTTPDServer
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
 
 /// `--health-check`: asks a running service's `GET /healthz` over a plain socket and reports
 /// whether it answered 200, so a container `HEALTHCHECK` needs no curl in the image.
@@ -22,7 +23,9 @@ enum HealthCheck {
         hints.ai_flags = AI_NUMERICHOST
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var found: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, String(configuration.port), &hints, &found) == 0, let address = found else { return false }
+        guard getaddrinfo(host, String(configuration.port), &hints, &found) == 0, let address = found else {
+            return false
+        }
         defer { freeaddrinfo(found) }
         let fd = socket(address.pointee.ai_family, address.pointee.ai_socktype, 0)
         guard fd >= 0 else { return false }

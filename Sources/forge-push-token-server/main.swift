@@ -1,3 +1,9 @@
+import ForgePushToken
+import ForgePushTokenHTTP
+import ForgePushTokenOwner
+import MicroHTTPDServer
+import RedisTokenStore
+
 // forge-push-token-server: the token's one owner behind HTTP/1.1 (docs/http-api.md, docs/architecture.md).
 //
 // Start-up: parse the configuration, block SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 (before
@@ -5,20 +11,15 @@
 // through sigwait), start the server. Then wait for SIGTERM or SIGINT and shut down gracefully. The process may be PID 1 in a
 // container, where default signal dispositions do not apply: the signals are handled explicitly.
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #endif
-import ForgePushToken
-import ForgePushTokenHTTP
-import ForgePushTokenOwner
-import MicroHTTPDServer
-import RedisTokenStore
 
 // First of all, so that a SIGTERM that arrives while the process is still starting is held until
 // the sigwait below (and then shuts down cleanly) instead of killing the process.
@@ -47,12 +48,15 @@ func printError(_ text: String, format: ServerLog.Format = .text) {
 
 let options: CommandLineOptions
 do {
-    options = try CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst()),
-                                           environment: ProcessInfo.processInfo.environment)
+    options = try CommandLineOptions.parse(
+        Array(CommandLine.arguments.dropFirst()),
+        environment: ProcessInfo.processInfo.environment)
 } catch {
     // The options did not parse, but a log pipeline still wants JSON when it was asked for.
-    if CommandLineOptions.requestedLogFormat(Array(CommandLine.arguments.dropFirst()),
-                                             environment: ProcessInfo.processInfo.environment) == .json {
+    if CommandLineOptions.requestedLogFormat(
+        Array(CommandLine.arguments.dropFirst()),
+        environment: ProcessInfo.processInfo.environment) == .json
+    {
         printError("forge-push-token-server: \(error) (see --help)", format: .json)
     } else {
         printError("forge-push-token-server: \(error)\n\n\(CommandLineOptions.usage)")
@@ -71,7 +75,6 @@ case .healthCheck:
 case .run:
     break
 }
-
 
 let log = ServerLog(minimumLevel: options.logLevel, format: options.logFormat)
 // The store keeps the versioned token; the owner serves it (docs/architecture.md).
@@ -95,8 +98,9 @@ if let redis = options.redis {
     }
     // Found now, not at the first change: a folder that is missing or not writable.
     guard access(fileStore.file.folder, W_OK) == 0 else {
-        printError("forge-push-token-server: the folder of state file \(path) is missing or not writable: "
-                   + systemErrorText(errno), format: options.logFormat)
+        printError(
+            "forge-push-token-server: the folder of state file \(path) is missing or not writable: "
+                + systemErrorText(errno), format: options.logFormat)
         exit(1)
     }
     log.log(.info, "state file \(path): version \(initial.version)")
@@ -105,16 +109,19 @@ if let redis = options.redis {
     store = MemoryTokenStore()
     initial = .initial
 }
-let owner = TokenOwner<TokenSnapshot>(store: store, initial: initial, health: initialHealth,
-                                      maxSubscribers: options.server.maxSubscribers)
+let owner = TokenOwner<TokenSnapshot>(
+    store: store, initial: initial, health: initialHealth,
+    maxSubscribers: options.server.maxSubscribers)
 owner.start()
 var replicaMode: ReplicaMode?
 if let redisStore = store as? RedisTokenStore {
-    replicaMode = ReplicaMode(name: "redis", refresh: { redisStore.refresh { _ in } },
-                              metrics: { redisStore.renderMetrics() })
+    replicaMode = ReplicaMode(
+        name: "redis", refresh: { redisStore.refresh { _ in } },
+        metrics: { redisStore.renderMetrics() })
 }
-let responder = Responder(owner: owner, authentication: options.authentication, crossOrigin: options.crossOrigin,
-                          log: log, accessLog: options.server.accessLog, replica: replicaMode)
+let responder = Responder(
+    owner: owner, authentication: options.authentication, crossOrigin: options.crossOrigin,
+    log: log, accessLog: options.server.accessLog, replica: replicaMode)
 responder.metrics.setBuildVersion(serverVersion)
 for warning in options.startupWarnings {
     log.log(.warning, warning)

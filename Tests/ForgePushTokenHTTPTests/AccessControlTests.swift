@@ -1,8 +1,8 @@
+import ForgePushToken
+import ForgePushTokenOwner
 import Foundation
 import Testing
-import ForgePushTokenOwner
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// Bearer-token authentication (issue 5, RFC 6750) through `Responder`.
@@ -17,10 +17,12 @@ struct BearerAuthenticationTests {
 
     func bearer(_ token: String) -> HTTPHeaders { ["Authorization": "Bearer " + token] }
 
-    @Test("b64token syntax (RFC 6750 §2.1)", arguments: [
-        ("abc", true), ("A-Z.a_z~0+9/", true), ("abc==", true), ("a=b", false), ("=", false), ("", false),
-        ("has space", false), ("tab\t", false), ("naïve", false), ("quote\"", false), ("comma,", false),
-    ])
+    @Test(
+        "b64token syntax (RFC 6750 §2.1)",
+        arguments: [
+            ("abc", true), ("A-Z.a_z~0+9/", true), ("abc==", true), ("a=b", false), ("=", false), ("", false),
+            ("has space", false), ("tab\t", false), ("naïve", false), ("quote\"", false), ("comma,", false),
+        ])
     func tokenSyntax(token: String, valid: Bool) {
         #expect(BearerAuthentication.isValidToken(token) == valid)
         #expect((BearerAuthentication(token: token) != nil) == valid)
@@ -35,44 +37,53 @@ struct BearerAuthenticationTests {
             #expect(response.headers["WWW-Authenticate"] == "Bearer realm=\"forge-push-token\"")
         }
         #expect(responder.owner.current == TokenSnapshot(version: 0, token: nil))
-        #expect(responder.metrics.render(subscribers: 0, events: .init(sent: 0, skipped: 0))
-            .contains("forge_push_token_unauthorized_requests_total 2"))
+        #expect(
+            responder.metrics.render(subscribers: 0, events: .init(sent: 0, skipped: 0))
+                .contains("forge_push_token_unauthorized_requests_total 2"))
     }
 
-    @Test("wrong tokens → 401 invalid_token, whatever they share with the secret", arguments: [
-        "wrong",
-        String(Self.secret.dropLast()) + "A",  // same length, last byte differs
-        "X" + String(Self.secret.dropFirst()),  // same length, first byte differs
-        Self.secret + "x",  // the secret and one more byte
-        String(Self.secret.dropLast()),  // a prefix of the secret
-        Self.secret.uppercased(),
-    ])
+    @Test(
+        "wrong tokens → 401 invalid_token, whatever they share with the secret",
+        arguments: [
+            "wrong",
+            String(Self.secret.dropLast()) + "A",  // same length, last byte differs
+            "X" + String(Self.secret.dropFirst()),  // same length, first byte differs
+            Self.secret + "x",  // the secret and one more byte
+            String(Self.secret.dropLast()),  // a prefix of the secret
+            Self.secret.uppercased(),
+        ])
     func wrongToken(token: String) throws {
         let responder = try responder()
-        let response = try responder.send("POST", "/register", contentType: "text/plain", body: utf8("abcd"),
-                                          headers: bearer(token))
+        let response = try responder.send(
+            "POST", "/register", contentType: "text/plain", body: utf8("abcd"),
+            headers: bearer(token))
         try expectError(response, status: 401, code: "unauthorized")
         #expect(response.headers["WWW-Authenticate"] == "Bearer realm=\"forge-push-token\", error=\"invalid_token\"")
         #expect(!string(response.body).contains(Self.secret))
         #expect(responder.owner.current.token == nil)
     }
 
-    @Test("malformed Authorization values are refused", arguments: [
-        "Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "Bearer" + secret, "Token " + secret, "",
-        " Bearer " + secret,
-    ])
+    @Test(
+        "malformed Authorization values are refused",
+        arguments: [
+            "Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "Bearer" + secret, "Token " + secret, "",
+            " Bearer " + secret,
+        ])
     func malformedAuthorization(value: String) throws {
         let responder = try responder()
-        let response = try responder.send("POST", "/register", contentType: "text/plain", body: utf8("abcd"),
-                                          headers: ["Authorization": value])
+        let response = try responder.send(
+            "POST", "/register", contentType: "text/plain", body: utf8("abcd"),
+            headers: ["Authorization": value])
         try expectError(response, status: 401, code: "unauthorized")
     }
 
-    @Test("the right token is accepted; the scheme name is case-insensitive", arguments: ["Bearer", "bearer", "BEARER"])
+    @Test(
+        "the right token is accepted; the scheme name is case-insensitive", arguments: ["Bearer", "bearer", "BEARER"])
     func rightToken(scheme: String) throws {
         let responder = try responder()
-        let response = try responder.send("POST", "/register", contentType: "text/plain", body: utf8("abcd"),
-                                          headers: ["Authorization": "\(scheme)  \(Self.secret)"])
+        let response = try responder.send(
+            "POST", "/register", contentType: "text/plain", body: utf8("abcd"),
+            headers: ["Authorization": "\(scheme)  \(Self.secret)"])
         #expect(response.status == 200)
         #expect(responder.owner.current.token == "abcd")
         let failed = try responder.send("POST", "/fail", headers: bearer(Self.secret))
@@ -100,7 +111,8 @@ struct BearerAuthenticationTests {
         for path in ["/token", "/token/stream", "/metrics", "/"] {
             for method in ["GET", "HEAD"] {
                 try expectError(try responder.send(method, path), status: 401, code: "unauthorized")
-                try expectError(try responder.send(method, path + "?access_token=nope"), status: 401, code: "unauthorized")
+                try expectError(
+                    try responder.send(method, path + "?access_token=nope"), status: 401, code: "unauthorized")
                 if path != "/token/stream" || method == "HEAD" {
                     #expect(try responder.send(method, path, headers: bearer(Self.secret)).status == 200)
                     #expect(try responder.send(method, path + "?x=1&access_token=" + encoded).status == 200)
@@ -115,8 +127,9 @@ struct BearerAuthenticationTests {
     func postIgnoresQueryToken() throws {
         let responder = try responder(scope: .all)
         let encoded = Self.secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        let response = try responder.send("POST", "/register?access_token=" + encoded, contentType: "text/plain",
-                                          body: utf8("abcd"))
+        let response = try responder.send(
+            "POST", "/register?access_token=" + encoded, contentType: "text/plain",
+            body: utf8("abcd"))
         try expectError(response, status: 401, code: "unauthorized")
         #expect(responder.owner.current.token == nil)
     }
@@ -153,13 +166,15 @@ struct CrossOriginTests {
         Responder(owner: makeOwner(maxSubscribers: 4), crossOrigin: try CrossOriginPolicy(origins: origins))
     }
 
-    @Test("origin syntax", arguments: [
-        ("https://app.example.com", true), ("http://localhost:3000", true), ("HTTPS://APP.EXAMPLE", true),
-        ("http://[::1]:8080", true), ("http://127.0.0.1", true), ("*", true),
-        ("app.example.com", false), ("https://app.example.com/", false), ("https://a/b", false),
-        ("ftp://a", false), ("https://", false), ("https://a:", false), ("https://a:123456", false),
-        ("https://a b", false), ("null", false), ("", false),
-    ])
+    @Test(
+        "origin syntax",
+        arguments: [
+            ("https://app.example.com", true), ("http://localhost:3000", true), ("HTTPS://APP.EXAMPLE", true),
+            ("http://[::1]:8080", true), ("http://127.0.0.1", true), ("*", true),
+            ("app.example.com", false), ("https://app.example.com/", false), ("https://a/b", false),
+            ("ftp://a", false), ("https://", false), ("https://a:", false), ("https://a:123456", false),
+            ("https://a b", false), ("null", false), ("", false),
+        ])
     func originSyntax(origin: String, valid: Bool) {
         #expect(((try? CrossOriginPolicy(origins: [origin])) != nil) == valid)
     }
@@ -177,8 +192,9 @@ struct CrossOriginTests {
         #expect(head.headers["Access-Control-Allow-Origin"] == "http://localhost:3000")
         #expect(head.headers["Content-Type"] == "text/event-stream")
         // An error answer to an allowed origin is readable by the page too.
-        let refused = try responder.send("POST", "/register", contentType: "text/plain", body: utf8("xyz"),
-                                         headers: ["Origin": "https://app.example"])
+        let refused = try responder.send(
+            "POST", "/register", contentType: "text/plain", body: utf8("xyz"),
+            headers: ["Origin": "https://app.example"])
         #expect(refused.status == 400 && refused.headers["Access-Control-Allow-Origin"] == "https://app.example")
     }
 
@@ -204,9 +220,11 @@ struct CrossOriginTests {
     @Test("preflight from an allowed origin: 204 with the Access-Control-Allow fields, once each")
     func preflightAllowed() throws {
         let responder = try responder(["https://app.example"])
-        let response = try responder.send("OPTIONS", "/register", headers: [
-            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
-        ])
+        let response = try responder.send(
+            "OPTIONS", "/register",
+            headers: [
+                "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            ])
         #expect(response.status == 204 && response.body.isEmpty)
         #expect(response.headers["Access-Control-Allow-Origin"] == "https://app.example")
         #expect(response.headers["Access-Control-Allow-Methods"] == "POST, OPTIONS")
@@ -220,9 +238,11 @@ struct CrossOriginTests {
     func preflightRefused() throws {
         for origins in [["https://app.example"], []] {
             let responder = try responder(origins)
-            let response = try responder.send("OPTIONS", "/token/stream", headers: [
-                "Origin": "https://evil.example", "Access-Control-Request-Method": "GET",
-            ])
+            let response = try responder.send(
+                "OPTIONS", "/token/stream",
+                headers: [
+                    "Origin": "https://evil.example", "Access-Control-Request-Method": "GET",
+                ])
             let message = try expectError(response, status: 403, code: "origin_not_allowed")
             #expect(message.contains("--cors-origin https://evil.example"))
         }

@@ -1,8 +1,8 @@
+import ForgePushToken
+import ForgePushTokenOwner
 import Foundation
 import Testing
-import ForgePushTokenOwner
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// Issue 13, "Conditional GET": `ETag` on `GET`/`HEAD /token`, `If-None-Match` (RFC 9110
@@ -13,20 +13,24 @@ struct ConditionalGETTests {
 
     // MARK: If-None-Match parsing
 
-    @Test("If-None-Match that matches (weak comparison, lists, *)", arguments: [
-        #""abc123""#, #"W/"abc123""#, #""x", "abc123""#, #""x",W/"abc123""#, #"  "abc123"  "#, "*", " * ",
-        #","abc123","#, "\"x\" ,\t\"abc123\"", #", , "abc123""#, #""abc123", "x""#, #"W/"x", W/"abc123", "y""#,
-    ])
+    @Test(
+        "If-None-Match that matches (weak comparison, lists, *)",
+        arguments: [
+            #""abc123""#, #"W/"abc123""#, #""x", "abc123""#, #""x",W/"abc123""#, #"  "abc123"  "#, "*", " * ",
+            #","abc123","#, "\"x\" ,\t\"abc123\"", #", , "abc123""#, #""abc123", "x""#, #"W/"x", W/"abc123", "y""#,
+        ])
     func matching(field: String) {
         #expect(IfNoneMatch.matches(field, current: Self.current))
     }
 
-    @Test("If-None-Match that does not match, or is garbled", arguments: [
-        "", " ", ",", ", ,", #""abc12""#, #""abc1234""#, #""ABC123""#, "abc123", #"w/"abc123""#,
-        #"W"abc123""#, #"W/ "abc123""#, #""abc123"#, #"abc123""#, #""abc123"junk"#, #""abc123" "x""#,
-        #"*, "abc123""#, #""abc123", *"#, "**", #""abc 123""#, #""abc123"; "x""#, #""abc123", garbage"#,
-        "\"abc\u{01}123\"", #"""#, #""x", "abc123"#,
-    ])
+    @Test(
+        "If-None-Match that does not match, or is garbled",
+        arguments: [
+            "", " ", ",", ", ,", #""abc12""#, #""abc1234""#, #""ABC123""#, "abc123", #"w/"abc123""#,
+            #"W"abc123""#, #"W/ "abc123""#, #""abc123"#, #"abc123""#, #""abc123"junk"#, #""abc123" "x""#,
+            #"*, "abc123""#, #""abc123", *"#, "**", #""abc 123""#, #""abc123"; "x""#, #""abc123", garbage"#,
+            "\"abc\u{01}123\"", #"""#, #""x", "abc123"#,
+        ])
     func notMatching(field: String) {
         #expect(!IfNoneMatch.matches(field, current: Self.current))
     }
@@ -80,12 +84,14 @@ struct ConditionalGETTests {
         #expect(TokenSnapshot(version: 1, token: token).entityTag != TokenSnapshot(version: 1, token: nil).entityTag)
 
         // Two services (a restart): the same token, different versions, the same tag.
-        let first = makeResponder(), second = makeResponder()
+        let first = makeResponder()
+        let second = makeResponder()
         first.owner.register(deviceToken: [0xa1, 0xb2])
         second.owner.register(deviceToken: [0x00])
         second.owner.register(deviceToken: [0xa1, 0xb2])
         #expect(first.owner.current.version != second.owner.current.version)
-        let one = try? first.send("GET", "/token"), two = try? second.send("GET", "/token")
+        let one = try? first.send("GET", "/token")
+        let two = try? second.send("GET", "/token")
         #expect(one?.headers["ETag"] != nil && one?.headers["ETag"] == two?.headers["ETag"])
     }
 
@@ -127,8 +133,9 @@ struct ConditionalGETTests {
     @Test("with --auth-scope all, /token and the page are private, no-cache; the 304 needs the token too")
     func privateWhenReadsNeedTheToken() throws {
         let secret = "s3cret-token"
-        let all = Responder(owner: makeOwner(maxSubscribers: 4),
-                            authentication: BearerAuthentication(token: secret, scope: .all))
+        let all = Responder(
+            owner: makeOwner(maxSubscribers: 4),
+            authentication: BearerAuthentication(token: secret, scope: .all))
         let bearer: HTTPHeaders = ["Authorization": "Bearer \(secret)"]
         let token = try all.send("GET", "/token", headers: bearer)
         #expect(token.headers["Cache-Control"] == "private, no-cache")
@@ -140,8 +147,9 @@ struct ConditionalGETTests {
         #expect(try all.send("GET", "/token", headers: ["If-None-Match": etag]).status == 401)
         #expect(try all.send("GET", "/", headers: bearer).headers["Cache-Control"] == "private, no-cache")
 
-        let writes = Responder(owner: makeOwner(maxSubscribers: 4),
-                               authentication: BearerAuthentication(token: secret, scope: .writes))
+        let writes = Responder(
+            owner: makeOwner(maxSubscribers: 4),
+            authentication: BearerAuthentication(token: secret, scope: .writes))
         #expect(try writes.send("GET", "/token").headers["Cache-Control"] == "no-cache")
         #expect(try writes.send("GET", "/").headers["Cache-Control"] == "no-cache")
     }
@@ -149,8 +157,9 @@ struct ConditionalGETTests {
     @Test("CORS: responses expose ETag, a preflight allows If-None-Match, a 304 carries the CORS fields")
     func crossOrigin() throws {
         let origin = "https://app.example.com"
-        let responder = Responder(owner: makeOwner(maxSubscribers: 4),
-                                  crossOrigin: try CrossOriginPolicy(origins: [origin]))
+        let responder = Responder(
+            owner: makeOwner(maxSubscribers: 4),
+            crossOrigin: try CrossOriginPolicy(origins: [origin]))
         let full = try responder.send("GET", "/token", headers: ["Origin": origin])
         #expect(full.headers["Access-Control-Expose-Headers"]?.contains("ETag") == true)
         let etag = try #require(full.headers["ETag"])
@@ -158,9 +167,12 @@ struct ConditionalGETTests {
         #expect(notModified.status == 304)
         #expect(notModified.headers["Access-Control-Allow-Origin"] == origin)
         #expect(notModified.headers["Vary"] == "Origin")
-        let preflight = try responder.send("OPTIONS", "/token", headers: [
-            "Origin": origin, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "if-none-match",
-        ])
+        let preflight = try responder.send(
+            "OPTIONS", "/token",
+            headers: [
+                "Origin": origin, "Access-Control-Request-Method": "GET",
+                "Access-Control-Request-Headers": "if-none-match",
+            ])
         #expect(preflight.headers["Access-Control-Allow-Headers"]?.contains("If-None-Match") == true)
     }
 

@@ -1,6 +1,6 @@
+import ForgePushTokenOwner
 import Foundation
 import Testing
-import ForgePushTokenOwner
 
 @testable import ForgePushTokenHTTP
 
@@ -9,7 +9,8 @@ import ForgePushTokenOwner
 @Suite("EventSubscriber")
 struct EventSubscriberTests {
     static func snapshot(_ version: UInt64) -> TokenSnapshot {
-        TokenSnapshot(version: version, token: version == 0 ? nil : lowerHex([UInt8(truncatingIfNeeded: version), 0xee]))
+        TokenSnapshot(
+            version: version, token: version == 0 ? nil : lowerHex([UInt8(truncatingIfNeeded: version), 0xee]))
     }
 
     /// A subscriber whose first snapshot (version 1) is already written and that is suspended.
@@ -24,7 +25,8 @@ struct EventSubscriberTests {
 
     @Test("the first read gives the first snapshot's event")
     func firstRead() {
-        for first in [Self.snapshot(0), Self.snapshot(1), TokenSnapshot(version: 41, token: lowerHex(tokenBytes(256)))] {
+        for first in [Self.snapshot(0), Self.snapshot(1), TokenSnapshot(version: 41, token: lowerHex(tokenBytes(256)))]
+        {
             let subscriber = EventSubscriber(id: 9, first: first, wake: {})
             #expect(subscriber.id == 9)
             let read = readOnce(subscriber)

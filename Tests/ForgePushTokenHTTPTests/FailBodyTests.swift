@@ -1,9 +1,9 @@
+import ForgePushToken
+import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
-import ForgePushTokenOwner
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// `POST /fail` through `Responder` (http-api.md, `POST /fail`).
@@ -15,7 +15,8 @@ struct FailBodyTests {
     func setUp() throws -> (Responder, LogRecorder) {
         let recorder = LogRecorder()
         let responder = makeResponder(log: recorder.handler)
-        try expectChange(try responder.send("POST", "/register", body: utf8("aabbccdd")), token: "aabbccdd", changed: true)
+        try expectChange(
+            try responder.send("POST", "/register", body: utf8("aabbccdd")), token: "aabbccdd", changed: true)
         return (responder, recorder)
     }
 
@@ -29,30 +30,39 @@ struct FailBodyTests {
     }
 
     static let accepted: [Accepted] = [
-        Accepted(name: "text message", contentType: "text/plain", body: utf8("no valid aps-environment entitlement"),
-                 description: "no valid aps-environment entitlement"),
+        Accepted(
+            name: "text message", contentType: "text/plain", body: utf8("no valid aps-environment entitlement"),
+            description: "no valid aps-environment entitlement"),
         Accepted(name: "text without Content-Type", contentType: nil, body: utf8("boom"), description: "boom"),
-        Accepted(name: "form type: the text as it is", contentType: "application/x-www-form-urlencoded",
-                 body: utf8("message=a+b"), description: "message=a+b"),
-        Accepted(name: "UTF-8 text", contentType: "text/plain; charset=utf-8", body: utf8("échec ✗"),
-                 description: "échec ✗"),
+        Accepted(
+            name: "form type: the text as it is", contentType: "application/x-www-form-urlencoded",
+            body: utf8("message=a+b"), description: "message=a+b"),
+        Accepted(
+            name: "UTF-8 text", contentType: "text/plain; charset=utf-8", body: utf8("échec ✗"),
+            description: "échec ✗"),
         Accepted(name: "empty body", contentType: nil, body: [], description: "unknown error"),
         Accepted(name: "empty text/plain", contentType: "text/plain", body: [], description: "unknown error"),
         Accepted(name: "JSON message", contentType: json, body: utf8(#"{"message":"m"}"#), description: "m"),
-        Accepted(name: "JSON message, domain, code", contentType: json,
-                 body: utf8(#"{"message":"not supported in the simulator","domain":"NSCocoaErrorDomain","code":3010}"#),
-                 description: "NSCocoaErrorDomain 3010: not supported in the simulator"),
-        Accepted(name: "JSON domain only", contentType: json, body: utf8(#"{"domain":"D","message":"m"}"#),
-                 description: "D: m"),
-        Accepted(name: "JSON code only, negative", contentType: json, body: utf8(#"{"code":-1,"message":"m"}"#),
-                 description: "code -1: m"),
-        Accepted(name: "JSON nulls for the optional members", contentType: json,
-                 body: utf8(#"{"message":"m","domain":null,"code":null}"#), description: "m"),
-        Accepted(name: "JSON other members ignored", contentType: json,
-                 body: utf8(#"{"message":"m","userInfo":{"k":[1,2,{"x":null}]},"extra":true,"code":7}"#),
-                 description: "code 7: m"),
-        Accepted(name: "JSON with charset, any case", contentType: "Application/JSON; charset=utf-8",
-                 body: utf8(#"{"message":"m","domain":"D","code":1}"#), description: "D 1: m"),
+        Accepted(
+            name: "JSON message, domain, code", contentType: json,
+            body: utf8(#"{"message":"not supported in the simulator","domain":"NSCocoaErrorDomain","code":3010}"#),
+            description: "NSCocoaErrorDomain 3010: not supported in the simulator"),
+        Accepted(
+            name: "JSON domain only", contentType: json, body: utf8(#"{"domain":"D","message":"m"}"#),
+            description: "D: m"),
+        Accepted(
+            name: "JSON code only, negative", contentType: json, body: utf8(#"{"code":-1,"message":"m"}"#),
+            description: "code -1: m"),
+        Accepted(
+            name: "JSON nulls for the optional members", contentType: json,
+            body: utf8(#"{"message":"m","domain":null,"code":null}"#), description: "m"),
+        Accepted(
+            name: "JSON other members ignored", contentType: json,
+            body: utf8(#"{"message":"m","userInfo":{"k":[1,2,{"x":null}]},"extra":true,"code":7}"#),
+            description: "code 7: m"),
+        Accepted(
+            name: "JSON with charset, any case", contentType: "Application/JSON; charset=utf-8",
+            body: utf8(#"{"message":"m","domain":"D","code":1}"#), description: "D 1: m"),
     ]
 
     @Test("accepted bodies clear the token and reach the manager", arguments: accepted)
@@ -62,8 +72,11 @@ struct FailBodyTests {
         try expectChange(response, token: nil, changed: true)
         #expect(responder.owner.current == TokenSnapshot(version: 2, token: nil))
         #expect(responder.owner.current.token == nil)
-        #expect(recorder.recorded.last == LogRecorder.Entry(level: .error,
-                                                            message: "registration failed: \(input.description)"))
+        #expect(
+            recorder.recorded.last
+                == LogRecorder.Entry(
+                    level: .error,
+                    message: "registration failed: \(input.description)"))
     }
 
     @Test("changed is true only when a token was cleared")
@@ -76,8 +89,9 @@ struct FailBodyTests {
         #expect(responder.owner.current == TokenSnapshot(version: 0, token: nil))
 
         _ = try responder.send("POST", "/register", body: utf8("0102"))
-        try expectChange(try responder.send("POST", "/fail", contentType: Self.json, body: utf8(#"{"message":"x"}"#)),
-                         token: nil, changed: true)
+        try expectChange(
+            try responder.send("POST", "/fail", contentType: Self.json, body: utf8(#"{"message":"x"}"#)),
+            token: nil, changed: true)
         #expect(responder.owner.current == TokenSnapshot(version: 2, token: nil))
 
         try expectChange(try responder.send("POST", "/fail"), token: nil, changed: false)
@@ -106,12 +120,17 @@ struct FailBodyTests {
         BodyCase("JSON with charset, malformed", "Application/JSON; charset=utf-8", "{oops"),
         BodyCase("JSON type, plain text", json, "boom"),
         BodyCase("JSON with trailing garbage", json, #"{"message":"x"} y"#),
-        BodyCase("JSON nested 2000 deep", json, String(repeating: "[", count: 2000) + String(repeating: "]", count: 2000)),
+        BodyCase(
+            "JSON nested 2000 deep", json, String(repeating: "[", count: 2000) + String(repeating: "]", count: 2000)),
         BodyCase("non-UTF-8 text", "text/plain", [0xc3, 0x28, 0x41]),
         BodyCase("non-UTF-8 without Content-Type", nil, [0xff, 0xfe, 0xfd]),
         BodyCase("non-UTF-8 form", "application/x-www-form-urlencoded", [0x80]),
-        BodyCase("JSON with invalid UTF-8", json, [0x7b, 0x22, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65,
-                                                   0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d]),
+        BodyCase(
+            "JSON with invalid UTF-8", json,
+            [
+                0x7b, 0x22, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65,
+                0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d,
+            ]),
     ]
 
     @Test("400 invalid_request, state unchanged, nothing reaches the manager", arguments: rejected)
@@ -127,11 +146,16 @@ struct FailBodyTests {
 
     @Test("registrationFailure(contentType:body:) decodes the members")
     func registrationFailureValues() throws {
-        #expect(try RequestBodies.registrationFailure(contentType: "application/json",
-                                                      body: utf8(#"{"message":"m","domain":"D","code":3}"#))
+        #expect(
+            try RequestBodies.registrationFailure(
+                contentType: "application/json",
+                body: utf8(#"{"message":"m","domain":"D","code":3}"#))
                 == RegistrationFailure(message: "m", domain: "D", code: 3))
-        #expect(try RequestBodies.registrationFailure(contentType: nil, body: []) == RegistrationFailure(message: "unknown error"))
-        #expect(try RequestBodies.registrationFailure(contentType: "text/plain", body: utf8(" x \n"))
+        #expect(
+            try RequestBodies.registrationFailure(contentType: nil, body: [])
+                == RegistrationFailure(message: "unknown error"))
+        #expect(
+            try RequestBodies.registrationFailure(contentType: "text/plain", body: utf8(" x \n"))
                 == RegistrationFailure(message: " x \n"))
     }
 
@@ -143,8 +167,9 @@ struct FailBodyTests {
         #expect(RegistrationFailure(message: "m", domain: "D", code: 5).description == "D 5: m")
     }
 
-    @Test("an empty body is \"unknown error\" whatever its Content-Type: the body is optional",
-          arguments: [nil, "application/json", "text/plain"] as [String?])
+    @Test(
+        "an empty body is \"unknown error\" whatever its Content-Type: the body is optional",
+        arguments: [nil, "application/json", "text/plain"] as [String?])
     func emptyBodyIsUnknownError(contentType: String?) throws {
         let failure = try RequestBodies.registrationFailure(contentType: contentType, body: [])
         #expect(failure == RegistrationFailure(message: "unknown error"))

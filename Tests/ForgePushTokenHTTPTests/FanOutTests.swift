@@ -1,9 +1,9 @@
+import ForgePushToken
+import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
-import ForgePushTokenOwner
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// The subscribers of `GET /token/stream` and the owner's fan-out to them (what EventHub did).
@@ -50,10 +50,10 @@ struct FanOutTests {
         #expect(waiting.wakes.value == 1)
         #expect(busy.wakes.value == 0, "never suspended: its reader is still going")
 
-        hub.publish(v1)                               // the same version again
+        hub.publish(v1)  // the same version again
         hub.publish(TokenSnapshot(version: 0, token: nil))  // an older one
         let v2 = hub.register([2])
-        hub.publish(v2)                               // newer, but already resumed
+        hub.publish(v2)  // newer, but already resumed
         #expect(waiting.wakes.value == 1)
         #expect(busy.wakes.value == 0)
 
@@ -78,8 +78,8 @@ struct FanOutTests {
 
         hub.remove(a.subscriber.id)
         #expect(hub.count == 1)
-        hub.remove(a.subscriber.id)   // twice: ignored
-        hub.remove(123_456)           // unknown: ignored
+        hub.remove(a.subscriber.id)  // twice: ignored
+        hub.remove(123_456)  // unknown: ignored
         #expect(hub.count == 1)
 
         let c = try Self.subscribe(hub)
@@ -147,7 +147,7 @@ struct FanOutTests {
         #expect(readOnce(other.subscriber).result == .suspended)
 
         hub.abort(target.subscriber.id)  // again: no second wake
-        hub.abort(999)                   // unknown: ignored
+        hub.abort(999)  // unknown: ignored
         #expect(target.wakes.value == 1)
         #expect(hub.count == 2, "abort does not remove; the engine removes when the connection is gone")
     }

@@ -1,7 +1,7 @@
+import ForgePushToken
 import Foundation
 import Testing
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// Issue 14: the header fields every answer carries, the cache policy of each route, the live
@@ -12,11 +12,15 @@ struct HTTPHygieneTests {
 
     @Test("SHA-256 of the FIPS 180-4 examples")
     func fipsVectors() {
-        #expect(lowerHex(SHA256.digest([UInt8]())) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-        #expect(lowerHex(SHA256.digest(utf8("abc"))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        #expect(lowerHex(SHA256.digest(utf8("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")))
+        #expect(
+            lowerHex(SHA256.digest([UInt8]())) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(
+            lowerHex(SHA256.digest(utf8("abc"))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(
+            lowerHex(SHA256.digest(utf8("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")))
                 == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
-        #expect(lowerHex(SHA256.digest(utf8(String(repeating: "a", count: 1000))))
+        #expect(
+            lowerHex(SHA256.digest(utf8(String(repeating: "a", count: 1000))))
                 == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3")
     }
 
@@ -55,12 +59,14 @@ struct HTTPHygieneTests {
         #expect(own["Cache-Control"] == "no-cache")
     }
 
-    @Test("each route names the cache policy it means", arguments: [
-        ("GET", "/healthz", "no-store"), ("GET", "/metrics", "no-store"), ("GET", "/token", "no-cache"),
-        ("HEAD", "/token", "no-cache"), ("GET", "/", "no-cache"), ("HEAD", "/", "no-cache"),
-        ("GET", "/nope", "no-store"), ("DELETE", "/token", "no-store"), ("OPTIONS", "/token", "no-store"),
-        ("POST", "/register", "no-store"), ("HEAD", "/token/stream", "no-cache, no-transform"),
-    ])
+    @Test(
+        "each route names the cache policy it means",
+        arguments: [
+            ("GET", "/healthz", "no-store"), ("GET", "/metrics", "no-store"), ("GET", "/token", "no-cache"),
+            ("HEAD", "/token", "no-cache"), ("GET", "/", "no-cache"), ("HEAD", "/", "no-cache"),
+            ("GET", "/nope", "no-store"), ("DELETE", "/token", "no-store"), ("OPTIONS", "/token", "no-store"),
+            ("POST", "/register", "no-store"), ("HEAD", "/token/stream", "no-cache, no-transform"),
+        ])
     func cachePolicy(method: String, target: String, expected: String) throws {
         let response = try makeResponder().send(method, target, contentType: "text/plain", body: utf8("zz"))
         // What the engine sends: the responder's fields, completed in the one place.
@@ -93,7 +99,9 @@ struct HTTPHygieneTests {
 
     @Test("the policy: nothing by default, the page's own inline script and style by hash, the stream from self")
     func policyDirectives() {
-        let directives = LivePage.contentSecurityPolicy.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+        let directives = LivePage.contentSecurityPolicy.split(separator: ";").map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }
         func sources(_ name: String) -> [String]? {
             directives.first { $0.hasPrefix(name + " ") }.map { $0.split(separator: " ").dropFirst().map(String.init) }
         }
@@ -132,10 +140,11 @@ struct HTTPHygieneTests {
     @Test("a hash source for each inline element, in order; none when there is none")
     func inlineHashSources() {
         let page = utf8("<style>a</style><script>b</script><script></script>")
-        #expect(LivePage.inlineHashSources(element: "script", in: page) == [
-            "'sha256-" + Data(SHA256.digest(utf8("b"))).base64EncodedString() + "'",
-            "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  // SHA-256 of nothing
-        ])
+        #expect(
+            LivePage.inlineHashSources(element: "script", in: page) == [
+                "'sha256-" + Data(SHA256.digest(utf8("b"))).base64EncodedString() + "'",
+                "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  // SHA-256 of nothing
+            ])
         #expect(LivePage.inlineHashSources(element: "style", in: page).count == 1)
         #expect(LivePage.inlineHashSources(element: "style", in: utf8("<style>never closed")).isEmpty)
     }

@@ -1,7 +1,7 @@
+import ForgePushToken
 import Foundation
 import Testing
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// `--log-format json`: one object per line with the field names of Go's log/slog JSON handler.
@@ -10,7 +10,9 @@ struct JSONLogTests {
     /// Every line written, each parsed as one JSON object.
     static func objects(_ lines: ServerLogTests.Lines) throws -> [[String: Any]] {
         try lines.all.map { line in
-            #expect(line.hasSuffix("}\n") && line.dropLast().firstIndex(of: "\n") == nil, "not one line: \(line.debugDescription)")
+            #expect(
+                line.hasSuffix("}\n") && line.dropLast().firstIndex(of: "\n") == nil,
+                "not one line: \(line.debugDescription)")
             let object = try JSONSerialization.jsonObject(with: Data(line.utf8))
             return try #require(object as? [String: Any])
         }
@@ -47,11 +49,13 @@ struct JSONLogTests {
         #expect(try Self.objects(lines).map { $0["msg"] as? String } == ["yes"])
     }
 
-    @Test("quotes, backslashes, line breaks and control characters are escaped: one valid line", arguments: [
-        "a\"b", "back\\slash", "two\nlines", "cr\r\nlf", "\u{1B}[31mred\u{1B}[0m", "nul\u{0}byte", "tab\there",
-        "del\u{7F}", "c1\u{85}\u{9B}31m", "emoji 🎉 é", "\u{2028}separator", "{\"injected\":1}",
-        "plain ASCII /token/stream?x=1&y=[2] {} ~", "", "trailing backslash \\",
-    ])
+    @Test(
+        "quotes, backslashes, line breaks and control characters are escaped: one valid line",
+        arguments: [
+            "a\"b", "back\\slash", "two\nlines", "cr\r\nlf", "\u{1B}[31mred\u{1B}[0m", "nul\u{0}byte", "tab\there",
+            "del\u{7F}", "c1\u{85}\u{9B}31m", "emoji 🎉 é", "\u{2028}separator", "{\"injected\":1}",
+            "plain ASCII /token/stream?x=1&y=[2] {} ~", "", "trailing backslash \\",
+        ])
     func escaping(_ message: String) throws {
         let lines = ServerLogTests.Lines()
         let log = ServerLog(format: .json, sink: lines.sink)
@@ -62,7 +66,9 @@ struct JSONLogTests {
         let parsed = try #require(try Self.objects(lines).first)
         let msg = try #require(parsed["msg"] as? String)
         // What JSON can carry comes back unchanged; DEL and C1 come back as \u{…} text.
-        let expected = message.unicodeScalars.map { (0x7F...0x9F).contains($0.value) ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined()
+        let expected = message.unicodeScalars.map {
+            (0x7F...0x9F).contains($0.value) ? "\\u{\(String($0.value, radix: 16))}" : String($0)
+        }.joined()
         #expect(msg == expected)
     }
 
@@ -70,7 +76,8 @@ struct JSONLogTests {
     func accessLine() throws {
         let lines = ServerLogTests.Lines()
         let log = ServerLog(format: .json, sink: lines.sink)
-        log.access(method: "POST", path: "/register", status: 200, bytes: 31, durationMicros: 1234, remote: "[::1]:5000")
+        log.access(
+            method: "POST", path: "/register", status: 200, bytes: 31, durationMicros: 1234, remote: "[::1]:5000")
         log.access(method: "GET", path: "/token/stream", status: nil, bytes: 0, durationMicros: 7, remote: nil)
         let parsed = try Self.objects(lines)
         #expect(parsed[0]["level"] as? String == "INFO")
@@ -95,8 +102,9 @@ struct JSONLogTests {
                 if index.isMultiple(of: 2) {
                     log.log(.warning, "thread \(thread) line \(index) \"quoted\"\n")
                 } else {
-                    log.access(method: "GET", path: "/token", status: 200, bytes: index, durationMicros: 1,
-                               remote: "127.0.0.1:\(thread)")
+                    log.access(
+                        method: "GET", path: "/token", status: 200, bytes: index, durationMicros: 1,
+                        remote: "127.0.0.1:\(thread)")
                 }
             }
         }

@@ -1,10 +1,12 @@
-import Testing
-#if canImport(Glibc)
-import Glibc
-#endif
 import ForgePushToken
-@testable import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import Testing
+
+@testable import ForgePushTokenHTTP
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `GET /metrics`, `GET /` and the state file through the responder, without sockets.
 @Suite struct OperabilityTests {
@@ -57,7 +59,10 @@ import ForgePushTokenOwner
         var template = Array("/tmp/fpt-op-XXXXXX".utf8CString)
         let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
         let file = StateFile(path: dir + "/state.json")
-        defer { unlink(file.path); rmdir(dir) }
+        defer {
+            unlink(file.path)
+            rmdir(dir)
+        }
 
         let firstStore = StateFileStore(file: file)
         let first = TokenOwner<TokenSnapshot>(store: firstStore, initial: try firstStore.load(), maxSubscribers: 4)
@@ -82,7 +87,8 @@ import ForgePushTokenOwner
         #expect(string(failed.body).contains("state_not_saved"))
         #expect(second.current.token == "ef" && second.current.version == 3)
         #expect(!string(failed.body).contains(dir))
-        #expect(lines.withLock { $0 }.contains { $0.contains(" error ") && $0.contains(dir) && $0.contains("degraded") })
+        #expect(
+            lines.withLock { $0 }.contains { $0.contains(" error ") && $0.contains(dir) && $0.contains("degraded") })
         #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"degraded"}"#)
         // A client retrying the same token is not told all is well while the state is unsaved.
         let retried = try responder.send("POST", "/register", body: utf8("ef"))

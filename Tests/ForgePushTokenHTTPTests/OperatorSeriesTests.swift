@@ -1,8 +1,8 @@
+import ForgePushToken
+import ForgePushTokenOwner
 import Foundation
 import Testing
-import ForgePushTokenOwner
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// The series operators' alerts read (issue 13): the standard process metrics, the build
@@ -18,21 +18,28 @@ struct OperatorSeriesTests {
     }
 
     /// A `/proc/<pid>/stat` line whose command name holds spaces and parentheses.
-    static let stat = Array("4242 (forge (push) token) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 150 0 0 20 0 5 0 12345 268435456 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n".utf8)
+    static let stat = Array(
+        "4242 (forge (push) token) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 150 0 0 20 0 5 0 12345 268435456 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+            .utf8)
 
     @Test("/proc/self/stat is parsed by its field numbers, after the command name")
     func parsesStat() throws {
-        let metrics = try #require(ProcessMetrics.parse(stat: Self.stat, ticksPerSecond: 100, pageSize: 4096,
-                                                        bootTime: 1_700_000_000))
-        #expect(metrics.cpuSeconds == 4.0)                      // (250 + 150) ticks / 100
-        #expect(metrics.startTimeSeconds == 1_700_000_123.45)   // boot + 12345 ticks / 100
+        let metrics = try #require(
+            ProcessMetrics.parse(
+                stat: Self.stat, ticksPerSecond: 100, pageSize: 4096,
+                bootTime: 1_700_000_000))
+        #expect(metrics.cpuSeconds == 4.0)  // (250 + 150) ticks / 100
+        #expect(metrics.startTimeSeconds == 1_700_000_123.45)  // boot + 12345 ticks / 100
         #expect(metrics.virtualBytes == 268_435_456)
         #expect(metrics.residentBytes == 2048 * 4096)
     }
 
-    @Test("a truncated or garbled stat line is refused, not misread", arguments: [
-        "4242 (x) S 1 2 3", "no parenthesis at all", "4242 (x) S 1 4242 4242 0 -1 4194560 900 0 0 0 abc 150 0 0 20 0 5 0 1 2 3", "",
-    ])
+    @Test(
+        "a truncated or garbled stat line is refused, not misread",
+        arguments: [
+            "4242 (x) S 1 2 3", "no parenthesis at all",
+            "4242 (x) S 1 4242 4242 0 -1 4194560 900 0 0 0 abc 150 0 0 20 0 5 0 1 2 3", "",
+        ])
     func refusesGarbledStat(_ line: String) {
         #expect(ProcessMetrics.parse(stat: Array(line.utf8), ticksPerSecond: 100, pageSize: 4096, bootTime: 0) == nil)
     }
@@ -98,22 +105,27 @@ struct OperatorSeriesTests {
     func renderedSeries() {
         let metrics = ServiceMetrics()
         metrics.setBuildVersion("1.2.3-\"rc\"\\x")
-        let text = metrics.render(subscribers: 3, events: .init(sent: 0, skipped: 0), maxSubscribers: 500,
-                                  stateSaved: false)
+        let text = metrics.render(
+            subscribers: 3, events: .init(sent: 0, skipped: 0), maxSubscribers: 500,
+            stateSaved: false)
         #expect(Self.value("forge_push_token_subscribers_limit", in: text) == 500)
         #expect(Self.value("forge_push_token_state_saved", in: text) == 0)
         #expect(text.contains("forge_push_token_build_info{version=\"1.2.3-\\\"rc\\\"\\\\x\"} 1\n"))
-        for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
-                     "process_start_time_seconds", "process_open_fds", "process_max_fds"] {
+        for name in [
+            "process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+            "process_start_time_seconds", "process_open_fds", "process_max_fds",
+        ] {
             #expect(Self.value(name, in: text) != nil, "\(name) missing")
             #expect(text.contains("# TYPE \(name) "), "\(name) has no TYPE")
         }
         #expect(!text.contains("forge_push_token_start_time_seconds"), "replaced by process_start_time_seconds")
-        let saved = metrics.render(subscribers: 0, events: .init(sent: 0, skipped: 0), maxSubscribers: 1, stateSaved: true)
+        let saved = metrics.render(
+            subscribers: 0, events: .init(sent: 0, skipped: 0), maxSubscribers: 1, stateSaved: true)
         #expect(Self.value("forge_push_token_state_saved", in: saved) == 1)
         // Without a state file or a version, those series are left out.
         let bare = ServiceMetrics().render(subscribers: 0, events: .init(sent: 0, skipped: 0))
-        #expect(!bare.contains("forge_push_token_state_saved") && !bare.contains("build_info")
+        #expect(
+            !bare.contains("forge_push_token_state_saved") && !bare.contains("build_info")
                 && !bare.contains("subscribers_limit"))
     }
 
@@ -127,7 +139,8 @@ struct OperatorSeriesTests {
         let owner = TokenOwner<TokenSnapshot>(store: store, initial: try store.load(), maxSubscribers: 77)
         let responder = Responder(owner: owner)
         func scrape() throws -> String {
-            guard case .response(let response) = responder.respond(to: HTTPRequest(method: "GET", target: "/metrics")) else {
+            guard case .response(let response) = responder.respond(to: HTTPRequest(method: "GET", target: "/metrics"))
+            else {
                 throw Unexpected(description: "no response")
             }
             return String(decoding: response.body, as: UTF8.self)
@@ -142,7 +155,8 @@ struct OperatorSeriesTests {
         // Without a state file there is nothing to report.
         let open = Responder(owner: makeOwner(maxSubscribers: 5))
         guard case .response(let response) = open.respond(to: HTTPRequest(method: "GET", target: "/metrics")) else {
-            Issue.record("no response"); return
+            Issue.record("no response")
+            return
         }
         #expect(!String(decoding: response.body, as: UTF8.self).contains("forge_push_token_state_saved"))
     }

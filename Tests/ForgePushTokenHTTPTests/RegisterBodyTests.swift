@@ -1,8 +1,8 @@
+import ForgePushToken
+import ForgePushTokenOwner
 import Foundation
 import Testing
-import ForgePushTokenOwner
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// One request body for `POST /register` or `POST /fail`.
@@ -42,10 +42,12 @@ struct RegisterBodyTests {
         #expect(responder.owner.current.token == lowerHex(bytes))
     }
 
-    @Test("octet-stream: the media type alone counts, case-insensitively", arguments: [
-        "application/octet-stream", "Application/Octet-Stream", "APPLICATION/OCTET-STREAM",
-        "application/octet-stream; charset=binary", " application/octet-stream ;x=y",
-    ])
+    @Test(
+        "octet-stream: the media type alone counts, case-insensitively",
+        arguments: [
+            "application/octet-stream", "Application/Octet-Stream", "APPLICATION/OCTET-STREAM",
+            "application/octet-stream; charset=binary", " application/octet-stream ;x=y",
+        ])
     func octetStreamMediaType(contentType: String) throws {
         let responder = makeResponder()
         // "ab" as raw bytes would be the hex "6162"; as hex text it would be the byte 0xab.
@@ -63,14 +65,18 @@ struct RegisterBodyTests {
 
     // MARK: application/json
 
-    @Test("JSON {\"deviceToken\":\"<hex>\"}", arguments: [
-        "application/json", "Application/JSON; charset=utf-8", "APPLICATION/JSON", " application/json ; charset=UTF-8",
-    ])
+    @Test(
+        "JSON {\"deviceToken\":\"<hex>\"}",
+        arguments: [
+            "application/json", "Application/JSON; charset=utf-8", "APPLICATION/JSON",
+            " application/json ; charset=UTF-8",
+        ])
     func jsonBody(contentType: String) throws {
         let responder = makeResponder()
         let bytes = tokenBytes(32)
-        let response = try responder.send("POST", "/register", contentType: contentType,
-                                          body: utf8(#"{"deviceToken":"\#(lowerHex(bytes))"}"#))
+        let response = try responder.send(
+            "POST", "/register", contentType: contentType,
+            body: utf8(#"{"deviceToken":"\#(lowerHex(bytes))"}"#))
         try expectChange(response, token: lowerHex(bytes), changed: true)
         #expect(responder.owner.current.version == 1)
     }
@@ -78,8 +84,9 @@ struct RegisterBodyTests {
     @Test("JSON: uppercase hex is stored lowercase; other members and whitespace are fine")
     func jsonUppercaseAndExtras() throws {
         let responder = makeResponder()
-        let response = try responder.send("POST", "/register", contentType: Self.json,
-                                          body: utf8(" {\n \"app\": \"x\", \"deviceToken\" : \"ABCDEF0123\" , \"n\": [1] }\n"))
+        let response = try responder.send(
+            "POST", "/register", contentType: Self.json,
+            body: utf8(" {\n \"app\": \"x\", \"deviceToken\" : \"ABCDEF0123\" , \"n\": [1] }\n"))
         try expectChange(response, token: "abcdef0123", changed: true)
     }
 
@@ -87,34 +94,39 @@ struct RegisterBodyTests {
     func jsonLongest() throws {
         let responder = makeResponder()
         let bytes = tokenBytes(256)
-        let response = try responder.send("POST", "/register", contentType: Self.json,
-                                          body: utf8(#"{"deviceToken":"\#(lowerHex(bytes).uppercased())"}"#))
+        let response = try responder.send(
+            "POST", "/register", contentType: Self.json,
+            body: utf8(#"{"deviceToken":"\#(lowerHex(bytes).uppercased())"}"#))
         try expectChange(response, token: lowerHex(bytes), changed: true)
     }
 
     // MARK: Hex text and forms
 
-    @Test("hex text: with no Content-Type, text/plain, or a form type", arguments: [
-        nil, "text/plain", "text/plain; charset=utf-8", form, "application/x-www-form-urlencoded; charset=UTF-8",
-        "application/x-anything",
-    ] as [String?])
+    @Test(
+        "hex text: with no Content-Type, text/plain, or a form type",
+        arguments: [
+            nil, "text/plain", "text/plain; charset=utf-8", form, "application/x-www-form-urlencoded; charset=UTF-8",
+            "application/x-anything",
+        ] as [String?])
     func hexText(contentType: String?) throws {
         let responder = makeResponder()
         let response = try responder.send("POST", "/register", contentType: contentType, body: utf8("0a1b2c3d"))
         try expectChange(response, token: "0a1b2c3d", changed: true)
     }
 
-    @Test("hex text: ASCII whitespace at both ends is ignored, uppercase is stored lowercase", arguments: [
-        BodyCase("uppercase", nil, "ABCDEF"),
-        BodyCase("mixed case", nil, "AbCdEf"),
-        BodyCase("trailing newline (curl -d @file)", nil, "abcdef\n"),
-        BodyCase("CRLF", "text/plain", "abcdef\r\n"),
-        BodyCase("spaces and tabs", "text/plain", " \t ABCDEF \t "),
-        BodyCase("leading newlines", nil, "\n\n\r\nabcdef"),
-        BodyCase("form feed", nil, "\u{0C}abcdef\u{0C}"),
-        BodyCase("whitespace in a form value", form, "deviceToken=%20%0AABCDEF%0D%0A"),
-        BodyCase("plus as space in a form value", form, "deviceToken=+abcdef+"),
-    ])
+    @Test(
+        "hex text: ASCII whitespace at both ends is ignored, uppercase is stored lowercase",
+        arguments: [
+            BodyCase("uppercase", nil, "ABCDEF"),
+            BodyCase("mixed case", nil, "AbCdEf"),
+            BodyCase("trailing newline (curl -d @file)", nil, "abcdef\n"),
+            BodyCase("CRLF", "text/plain", "abcdef\r\n"),
+            BodyCase("spaces and tabs", "text/plain", " \t ABCDEF \t "),
+            BodyCase("leading newlines", nil, "\n\n\r\nabcdef"),
+            BodyCase("form feed", nil, "\u{0C}abcdef\u{0C}"),
+            BodyCase("whitespace in a form value", form, "deviceToken=%20%0AABCDEF%0D%0A"),
+            BodyCase("plus as space in a form value", form, "deviceToken=+abcdef+"),
+        ])
     func hexTextWhitespace(_ input: BodyCase) throws {
         let responder = makeResponder()
         let response = try responder.send("POST", "/register", contentType: input.contentType, body: input.body)
@@ -130,17 +142,19 @@ struct RegisterBodyTests {
         try expectChange(response, token: lowerHex(bytes), changed: true)
     }
 
-    @Test("form field deviceToken=<hex>", arguments: [
-        BodyCase("alone", form, "deviceToken=a1b2c3d4"),
-        BodyCase("among other fields", form, "app=demo&deviceToken=a1b2c3d4&user=7"),
-        BodyCase("last field", form, "a=1&b=&deviceToken=a1b2c3d4"),
-        BodyCase("first of two", form, "deviceToken=a1b2c3d4&deviceToken=ffff"),
-        BodyCase("percent-encoded value", form, "deviceToken=%61%31B2%43%33d4"),
-        BodyCase("percent-encoded name", form, "device%54oken=A1B2C3D4"),
-        BodyCase("other fields with encodings", form, "note=a%26b%3Dc+d&deviceToken=A1B2C3D4"),
-        BodyCase("without Content-Type", nil, "deviceToken=a1b2c3d4"),
-        BodyCase("text/plain", "text/plain", "deviceToken=a1b2c3d4\n"),
-    ])
+    @Test(
+        "form field deviceToken=<hex>",
+        arguments: [
+            BodyCase("alone", form, "deviceToken=a1b2c3d4"),
+            BodyCase("among other fields", form, "app=demo&deviceToken=a1b2c3d4&user=7"),
+            BodyCase("last field", form, "a=1&b=&deviceToken=a1b2c3d4"),
+            BodyCase("first of two", form, "deviceToken=a1b2c3d4&deviceToken=ffff"),
+            BodyCase("percent-encoded value", form, "deviceToken=%61%31B2%43%33d4"),
+            BodyCase("percent-encoded name", form, "device%54oken=A1B2C3D4"),
+            BodyCase("other fields with encodings", form, "note=a%26b%3Dc+d&deviceToken=A1B2C3D4"),
+            BodyCase("without Content-Type", nil, "deviceToken=a1b2c3d4"),
+            BodyCase("text/plain", "text/plain", "deviceToken=a1b2c3d4\n"),
+        ])
     func formField(_ input: BodyCase) throws {
         let responder = makeResponder()
         let response = try responder.send("POST", "/register", contentType: input.contentType, body: input.body)
@@ -156,13 +170,20 @@ struct RegisterBodyTests {
         #expect(responder.owner.current.version == 1)
 
         try expectChange(try responder.send("POST", "/register", body: utf8("c0ffee")), token: "c0ffee", changed: false)
-        try expectChange(try responder.send("POST", "/register", body: utf8(" C0FFEE\n")), token: "c0ffee", changed: false)
-        try expectChange(try responder.send("POST", "/register", contentType: "application/octet-stream",
-                                            body: [0xc0, 0xff, 0xee]), token: "c0ffee", changed: false)
-        try expectChange(try responder.send("POST", "/register", contentType: Self.json,
-                                            body: utf8(#"{"deviceToken":"C0ffEE"}"#)), token: "c0ffee", changed: false)
-        try expectChange(try responder.send("POST", "/register", contentType: Self.form,
-                                            body: utf8("deviceToken=c0ffee")), token: "c0ffee", changed: false)
+        try expectChange(
+            try responder.send("POST", "/register", body: utf8(" C0FFEE\n")), token: "c0ffee", changed: false)
+        try expectChange(
+            try responder.send(
+                "POST", "/register", contentType: "application/octet-stream",
+                body: [0xc0, 0xff, 0xee]), token: "c0ffee", changed: false)
+        try expectChange(
+            try responder.send(
+                "POST", "/register", contentType: Self.json,
+                body: utf8(#"{"deviceToken":"C0ffEE"}"#)), token: "c0ffee", changed: false)
+        try expectChange(
+            try responder.send(
+                "POST", "/register", contentType: Self.form,
+                body: utf8("deviceToken=c0ffee")), token: "c0ffee", changed: false)
         #expect(responder.owner.current == TokenSnapshot(version: 1, token: "c0ffee"))
 
         try expectChange(try responder.send("POST", "/register", body: utf8("c0ffef")), token: "c0ffef", changed: true)
@@ -216,7 +237,8 @@ struct RegisterBodyTests {
         BodyCase("two JSON objects", json, #"{"deviceToken":"abcd"}{"deviceToken":"ef01"}"#),
         BodyCase("JSON with a comment", json, #"{"deviceToken":"abcd" /* c */}"#),
         BodyCase("JSON5 unquoted key", json, #"{deviceToken:"abcd"}"#),
-        BodyCase("JSON nested 2000 deep", json, String(repeating: "[", count: 2000) + String(repeating: "]", count: 2000)),
+        BodyCase(
+            "JSON nested 2000 deep", json, String(repeating: "[", count: 2000) + String(repeating: "]", count: 2000)),
         BodyCase("no-break spaces around hex", nil, "\u{A0}abcd\u{A0}"),
         BodyCase("form without the field", form, "a=1&b=2"),
         BodyCase("form with an empty value", form, "deviceToken="),
@@ -224,8 +246,9 @@ struct RegisterBodyTests {
         BodyCase("form with an odd value", form, "deviceToken=abc"),
         BodyCase("form with a broken escape", form, "deviceToken=%zzabcd"),
         BodyCase("form with a truncated escape", form, "deviceToken=abcd%4"),
-        BodyCase("multipart/form-data", "multipart/form-data; boundary=XyZ",
-                 "--XyZ\r\nContent-Disposition: form-data; name=\"deviceToken\"\r\n\r\nabcd\r\n--XyZ--\r\n"),
+        BodyCase(
+            "multipart/form-data", "multipart/form-data; boundary=XyZ",
+            "--XyZ\r\nContent-Disposition: form-data; name=\"deviceToken\"\r\n\r\nabcd\r\n--XyZ--\r\n"),
     ]
 
     @Test("400 invalid_token, state unchanged", arguments: rejected)
@@ -243,20 +266,24 @@ struct RegisterBodyTests {
         }
     }
 
-    @Test("multipart/form-data: the message says to use -d or --data-binary", arguments: [
-        "multipart/form-data; boundary=----x", "Multipart/Form-Data", "multipart/form-data",
-    ])
+    @Test(
+        "multipart/form-data: the message says to use -d or --data-binary",
+        arguments: [
+            "multipart/form-data; boundary=----x", "Multipart/Form-Data", "multipart/form-data",
+        ])
     func multipartHint(contentType: String) throws {
         let responder = makeResponder()
-        let response = try responder.send("POST", "/register", contentType: contentType,
-                                          body: utf8("------x\r\nContent-Disposition: form-data; name=\"deviceToken\"\r\n\r\nabcd\r\n------x--\r\n"))
+        let response = try responder.send(
+            "POST", "/register", contentType: contentType,
+            body: utf8("------x\r\nContent-Disposition: form-data; name=\"deviceToken\"\r\n\r\nabcd\r\n------x--\r\n"))
         let message = try expectError(response, status: 400, code: "invalid_token")
         #expect(message.contains("-d") || message.contains("--data-binary"), "message: \(message)")
         #expect(responder.owner.current.version == 0)
     }
 
-    @Test("a form whose deviceToken value cannot be decoded is not said to lack the field",
-          arguments: ["deviceToken=%zz", "deviceToken=ab%4", "deviceToken=%ff%fe"])
+    @Test(
+        "a form whose deviceToken value cannot be decoded is not said to lack the field",
+        arguments: ["deviceToken=%zz", "deviceToken=ab%4", "deviceToken=%ff%fe"])
     func undecodableFormValueMessage(body: String) throws {
         let responder = makeResponder()
         let response = try responder.send("POST", "/register", contentType: Self.form, body: utf8(body))
@@ -282,8 +309,10 @@ struct RegisterBodyTests {
     func deviceTokenBytes() throws {
         #expect(try RequestBodies.deviceToken(contentType: nil, body: utf8("00FFa0")) == [0x00, 0xff, 0xa0])
         #expect(try RequestBodies.deviceToken(contentType: "application/octet-stream", body: [7]) == [7])
-        #expect(try RequestBodies.deviceToken(contentType: "application/json",
-                                              body: utf8(#"{"deviceToken":"0102"}"#)) == [1, 2])
+        #expect(
+            try RequestBodies.deviceToken(
+                contentType: "application/json",
+                body: utf8(#"{"deviceToken":"0102"}"#)) == [1, 2])
         #expect(throws: ServiceError.self) {
             try RequestBodies.deviceToken(contentType: nil, body: [])
         }

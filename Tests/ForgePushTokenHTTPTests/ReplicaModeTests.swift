@@ -1,6 +1,6 @@
-import Foundation
 import ForgePushToken
 import ForgePushTokenOwner
+import Foundation
 import Testing
 
 @testable import ForgePushTokenHTTP
@@ -10,16 +10,20 @@ import Testing
 @Suite struct ReplicaModeTests {
     static func responder(refreshes: Locked<Int> = Locked(0)) -> (Responder, ReportingStore) {
         let store = ReportingStore()
-        let owner = TokenOwner<TokenSnapshot>(store: store, initial: .initial, health: .starting(reason: "unreachable"),
-                                              maxSubscribers: 64)
+        let owner = TokenOwner<TokenSnapshot>(
+            store: store, initial: .initial, health: .starting(reason: "unreachable"),
+            maxSubscribers: 64)
         owner.start()
-        let mode = ReplicaMode(name: "redis", refresh: { refreshes.withLock { $0 += 1 } },
-                               metrics: { "forge_push_token_redis_up 1\n" })
+        let mode = ReplicaMode(
+            name: "redis", refresh: { refreshes.withLock { $0 += 1 } },
+            metrics: { "forge_push_token_redis_up 1\n" })
         return (Responder(owner: owner, replica: mode), store)
     }
 
     static func get(_ responder: Responder, _ path: String, headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse? {
-        if case .response(let response) = responder.respond(to: HTTPRequest(method: "GET", path: path, query: nil, headers: headers)) {
+        if case .response(let response) = responder.respond(
+            to: HTTPRequest(method: "GET", path: path, query: nil, headers: headers))
+        {
             return response
         }
         return nil
@@ -38,7 +42,8 @@ import Testing
         #expect(Self.json(early)["error"] == "store_unavailable")
         #expect(!responder.answersTokenReadsBlindly)
         let (refused, subscriber) = responder.openEventStream(
-            for: Responder.AdmittedRequest(route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
+            for: Responder.AdmittedRequest(
+                route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
             wake: {})
         #expect(refused.status == 503 && subscriber == nil)
 
@@ -68,7 +73,8 @@ import Testing
         var retries = Set<Int>()
         for _ in 0..<20 {
             let (_, subscriber) = responder.openEventStream(
-                for: Responder.AdmittedRequest(route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
+                for: Responder.AdmittedRequest(
+                    route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
                 wake: {})
             let text = String(decoding: drain(try #require(subscriber)).bytes, as: UTF8.self)
             #expect(text.hasPrefix("retry: "))
@@ -83,8 +89,11 @@ import Testing
         var headers = HTTPHeaders()
         headers.add("Last-Event-ID", "5")
         let (_, aheadSubscriber) = responder.openEventStream(
-            for: Responder.AdmittedRequest(route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil,
-                                                                                headers: headers)),
+            for: Responder.AdmittedRequest(
+                route: .stream,
+                request: HTTPRequest(
+                    method: "GET", path: "/token/stream", query: nil,
+                    headers: headers)),
             wake: {})
         #expect(refreshes.withLock { $0 } == 1)
         let ahead = try #require(aheadSubscriber)

@@ -1,9 +1,9 @@
+import ForgePushToken
+import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
-import ForgePushTokenOwner
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// Routing, methods, `GET /token`, `/healthz` and `/token/stream` through `Responder`
@@ -12,11 +12,13 @@ import ForgePushToken
 struct ResponderRouteTests {
     // MARK: 404
 
-    @Test("unknown paths answer 404 not_found", arguments: [
-        "/nope", "/token/", "/tokens", "/Token", "/TOKEN", "/register/", "/register/x",
-        "/token/stream/", "/token/streams", "/healthz/", "//token", "/token%2Fstream", "/fail/1",
-        "", "*", "/nope?x=1",
-    ])
+    @Test(
+        "unknown paths answer 404 not_found",
+        arguments: [
+            "/nope", "/token/", "/tokens", "/Token", "/TOKEN", "/register/", "/register/x",
+            "/token/stream/", "/token/streams", "/healthz/", "//token", "/token%2Fstream", "/fail/1",
+            "", "*", "/nope?x=1",
+        ])
     func unknownPath(target: String) throws {
         let responder = makeResponder()
         for method in ["GET", "HEAD", "POST", "PUT", "DELETE"] {
@@ -107,8 +109,9 @@ struct ResponderRouteTests {
         #expect(token.status == 200)
         #expect(token.body == utf8(#"{"token":null}"#))
 
-        let register = try responder.send("POST", "/register?deviceToken=ffff&x=1", contentType: "text/plain",
-                                          body: utf8("abcd"))
+        let register = try responder.send(
+            "POST", "/register?deviceToken=ffff&x=1", contentType: "text/plain",
+            body: utf8("abcd"))
         try expectChange(register, token: "abcd", changed: true)
 
         let again = try responder.send("GET", "/token?", headers: ["Accept": "application/json"])
@@ -159,9 +162,11 @@ struct ResponderRouteTests {
 
         // The responder sees a lower-case Content-Type name just the same.
         let responder = makeResponder()
-        let response = responder.respond(to: HTTPRequest(method: "POST", target: "/register",
-                                                         headers: ["content-type": "application/octet-stream"],
-                                                         body: [0x01, 0x02]))
+        let response = responder.respond(
+            to: HTTPRequest(
+                method: "POST", target: "/register",
+                headers: ["content-type": "application/octet-stream"],
+                body: [0x01, 0x02]))
         guard case .response(let reply) = response else {
             Issue.record("expected a response")
             return
@@ -181,8 +186,9 @@ struct ResponderRouteTests {
         #expect(empty.headers["Cache-Control"] == "no-cache")
         #expect(empty.headers["ETag"] == EntityTag.strong(digesting: utf8(#"{"token":null}"#)).fieldValue)
 
-        _ = try responder.send("POST", "/register", contentType: "application/octet-stream",
-                               body: [0x00, 0x0f, 0xa0, 0xff])
+        _ = try responder.send(
+            "POST", "/register", contentType: "application/octet-stream",
+            body: [0x00, 0x0f, 0xa0, 0xff])
         let set = try responder.send("GET", "/token")
         #expect(set.status == 200)
         #expect(set.body == utf8(#"{"token":"000fa0ff"}"#))
@@ -254,8 +260,11 @@ struct ResponderRouteTests {
     @Test("GET /token/stream starts an event stream; HEAD answers the SSE headers")
     func streamRoute() throws {
         let responder = makeResponder()
-        guard case .eventStream = responder.reply("GET", "/token/stream",
-                                                  headers: ["Last-Event-ID": "99", "Accept": "text/event-stream"]) else {
+        guard
+            case .eventStream = responder.reply(
+                "GET", "/token/stream",
+                headers: ["Last-Event-ID": "99", "Accept": "text/event-stream"])
+        else {
             Issue.record("GET /token/stream must start an event stream")
             return
         }

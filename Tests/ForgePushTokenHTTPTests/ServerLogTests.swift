@@ -1,8 +1,8 @@
+import ForgePushToken
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
 
 /// The service's log lines (http-api.md, "Command line": one line each, with a timestamp and level).
@@ -21,7 +21,9 @@ struct ServerLogTests {
     static let linePattern = #"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z) (debug|info|warning|error) (.*)\n$"#
 
     /// The timestamp, level and message of `line`, or an issue.
-    static func parse(_ line: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> (Date, String, String) {
+    static func parse(_ line: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> (
+        Date, String, String
+    ) {
         let regex = try Regex(linePattern).dotMatchesNewlines(false)
         guard let match = try regex.wholeMatch(in: line) else {
             Issue.record("not a log line: \(line.debugDescription)", sourceLocation: sourceLocation)
@@ -52,14 +54,17 @@ struct ServerLogTests {
         #expect(parsed.map(\.2) == ["listening on http://127.0.0.1:8080", "w", "e", "d"])
         for (date, _, _) in parsed {
             // Millisecond precision at most is written: allow for the rounding.
-            #expect(date >= before.addingTimeInterval(-1) && date <= after.addingTimeInterval(1),
-                    "timestamp \(date) not between \(before) and \(after)")
+            #expect(
+                date >= before.addingTimeInterval(-1) && date <= after.addingTimeInterval(1),
+                "timestamp \(date) not between \(before) and \(after)")
         }
     }
 
-    @Test("line breaks inside a message are replaced: one message, one line", arguments: [
-        "a\nb", "a\r\nb", "a\rb", "\nleading", "trailing\n", "many\n\n\r\n\rbreaks",
-    ])
+    @Test(
+        "line breaks inside a message are replaced: one message, one line",
+        arguments: [
+            "a\nb", "a\r\nb", "a\rb", "\nleading", "trailing\n", "many\n\n\r\n\rbreaks",
+        ])
     func oneLinePerMessage(message: String) throws {
         let lines = Lines()
         let log = ServerLog(minimumLevel: .info, sink: lines.sink)
@@ -85,12 +90,14 @@ struct ServerLogTests {
         #expect(!text.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) })
     }
 
-    @Test("the minimum level filters lower levels out", arguments: [
-        (PushTokenManager.LogLevel.debug, ["debug", "info", "warning", "error"]),
-        (.info, ["info", "warning", "error"]),
-        (.warning, ["warning", "error"]),
-        (.error, ["error"]),
-    ])
+    @Test(
+        "the minimum level filters lower levels out",
+        arguments: [
+            (PushTokenManager.LogLevel.debug, ["debug", "info", "warning", "error"]),
+            (.info, ["info", "warning", "error"]),
+            (.warning, ["warning", "error"]),
+            (.error, ["error"]),
+        ])
     func minimumLevel(minimum: PushTokenManager.LogLevel, expected: [String]) throws {
         let lines = Lines()
         let log = ServerLog(minimumLevel: minimum, sink: lines.sink)
@@ -107,7 +114,12 @@ struct ServerLogTests {
         let lines = Lines()
         let log = ServerLog(minimumLevel: .warning, sink: lines.sink)
         let evaluated = Counter()
-        log.log(.debug, { evaluated.increment(); return "expensive" }())
+        log.log(
+            .debug,
+            {
+                evaluated.increment()
+                return "expensive"
+            }())
         #expect(evaluated.value == 0)
         #expect(lines.all.isEmpty)
     }

@@ -22,7 +22,10 @@ struct ServerSentEventsTests {
     @Test("the heartbeat is exactly ': keep-alive' LF LF")
     func heartbeatBytes() {
         #expect(ServerSentEvents.heartbeat == utf8(": keep-alive\n\n"))
-        #expect(ServerSentEvents.heartbeat == [0x3a, 0x20, 0x6b, 0x65, 0x65, 0x70, 0x2d, 0x61, 0x6c, 0x69, 0x76, 0x65, 0x0a, 0x0a])
+        #expect(
+            ServerSentEvents.heartbeat == [
+                0x3a, 0x20, 0x6b, 0x65, 0x65, 0x70, 0x2d, 0x61, 0x6c, 0x69, 0x76, 0x65, 0x0a, 0x0a,
+            ])
     }
 
     @Test("the retry line carries whole milliseconds", arguments: [0, 1, 3000, 86_400_000])

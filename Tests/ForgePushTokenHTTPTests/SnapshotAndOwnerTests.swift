@@ -1,10 +1,10 @@
+import ForgePushToken
+import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
-import ForgePushTokenOwner
 
 /// `TokenSnapshot` rendering and versioning through the `TokenOwner`.
 @Suite("TokenSnapshot and TokenOwner")
@@ -48,8 +48,9 @@ struct SnapshotAndOwnerTests {
         #expect(owner.current == TokenSnapshot(version: 0, token: nil))
         #expect(owner.current.tokenBody == utf8(#"{"token":null}"#))
 
-        let restored = TokenOwner<TokenSnapshot>(store: MemoryTokenStore(), initial: TokenState(version: 7, token: "dead"),
-                                                 maxSubscribers: 1)
+        let restored = TokenOwner<TokenSnapshot>(
+            store: MemoryTokenStore(), initial: TokenState(version: 7, token: "dead"),
+            maxSubscribers: 1)
         #expect(restored.current == TokenSnapshot(version: 7, token: "dead"))
         #expect(restored.version == 7)
     }
@@ -88,15 +89,17 @@ struct SnapshotAndOwnerTests {
 
         responder.owner.register(deviceToken: [1])
         let json = #"{"code":2,"domain":"D","message":"y"}"#
-        try expectChange(try responder.send("POST", "/fail", contentType: "application/json", body: utf8(json)),
-                         token: nil, changed: true)
+        try expectChange(
+            try responder.send("POST", "/fail", contentType: "application/json", body: utf8(json)),
+            token: nil, changed: true)
         #expect(responder.owner.current == TokenSnapshot(version: 2, token: nil))
 
         try expectChange(try responder.send("POST", "/fail", body: utf8("z")), token: nil, changed: false)
         #expect(responder.owner.version == 2)
-        #expect(recorder.recorded.map(\.message) == [
-            "registration failed: x", "registration failed: D 2: y", "registration failed: z",
-        ])
+        #expect(
+            recorder.recorded.map(\.message) == [
+                "registration failed: x", "registration failed: D 2: y", "registration failed: z",
+            ])
     }
 
     @Test("the owner and the store decide exactly as PushTokenManager does (the design card)")

@@ -1,10 +1,10 @@
+import ForgePushToken
+import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
 
-import ForgePushToken
 @testable import ForgePushTokenHTTP
-import ForgePushTokenOwner
 
 // Shared helpers of the ForgePushTokenHTTP tests. Nothing here opens a socket: requests go
 // through `Responder.respond(to:)` and event streams are driven through `EventSubscriber.read`.
@@ -29,11 +29,17 @@ extension TokenOwner where Rendition == TokenSnapshot {
 
 extension Responder {
     /// `openEventStream(for:wake:)` for a `GET /token/stream` from `origin`.
-    func openEventStream(origin: String? = nil, wake: @escaping @Sendable () -> Void) -> (HTTPResponse, EventSubscriber?) {
+    func openEventStream(origin: String? = nil, wake: @escaping @Sendable () -> Void) -> (
+        HTTPResponse, EventSubscriber?
+    ) {
         var headers = HTTPHeaders()
         if let origin { headers.add("Origin", origin) }
-        guard case .proceed(let admitted) = admit(HTTPRequest(method: "GET", path: "/token/stream", query: nil,
-                                                              headers: headers)) else {
+        guard
+            case .proceed(let admitted) = admit(
+                HTTPRequest(
+                    method: "GET", path: "/token/stream", query: nil,
+                    headers: headers))
+        else {
             preconditionFailure("GET /token/stream is always admitted without a token")
         }
         return openEventStream(for: admitted, wake: wake)
@@ -47,7 +53,9 @@ func makeOwner(maxSubscribers: Int = 16) -> TokenOwner<TokenSnapshot> {
 
 /// A `ServerLog` that hands each message to `handler` with its level (the recorder's view).
 func serverLog(_ handler: @escaping PushTokenManager.LogHandler) -> ServerLog {
-    let levels: [String: PushTokenManager.LogLevel] = ["debug": .debug, "info": .info, "warning": .warning, "error": .error]
+    let levels: [String: PushTokenManager.LogLevel] = [
+        "debug": .debug, "info": .info, "warning": .warning, "error": .error,
+    ]
     return ServerLog(minimumLevel: .debug) { line in
         // "<timestamp> <level> <message>\n"
         let parts = line.dropLast().split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
@@ -134,27 +142,33 @@ func tokenBytes(_ count: Int, seed: UInt8 = 0) -> [UInt8] {
 
 extension Responder {
     /// The reply to one request, built from its parts.
-    func reply(_ method: String, _ target: String, contentType: String? = nil, body: [UInt8] = [],
-               headers: HTTPHeaders = HTTPHeaders()) -> Reply {
+    func reply(
+        _ method: String, _ target: String, contentType: String? = nil, body: [UInt8] = [],
+        headers: HTTPHeaders = HTTPHeaders()
+    ) -> Reply {
         var all = headers
         if let contentType { all.add("Content-Type", contentType) }
         return respond(to: HTTPRequest(method: method, target: target, headers: all, body: body))
     }
 
     /// The complete response to one request; records an issue and throws if the reply is a stream.
-    func send(_ method: String, _ target: String, contentType: String? = nil, body: [UInt8] = [],
-              headers: HTTPHeaders = HTTPHeaders(),
-              sourceLocation: SourceLocation = #_sourceLocation) throws -> HTTPResponse {
+    func send(
+        _ method: String, _ target: String, contentType: String? = nil, body: [UInt8] = [],
+        headers: HTTPHeaders = HTTPHeaders(),
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> HTTPResponse {
         switch reply(method, target, contentType: contentType, body: body, headers: headers) {
         case .response(let response):
             return response
         case .eventStream:
-            Issue.record("\(method) \(target): expected a complete response, got .eventStream",
-                         sourceLocation: sourceLocation)
+            Issue.record(
+                "\(method) \(target): expected a complete response, got .eventStream",
+                sourceLocation: sourceLocation)
             throw Unexpected(description: "event stream")
         case .later:
-            Issue.record("\(method) \(target): the memory store answers at once, got .later",
-                         sourceLocation: sourceLocation)
+            Issue.record(
+                "\(method) \(target): the memory store answers at once, got .later",
+                sourceLocation: sourceLocation)
             throw Unexpected(description: "later")
         }
     }
@@ -173,18 +187,24 @@ func jsonObject(_ body: [UInt8], sourceLocation: SourceLocation = #_sourceLocati
 /// Checks an error response: status, JSON content type, exactly the keys `error` and `message`,
 /// the code, a non-empty message. Returns the message.
 @discardableResult
-func expectError(_ response: HTTPResponse, status: Int, code: String,
-                 sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+func expectError(
+    _ response: HTTPResponse, status: Int, code: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) throws -> String {
     #expect(response.status == status, "body: \(string(response.body))", sourceLocation: sourceLocation)
     #expect(response.headers["Content-Type"] == jsonType, sourceLocation: sourceLocation)
     let object = try jsonObject(response.body, sourceLocation: sourceLocation)
     #expect(Set(object.keys) == ["error", "message"], "body: \(string(response.body))", sourceLocation: sourceLocation)
     #expect(object["error"] as? String == code, "body: \(string(response.body))", sourceLocation: sourceLocation)
     let message = object["message"] as? String
-    #expect(message?.isEmpty == false, "message must be a non-empty string: \(string(response.body))",
-            sourceLocation: sourceLocation)
+    #expect(
+        message?.isEmpty == false, "message must be a non-empty string: \(string(response.body))",
+        sourceLocation: sourceLocation)
     // The same body through a Decodable, as a client would read it.
-    struct ErrorBody: Decodable { let error: String; let message: String }
+    struct ErrorBody: Decodable {
+        let error: String
+        let message: String
+    }
     let decoded = try JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
     #expect(decoded.error == code, sourceLocation: sourceLocation)
     return message ?? ""
@@ -198,15 +218,18 @@ struct ChangeReply: Decodable, Equatable {
 
 /// Checks a `200` change response: JSON content type, exactly the keys `token` and `changed`
 /// (`token` present even when null), and their values.
-func expectChange(_ response: HTTPResponse, token: String?, changed: Bool,
-                  sourceLocation: SourceLocation = #_sourceLocation) throws {
+func expectChange(
+    _ response: HTTPResponse, token: String?, changed: Bool,
+    sourceLocation: SourceLocation = #_sourceLocation
+) throws {
     #expect(response.status == 200, "body: \(string(response.body))", sourceLocation: sourceLocation)
     #expect(response.headers["Content-Type"] == jsonType, sourceLocation: sourceLocation)
     let object = try jsonObject(response.body, sourceLocation: sourceLocation)
     #expect(Set(object.keys) == ["token", "changed"], "body: \(string(response.body))", sourceLocation: sourceLocation)
     let decoded = try JSONDecoder().decode(ChangeReply.self, from: Data(response.body))
-    #expect(decoded == ChangeReply(token: token, changed: changed), "body: \(string(response.body))",
-            sourceLocation: sourceLocation)
+    #expect(
+        decoded == ChangeReply(token: token, changed: changed), "body: \(string(response.body))",
+        sourceLocation: sourceLocation)
 }
 
 // MARK: - Driving an event subscriber
@@ -216,8 +239,10 @@ let sentinel: UInt8 = 0xEE
 
 /// One `read(into:suspend:)` with a buffer of `size` bytes: its result, the bytes written and how
 /// often `suspend` was called. Checks that nothing past the reported count was written.
-func readOnce(_ subscriber: EventSubscriber, size: Int = 4096,
-              sourceLocation: SourceLocation = #_sourceLocation) -> (result: EventSubscriber.ReadResult, bytes: [UInt8], suspends: Int) {
+func readOnce(
+    _ subscriber: EventSubscriber, size: Int = 4096,
+    sourceLocation: SourceLocation = #_sourceLocation
+) -> (result: EventSubscriber.ReadResult, bytes: [UInt8], suspends: Int) {
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 1)
     defer { buffer.deallocate() }
     buffer.initializeMemory(as: UInt8.self, repeating: sentinel)
@@ -225,20 +250,25 @@ func readOnce(_ subscriber: EventSubscriber, size: Int = 4096,
     let result = subscriber.read(into: buffer) { suspends += 1 }
     var written = 0
     if case .bytes(let count) = result {
-        #expect(count > 0 && count <= size, "read reported \(count) bytes for a buffer of \(size)",
-                sourceLocation: sourceLocation)
+        #expect(
+            count > 0 && count <= size, "read reported \(count) bytes for a buffer of \(size)",
+            sourceLocation: sourceLocation)
         written = max(0, min(count, size))
     }
-    #expect(buffer[written...].allSatisfy { $0 == sentinel }, "read wrote past the count it reported",
-            sourceLocation: sourceLocation)
+    #expect(
+        buffer[written...].allSatisfy { $0 == sentinel }, "read wrote past the count it reported",
+        sourceLocation: sourceLocation)
     return (result, Array(buffer[..<written]), suspends)
 }
 
 /// Reads until a read returns something other than `.bytes`: all the bytes, that last result,
 /// the number of reads that gave bytes and the calls of `suspend`. At most `limit` reads.
-func drain(_ subscriber: EventSubscriber, size: Int = 4096, limit: Int = 100_000,
-           sourceLocation: SourceLocation = #_sourceLocation)
-    -> (bytes: [UInt8], result: EventSubscriber.ReadResult, byteReads: Int, suspends: Int) {
+func drain(
+    _ subscriber: EventSubscriber, size: Int = 4096, limit: Int = 100_000,
+    sourceLocation: SourceLocation = #_sourceLocation
+)
+    -> (bytes: [UInt8], result: EventSubscriber.ReadResult, byteReads: Int, suspends: Int)
+{
     var bytes: [UInt8] = []
     var byteReads = 0
     var suspends = 0
@@ -268,4 +298,3 @@ func expectedEvent(_ version: UInt64, _ token: String?) -> String {
     let data = token.map { #"{"token":"\#($0)"}"# } ?? #"{"token":null}"#
     return "id: \(version)\nevent: token\ndata: \(data)\n\n"
 }
-

@@ -39,8 +39,18 @@ final class RecordingSubscriber: TokenSubscriber {
         }
     }
 
-    func heartbeatTick() -> Bool { state.withLock { $0.ticks += 1; return true } }
-    func end(_ ending: SubscriberEnding) -> Bool { state.withLock { $0.endings.append(ending); return true } }
+    func heartbeatTick() -> Bool {
+        state.withLock {
+            $0.ticks += 1
+            return true
+        }
+    }
+    func end(_ ending: SubscriberEnding) -> Bool {
+        state.withLock {
+            $0.endings.append(ending)
+            return true
+        }
+    }
     func wake() { state.withLock { $0.wakes += 1 } }
     var offered: [TokenState] { state.withLock { $0.offered } }
 }

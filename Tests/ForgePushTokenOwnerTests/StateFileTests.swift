@@ -1,9 +1,11 @@
-import Testing
-#if canImport(Glibc)
-import Glibc
-#endif
 import ForgePushToken
+import Testing
+
 @testable import ForgePushTokenOwner
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The state file: durable writes, strict reads.
 @Suite struct StateFileTests {
@@ -28,7 +30,10 @@ import ForgePushToken
     @Test func saveThenLoadRoundTrips() throws {
         let dir = folder()
         let file = StateFile(path: dir + "/state.json")
-        defer { unlink(file.path); rmdir(dir) }
+        defer {
+            unlink(file.path)
+            rmdir(dir)
+        }
         try file.save(.init(token: "a1b2", version: 7))
         #expect(try file.load() == .init(token: "a1b2", version: 7))
         try file.save(.init(token: nil, version: 8))
@@ -36,12 +41,17 @@ import ForgePushToken
         #expect(access(file.path + ".tmp", F_OK) != 0, "the temporary file is renamed away")
     }
 
-    @Test(arguments: ["", "{", "[]", #"{"version":1}"#, #"{"token":"a1","version":-1}"#, #"{"token":"A1","version":1}"#,
-                      #"{"token":"abc","version":1}"#, #"{"token":7,"version":1}"#, "garbage"])
+    @Test(arguments: [
+        "", "{", "[]", #"{"version":1}"#, #"{"token":"a1","version":-1}"#, #"{"token":"A1","version":1}"#,
+        #"{"token":"abc","version":1}"#, #"{"token":7,"version":1}"#, "garbage",
+    ])
     func unparsableFileIsAnErrorNamingTheFile(text: String) throws {
         let dir = folder()
         let path = dir + "/state.json"
-        defer { unlink(path); rmdir(dir) }
+        defer {
+            unlink(path)
+            rmdir(dir)
+        }
         write(text, to: path)
         #expect {
             try StateFile(path: path).load()
@@ -54,7 +64,10 @@ import ForgePushToken
     func versionsSaturate() throws {
         let dir = folder()
         let file = StateFile(path: dir + "/state.json")
-        defer { unlink(file.path); rmdir(dir) }
+        defer {
+            unlink(file.path)
+            rmdir(dir)
+        }
         write(#"{"token":"abcd","version":18446744073709551614}"#, to: file.path)
         let store = StateFileStore(file: file)
         let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
@@ -70,7 +83,12 @@ import ForgePushToken
         let dir = folder()
         let file = StateFile(path: dir + "/state.json")
         let victim = dir + "/victim"
-        defer { unlink(file.path); unlink(victim); unlink(file.path + ".tmp"); rmdir(dir) }
+        defer {
+            unlink(file.path)
+            unlink(victim)
+            unlink(file.path + ".tmp")
+            rmdir(dir)
+        }
         write("precious\n", to: victim)
         symlink(victim, file.path + ".tmp")
         try file.save(.init(token: "abcd", version: 1))

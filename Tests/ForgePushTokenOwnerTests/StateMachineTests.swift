@@ -1,9 +1,9 @@
-import Testing
-
 import ForgePushToken
 import ForgePushTokenOwner
+import Testing
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The owner's state machine as a plain value: each event and the action it returns.
@@ -170,7 +170,10 @@ struct TokenOwnerTests {
         // The same token again: nothing changes, but the save is tried again (and fails again).
         #expect(commitNow(owner, "ab") == .notSaved(state, changed: false, reason: reason))
         #expect(mkdir(folder, 0o700) == 0)
-        defer { unlink(file.path); rmdir(folder) }
+        defer {
+            unlink(file.path)
+            rmdir(folder)
+        }
         #expect(commitNow(owner, "ab") == .unchanged(state))
         #expect(owner.health == .ok)
         #expect(try file.load() == .init(token: "ab", version: 1))

@@ -1,8 +1,9 @@
-import Testing
-@testable import forge_push_token_server
 import ForgePushToken
 import ForgePushTokenHTTP
 import MicroHTTPDServer
+import Testing
+
+@testable import forge_push_token_server
 
 /// The command line and environment variables of http-api.md, "Command line".
 @Suite struct CommandLineOptionsTests {
@@ -23,10 +24,14 @@ import MicroHTTPDServer
     }
 
     @Test func bothFlagFormsWork() throws {
-        let spaced = try parse(["--host", "::1", "--port", "0", "--heartbeat", "2", "--max-body-bytes", "100",
-                                "--max-subscribers", "3", "--log-level", "debug", "--access-log", "off"])
-        let joined = try parse(["--host=::1", "--port=0", "--heartbeat=2", "--max-body-bytes=100",
-                                "--max-subscribers=3", "--log-level=debug", "--access-log=off"])
+        let spaced = try parse([
+            "--host", "::1", "--port", "0", "--heartbeat", "2", "--max-body-bytes", "100",
+            "--max-subscribers", "3", "--log-level", "debug", "--access-log", "off",
+        ])
+        let joined = try parse([
+            "--host=::1", "--port=0", "--heartbeat=2", "--max-body-bytes=100",
+            "--max-subscribers=3", "--log-level=debug", "--access-log=off",
+        ])
         #expect(spaced == joined)
         #expect(spaced.server.host == "::1" && spaced.server.port == 0 && spaced.server.heartbeatSeconds == 2)
         #expect(spaced.server.maxBodyBytes == 100 && spaced.server.maxSubscribers == 3)
@@ -34,8 +39,10 @@ import MicroHTTPDServer
     }
 
     @Test func environmentVariablesConfigureAndFlagsWin() throws {
-        let environment = ["FORGE_PUSH_TOKEN_PORT": "9000", "FORGE_PUSH_TOKEN_MAX_BODY_BYTES": "10",
-                           "FORGE_PUSH_TOKEN_ACCESS_LOG": "off", "FORGE_PUSH_TOKEN_HOST": "0.0.0.0"]
+        let environment = [
+            "FORGE_PUSH_TOKEN_PORT": "9000", "FORGE_PUSH_TOKEN_MAX_BODY_BYTES": "10",
+            "FORGE_PUSH_TOKEN_ACCESS_LOG": "off", "FORGE_PUSH_TOKEN_HOST": "0.0.0.0",
+        ]
         let fromEnvironment = try parse([], environment)
         #expect(fromEnvironment.server.port == 9000 && fromEnvironment.server.maxBodyBytes == 10)
         #expect(!fromEnvironment.server.accessLog && fromEnvironment.server.host == "0.0.0.0")
@@ -56,8 +63,12 @@ import MicroHTTPDServer
     }
 
     @Test func emptyEnvironmentVariablesCountAsUnset() throws {
-        let options = try parse([], ["FORGE_PUSH_TOKEN_PORT": "", "FORGE_PUSH_TOKEN_AUTH_TOKEN_FILE": "",
-                                     "FORGE_PUSH_TOKEN_CORS_ORIGIN": "", "FORGE_PUSH_TOKEN_TLS_CERT": ""])
+        let options = try parse(
+            [],
+            [
+                "FORGE_PUSH_TOKEN_PORT": "", "FORGE_PUSH_TOKEN_AUTH_TOKEN_FILE": "",
+                "FORGE_PUSH_TOKEN_CORS_ORIGIN": "", "FORGE_PUSH_TOKEN_TLS_CERT": "",
+            ])
         #expect(options == (try parse([])))
         #expect(throws: CommandLineOptions.UsageError.self) { try parse(["--auth-token-file", ""]) }
     }
@@ -101,10 +112,15 @@ import MicroHTTPDServer
 
 extension LogFormatOptionsTests {
     @Test func requestedLogFormatIsFoundEvenWhenOtherOptionsDoNotParse() {
-        #expect(CommandLineOptions.requestedLogFormat(["--port", "x", "--log-format", "json"], environment: [:]) == .json)
+        #expect(
+            CommandLineOptions.requestedLogFormat(["--port", "x", "--log-format", "json"], environment: [:]) == .json)
         #expect(CommandLineOptions.requestedLogFormat(["--log-format=json", "--bogus"], environment: [:]) == .json)
-        #expect(CommandLineOptions.requestedLogFormat(["--bogus"], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"]) == .json)
-        #expect(CommandLineOptions.requestedLogFormat(["--log-format", "text"], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"]) == .text)
+        #expect(
+            CommandLineOptions.requestedLogFormat(["--bogus"], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"])
+                == .json)
+        #expect(
+            CommandLineOptions.requestedLogFormat(
+                ["--log-format", "text"], environment: ["FORGE_PUSH_TOKEN_LOG_FORMAT": "json"]) == .text)
         #expect(CommandLineOptions.requestedLogFormat(["--log-format"], environment: [:]) == .text)
         #expect(CommandLineOptions.requestedLogFormat([], environment: [:]) == .text)
     }

@@ -1,7 +1,8 @@
-import Testing
 import ForgePushToken
 import ForgePushTokenHTTP
 import MicroHTTPDServer
+import Testing
+
 @testable import forge_push_token_server
 
 /// The hardening flags of issue 5: authentication, TLS, CORS and limits.
@@ -9,16 +10,22 @@ import MicroHTTPDServer
     static let token = "Zm9yZ2UtcHVzaC10b2tlbi1zZWNyZXQ"
 
     /// Files a test pretends exist: path → content; any other path fails as a missing file does.
-    func parse(_ arguments: [String], _ environment: [String: String] = [:],
-               files: [String: String] = [:]) throws -> CommandLineOptions {
+    func parse(
+        _ arguments: [String], _ environment: [String: String] = [:],
+        files: [String: String] = [:]
+    ) throws -> CommandLineOptions {
         try CommandLineOptions.parse(arguments, environment: environment) { path in
-            guard let text = files[path] else { throw CommandLineOptions.UsageError(description: "No such file or directory") }
+            guard let text = files[path] else {
+                throw CommandLineOptions.UsageError(description: "No such file or directory")
+            }
             return text
         }
     }
 
-    func usageError(_ arguments: [String], _ environment: [String: String] = [:],
-                    files: [String: String] = [:]) -> String? {
+    func usageError(
+        _ arguments: [String], _ environment: [String: String] = [:],
+        files: [String: String] = [:]
+    ) -> String? {
         do {
             _ = try parse(arguments, environment, files: files)
             return nil
@@ -40,7 +47,8 @@ import MicroHTTPDServer
     @Test func authTokenFromFlagVariableOrFile() throws {
         #expect(try parse(["--auth-token", Self.token]).authToken == Self.token)
         #expect(try parse([], ["FORGE_PUSH_TOKEN_AUTH_TOKEN": Self.token]).authToken == Self.token)
-        let fromFile = try parse(["--auth-token-file=/run/secrets/token"], files: ["/run/secrets/token": " \(Self.token)\n"])
+        let fromFile = try parse(
+            ["--auth-token-file=/run/secrets/token"], files: ["/run/secrets/token": " \(Self.token)\n"])
         #expect(fromFile.authToken == Self.token)
         let scoped = try parse(["--auth-token", Self.token, "--auth-scope", "all"])
         #expect(scoped.authentication?.scope == .all)
@@ -61,8 +69,9 @@ import MicroHTTPDServer
             ([], ["FORGE_PUSH_TOKEN_AUTH_TOKEN": secret], "may hold only"),
         ]
         for (arguments, environment, expected) in cases {
-            let message = try #require(usageError(arguments, environment, files: ["/t": Self.token, "/blank": "\n"]),
-                                       "\(arguments) should fail")
+            let message = try #require(
+                usageError(arguments, environment, files: ["/t": Self.token, "/blank": "\n"]),
+                "\(arguments) should fail")
             #expect(message.contains(expected), "\(message)")
             #expect(!message.contains(secret) && !message.contains(Self.token), "\(message)")
         }
@@ -76,9 +85,16 @@ import MicroHTTPDServer
         #expect(try parse(["--host", "::", "--auth-token", Self.token]).startupWarnings.isEmpty)
         #expect(try parse(["--host", "127.0.0.2"]).startupWarnings.isEmpty)
         // A misspelt variable is named (never its value); the known ones are not.
-        let misspelt = try parse([], ["FORGE_PUSH_TOKEN_AUTH_TOKEN_FLIE": "/run/secret", "FORGE_PUSH_TOKEN_PORT": "9000",
-                                      "OTHER": "x"]).startupWarnings
-        #expect(misspelt == ["FORGE_PUSH_TOKEN_AUTH_TOKEN_FLIE is not a setting of this service and is ignored (misspelt?)"])
+        let misspelt = try parse(
+            [],
+            [
+                "FORGE_PUSH_TOKEN_AUTH_TOKEN_FLIE": "/run/secret", "FORGE_PUSH_TOKEN_PORT": "9000",
+                "OTHER": "x",
+            ]
+        ).startupWarnings
+        #expect(
+            misspelt == ["FORGE_PUSH_TOKEN_AUTH_TOKEN_FLIE is not a setting of this service and is ignored (misspelt?)"]
+        )
     }
 
     @Test func tlsNeedsBothFilesAndReadsThem() throws {
@@ -88,12 +104,15 @@ import MicroHTTPDServer
         #expect(!"\(options.server.tls!)".contains("PRIVATE"))
         #expect(usageError(["--tls-cert", "/c.pem"], files: files)?.contains("needs --tls-key") == true)
         #expect(usageError(["--tls-key", "/k.pem"], files: files)?.contains("needs --tls-cert") == true)
-        #expect(usageError(["--tls-cert", "/c.pem", "--tls-key", "/nope"], files: files)?.contains("cannot read /nope") == true)
+        #expect(
+            usageError(["--tls-cert", "/c.pem", "--tls-key", "/nope"], files: files)?.contains("cannot read /nope")
+                == true)
     }
 
     @Test func corsOriginsRepeatAndTheVariableTakesAList() throws {
-        #expect(try parse(["--cors-origin", "https://a.example", "--cors-origin=http://localhost:3000"]).crossOrigin.origins
-            == ["https://a.example", "http://localhost:3000"])
+        #expect(
+            try parse(["--cors-origin", "https://a.example", "--cors-origin=http://localhost:3000"]).crossOrigin.origins
+                == ["https://a.example", "http://localhost:3000"])
         let environment = ["FORGE_PUSH_TOKEN_CORS_ORIGIN": "https://a.example, https://b.example"]
         #expect(try parse([], environment).crossOrigin.origins == ["https://a.example", "https://b.example"])
         #expect(try parse(["--cors-origin", "*"], environment).crossOrigin.origins == ["*"])
@@ -101,18 +120,24 @@ import MicroHTTPDServer
     }
 
     @Test func limits() throws {
-        let options = try parse(["--max-connections", "50", "--max-connections-per-ip", "4", "--max-header-bytes", "16384",
-                                 "--max-url-bytes", "512", "--idle-timeout", "5"])
+        let options = try parse([
+            "--max-connections", "50", "--max-connections-per-ip", "4", "--max-header-bytes", "16384",
+            "--max-url-bytes", "512", "--idle-timeout", "5",
+        ])
         #expect(options.server.connectionLimit == 50 && options.server.maxConnectionsPerAddress == 4)
         #expect(options.server.connectionMemoryLimit == 16384 && options.server.maxURLBytes == 512)
         #expect(options.server.idleTimeoutSeconds == 5)
         let environment = ["FORGE_PUSH_TOKEN_MAX_CONNECTIONS_PER_IP": "2", "FORGE_PUSH_TOKEN_IDLE_TIMEOUT": "9"]
         let fromEnvironment = try parse([], environment)
         #expect(fromEnvironment.server.maxConnectionsPerAddress == 2 && fromEnvironment.server.idleTimeoutSeconds == 9)
-        for (flag, value) in [("max-connections", "0"), ("max-connections-per-ip", "-1"), ("max-header-bytes", "4096"),
-                              ("max-url-bytes", "8"), ("idle-timeout", "0"), ("max-connections", "many")] {
+        for (flag, value) in [
+            ("max-connections", "0"), ("max-connections-per-ip", "-1"), ("max-header-bytes", "4096"),
+            ("max-url-bytes", "8"), ("idle-timeout", "0"), ("max-connections", "many"),
+        ] {
             let message = usageError(["--\(flag)", value])
-            #expect(message?.contains("--\(flag) must be a whole number") == true, "\(flag) \(value): \(message ?? "accepted")")
+            #expect(
+                message?.contains("--\(flag) must be a whole number") == true,
+                "\(flag) \(value): \(message ?? "accepted")")
         }
     }
 
@@ -131,13 +156,16 @@ import MicroHTTPDServer
 
     @Test("a token flag wins over the other token variable; a bad variable is named in the error")
     func flagsWinAndVariablesAreNamed() throws {
-        let options = try parse(["--auth-token", Self.token], ["FORGE_PUSH_TOKEN_AUTH_TOKEN_FILE": "/t"], files: ["/t": "other"])
+        let options = try parse(
+            ["--auth-token", Self.token], ["FORGE_PUSH_TOKEN_AUTH_TOKEN_FILE": "/t"], files: ["/t": "other"])
         #expect(options.authToken == Self.token)
-        let fromFile = try parse(["--auth-token-file", "/t"], ["FORGE_PUSH_TOKEN_AUTH_TOKEN": Self.token],
-                                 files: ["/t": "fromfile"])
+        let fromFile = try parse(
+            ["--auth-token-file", "/t"], ["FORGE_PUSH_TOKEN_AUTH_TOKEN": Self.token],
+            files: ["/t": "fromfile"])
         #expect(fromFile.authToken == "fromfile")
-        #expect(usageError([], ["FORGE_PUSH_TOKEN_ACCESS_LOG": "true"])
-            == "--access-log must be on or off, not true (set by FORGE_PUSH_TOKEN_ACCESS_LOG)")
+        #expect(
+            usageError([], ["FORGE_PUSH_TOKEN_ACCESS_LOG": "true"])
+                == "--access-log must be on or off, not true (set by FORGE_PUSH_TOKEN_ACCESS_LOG)")
         #expect(usageError(["--access-log", "true"]) == "--access-log must be on or off, not true")
     }
 

@@ -1,18 +1,26 @@
-import Testing
-@testable import forge_push_token_server
 import RedisTokenStore
+import Testing
+
+@testable import forge_push_token_server
 
 /// `--redis-url`, `--redis-password-file`, `--redis-key-prefix` (docs/replicas.md).
 @Suite struct RedisOptionsTests {
-    func parse(_ arguments: [String], _ environment: [String: String] = [:],
-               files: [String: String] = [:]) throws -> CommandLineOptions {
-        try CommandLineOptions.parse(arguments, environment: environment, readFile: { path in
-            guard let text = files[path] else { throw CommandLineOptions.UsageError(description: "No such file or directory") }
-            return text
-        })
+    func parse(
+        _ arguments: [String], _ environment: [String: String] = [:],
+        files: [String: String] = [:]
+    ) throws -> CommandLineOptions {
+        try CommandLineOptions.parse(
+            arguments, environment: environment,
+            readFile: { path in
+                guard let text = files[path] else {
+                    throw CommandLineOptions.UsageError(description: "No such file or directory")
+                }
+                return text
+            })
     }
 
-    func message(_ arguments: [String], _ environment: [String: String] = [:], files: [String: String] = [:]) -> String {
+    func message(_ arguments: [String], _ environment: [String: String] = [:], files: [String: String] = [:]) -> String
+    {
         do {
             _ = try parse(arguments, environment, files: files)
             return "accepted"
@@ -23,29 +31,42 @@ import RedisTokenStore
 
     @Test func urlPasswordFileAndPrefix() throws {
         #expect(try parse([]).redis == nil)
-        let options = try parse(["--redis-url", "redis://u:inurl@10.0.0.5:6380/2", "--redis-password-file", "/run/secrets/r",
-                                 "--redis-key-prefix", "app:tokens"], files: ["/run/secrets/r": "  fromfile\n"])
+        let options = try parse(
+            [
+                "--redis-url", "redis://u:inurl@10.0.0.5:6380/2", "--redis-password-file", "/run/secrets/r",
+                "--redis-key-prefix", "app:tokens",
+            ], files: ["/run/secrets/r": "  fromfile\n"])
         #expect(options.redis?.endpoint.address == .tcp(host: "10.0.0.5", port: 6380))
         #expect(options.redis?.endpoint.password == Array("fromfile".utf8))
         #expect(options.redis?.endpoint.user == "u" && options.redis?.endpoint.database == 2)
         #expect(options.redis?.prefix.stateKey == "app:tokens:state")
-        let fromEnvironment = try parse([], ["FORGE_PUSH_TOKEN_REDIS_URL": "unix:///run/redis.sock?db=1",
-                                             "FORGE_PUSH_TOKEN_STATE_FILE": ""])
+        let fromEnvironment = try parse(
+            [],
+            [
+                "FORGE_PUSH_TOKEN_REDIS_URL": "unix:///run/redis.sock?db=1",
+                "FORGE_PUSH_TOKEN_STATE_FILE": "",
+            ])
         #expect(fromEnvironment.redis?.endpoint.address == .unix(path: "/run/redis.sock"))
         #expect(fromEnvironment.redis?.prefix == .standard)
     }
 
     @Test func refusals() {
         #expect(message(["--redis-url", "redis://h", "--state-file", "/s"]).contains("Redis keeps the state"))
-        #expect(message(["--state-file", "/s"], ["FORGE_PUSH_TOKEN_REDIS_URL": "redis://h"]).contains("exclude each other"))
+        #expect(
+            message(["--state-file", "/s"], ["FORGE_PUSH_TOKEN_REDIS_URL": "redis://h"]).contains("exclude each other"))
         #expect(message(["--redis-url", "rediss://h"]).hasPrefix("--redis-url: rediss:// (TLS) is not supported"))
         #expect(message(["--redis-url", "rediss://h"]).contains("tunnel"))
-        #expect(message([], ["FORGE_PUSH_TOKEN_REDIS_URL": "http://h"]).hasSuffix("(set by FORGE_PUSH_TOKEN_REDIS_URL)"))
-        #expect(message(["--redis-url", "redis://h", "--redis-key-prefix", "a b"]).hasPrefix("--redis-key-prefix must be"))
+        #expect(
+            message([], ["FORGE_PUSH_TOKEN_REDIS_URL": "http://h"]).hasSuffix("(set by FORGE_PUSH_TOKEN_REDIS_URL)"))
+        #expect(
+            message(["--redis-url", "redis://h", "--redis-key-prefix", "a b"]).hasPrefix("--redis-key-prefix must be"))
         #expect(message(["--redis-key-prefix", "x"]) == "--redis-key-prefix needs --redis-url")
         #expect(message(["--redis-password-file", "/p"]) == "--redis-password-file needs --redis-url")
-        #expect(message(["--redis-url", "redis://h", "--redis-password-file", "/p"], files: ["/p": " \n"]).contains("holds no password"))
-        #expect(message(["--redis-url", "redis://h", "--redis-password-file", "/missing"]).contains("cannot read /missing"))
+        #expect(
+            message(["--redis-url", "redis://h", "--redis-password-file", "/p"], files: ["/p": " \n"]).contains(
+                "holds no password"))
+        #expect(
+            message(["--redis-url", "redis://h", "--redis-password-file", "/missing"]).contains("cannot read /missing"))
         let secret = message(["--redis-url", "redis://u:hunter2@h:99999"])
         #expect(secret.hasPrefix("--redis-url: malformed URL") && !secret.contains("hunter2"))
         #expect(!CommandLineOptions.usage.contains("hunter2") && CommandLineOptions.usage.contains("--redis-url URL"))

@@ -1,6 +1,6 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
 
 @testable import ForgePushToken
 

@@ -1,10 +1,10 @@
+import ForgePushToken
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import Testing
 
-import ForgePushToken
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 
 // The upload examples of docs/library.md, compiled and tested here. The code between each pair of
 // marker lines must appear in docs/library.md character for character; the test
@@ -142,12 +142,14 @@ struct DocumentationExampleTests {
         let source = try String(contentsOf: here, encoding: .utf8)
         let docs = try String(contentsOf: root.appendingPathComponent("docs/library.md"), encoding: .utf8)
         for name in ["upload on change", "forge-push-token-server upload"] {
-            let begin = "// BEGIN \(name)\n", end = "// END \(name)\n"
-            let example = try #require(source.range(of: begin).flatMap { start in
-                source.range(of: end, range: start.upperBound..<source.endIndex).map {
-                    source[start.upperBound..<$0.lowerBound]
-                }
-            })
+            let begin = "// BEGIN \(name)\n"
+            let end = "// END \(name)\n"
+            let example = try #require(
+                source.range(of: begin).flatMap { start in
+                    source.range(of: end, range: start.upperBound..<source.endIndex).map {
+                        source[start.upperBound..<$0.lowerBound]
+                    }
+                })
             #expect(example.count > 200)
             #expect(docs.contains(example), "docs/library.md does not show the example \(name)")
         }

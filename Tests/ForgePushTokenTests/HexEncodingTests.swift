@@ -27,7 +27,11 @@ struct HexEncodingTests {
             let bytes = (0..<count).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
             let text = DeviceTokenHex.encode(bytes)
             #expect(text.utf8.count == 2 * count)
-            #expect(text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) })
+            #expect(
+                text.utf8.allSatisfy {
+                    (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
+                        || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0)
+                })
             #expect(DeviceTokenHex.decode(text) == bytes)
             #expect(DeviceTokenHex.decode(text.uppercased()) == bytes)
         }

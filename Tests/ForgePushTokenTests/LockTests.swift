@@ -1,5 +1,5 @@
-import Testing
 import ForgePushTokenTestSupport
+import Testing
 
 @testable import ForgePushToken
 
@@ -34,7 +34,11 @@ struct LockTests {
     @Test func returnsTheBodysResult() {
         let box = Locked([1, 2, 3])
         #expect(box.withLock { $0.count } == 3)
-        #expect(box.withLock { values -> String in values.append(4); return "appended" } == "appended")
+        #expect(
+            box.withLock { values -> String in
+                values.append(4)
+                return "appended"
+            } == "appended")
         #expect(box.withLock { $0 } == [1, 2, 3, 4])
     }
 

@@ -1,6 +1,6 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
 
 @testable import ForgePushToken
 
@@ -13,10 +13,11 @@ struct LoggingTests {
         manager.didFailToRegister(error: TestError(description: "no valid aps-environment"))
         manager.didRegister(deviceToken: token(1))
         manager.didFailToRegister(error: TestError(description: "offline"))
-        #expect(log.recorded == [
-            .init(level: .error, message: "registration failed: no valid aps-environment"),
-            .init(level: .error, message: "registration failed: offline"),
-        ])
+        #expect(
+            log.recorded == [
+                .init(level: .error, message: "registration failed: no valid aps-environment"),
+                .init(level: .error, message: "registration failed: offline"),
+            ])
     }
 
     @Test func rejectedEmptyTokensAreLoggedAsWarnings() {

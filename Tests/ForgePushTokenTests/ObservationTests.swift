@@ -1,7 +1,7 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Observation
 import Testing
-import ForgePushTokenTestSupport
 
 @testable import ForgePushToken
 

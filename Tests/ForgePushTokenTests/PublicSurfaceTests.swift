@@ -1,8 +1,7 @@
-import Foundation
-import Testing
-
 import ForgePushToken  // not @testable: only the public API is visible here
+import Foundation
 import Observation
+import Testing
 
 /// The public surface fixed by the contract compiles with these names and shapes.
 @Suite("Public surface")

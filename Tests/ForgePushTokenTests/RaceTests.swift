@@ -1,7 +1,7 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Synchronization
 import Testing
-import ForgePushTokenTestSupport
 
 @testable import ForgePushToken
 

@@ -1,14 +1,15 @@
-import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-import Testing
 import ForgePushTokenTestSupport
-#if canImport(Glibc)
-import Glibc
-#endif
+import Foundation
+import Testing
 
 @testable import ForgePushToken
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The library's upload API with a `URLSession` upload function (docs/library.md's
 /// `forgePushTokenServerUpload(baseURL:)`) against a real forge-push-token-server.
@@ -134,7 +135,8 @@ struct ServerProcess {
                 throw TestError(description: "the server exited with status \(process.terminationStatus)")
             }
             if let (_, response) = try? await URLSession.shared.data(from: health),
-               (response as? HTTPURLResponse)?.statusCode == 200 {
+                (response as? HTTPURLResponse)?.statusCode == 200
+            {
                 return server
             }
             try await Task.sleep(for: .milliseconds(20))

@@ -1,6 +1,6 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
 
 @testable import ForgePushToken
 
@@ -76,7 +76,9 @@ struct StreamSemanticsTests {
             thenReceives: hex(0xb),
             from: { manager.didRegister(deviceToken: b) }
         )
-        #expect(log.recorded == Array(repeating: .init(level: .warning, message: "rejected an empty device token"), count: 2))
+        #expect(
+            log.recorded
+                == Array(repeating: .init(level: .warning, message: "rejected an empty device token"), count: 2))
     }
 
     /// Rule 4: a new subscription starts with the value current when it subscribed.

@@ -1,8 +1,8 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
 @testable import ForgePushToken
-import ForgePushTokenTestSupport
 
 /// A log handler that discards everything (the shared test support's `quiet`).
 let silent: PushTokenManager.LogHandler = quiet

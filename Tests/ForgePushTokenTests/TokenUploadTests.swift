@@ -1,6 +1,6 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
-import ForgePushTokenTestSupport
 
 @testable import ForgePushToken
 
@@ -131,8 +131,9 @@ struct TokenUploadTests {
         let messages = harness.log.recorded
         #expect(messages.count == 5)
         #expect(messages.allSatisfy { $0.level == .error && !$0.message.contains(hex(0xa)) })
-        #expect(messages.first?.message
-            == "device token upload failed (attempt 1): 503 for token <device token>; retrying in 1.0 seconds")
+        #expect(
+            messages.first?.message
+                == "device token upload failed (attempt 1): 503 for token <device token>; retrying in 1.0 seconds")
         #expect(messages.last?.message.hasPrefix("device token upload failed (attempt 5): ") == true)
         await harness.stop()
     }
@@ -224,8 +225,9 @@ struct TokenUploadTests {
         await letOtherTasksRun()
         #expect(harness.clock.requestedSleeps.isEmpty)
         #expect(harness.backend.values == [hex(0xa), hex(0xb)])
-        #expect(harness.log.recorded.map(\.message)
-            == ["device token upload failed (attempt 1): down; a newer value replaces it"])
+        #expect(
+            harness.log.recorded.map(\.message)
+                == ["device token upload failed (attempt 1): down; a newer value replaces it"])
         await harness.stop()
     }
 

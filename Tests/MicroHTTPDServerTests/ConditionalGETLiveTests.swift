@@ -1,8 +1,8 @@
-import Testing
-import ForgePushTokenTestSupport
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenTestSupport
 import MicroHTTPDServer
+import Testing
 
 extension LiveServerTests {
     /// Issues 13 and 14 through a live server: the header fields on the wire for every route, and
@@ -22,8 +22,9 @@ extension LiveServerTests {
                 ("HEAD", "/token/stream", "no-cache, no-transform"),
             ]
             for (method, target, cacheControl) in cases {
-                let response = try live.request(method, target, body: method == "POST" ? Array("zz".utf8) : [],
-                                                headers: method == "POST" ? ["Content-Type": "text/plain"] : [:])
+                let response = try live.request(
+                    method, target, body: method == "POST" ? Array("zz".utf8) : [],
+                    headers: method == "POST" ? ["Content-Type": "text/plain"] : [:])
                 #expect(response.headers["x-content-type-options"] == "nosniff", "\(method) \(target)")
                 #expect(response.headers["cache-control"] == cacheControl, "\(method) \(target)")
             }
@@ -59,12 +60,16 @@ extension LiveServerTests {
             let full = try get()
             #expect(full.status == 200)
             let etag = try #require(full.headers["etag"])
-            for (method, field) in [("GET", etag), ("HEAD", etag), ("GET", "W/" + etag), ("GET", "\"x\", " + etag), ("GET", "*")] {
+            for (method, field) in [
+                ("GET", etag), ("HEAD", etag), ("GET", "W/" + etag), ("GET", "\"x\", " + etag), ("GET", "*"),
+            ] {
                 let response = try get(method, field)
                 #expect(response.status == 304, "\(method) If-None-Match: \(field)")
                 #expect(response.headers["etag"] == etag)
                 #expect(response.headers["content-type"] == nil)
-                #expect(response.headers["content-length"] == nil || response.headers["content-length"] == String(full.body.count))
+                #expect(
+                    response.headers["content-length"] == nil
+                        || response.headers["content-length"] == String(full.body.count))
             }
             // Had a 304 carried body bytes, they would be read as the next status line.
             for field in ["\"other\"", "garbled", etag + " junk"] {
@@ -73,7 +78,9 @@ extension LiveServerTests {
             }
             var registerHeaders = extra
             registerHeaders["Content-Type"] = "text/plain"
-            #expect(try client.request("POST", "/register", body: Array(token.utf8), headers: registerHeaders).status == 200)
+            #expect(
+                try client.request("POST", "/register", body: Array(token.utf8), headers: registerHeaders).status == 200
+            )
             let changed = try get("GET", etag)
             #expect(changed.status == 200 && changed.text == #"{"token":"\#(token)"}"#)
             #expect(changed.headers["etag"] != etag)
@@ -86,8 +93,10 @@ extension LiveServerTests {
             let live = try LiveServer { $0.accessLog = false }  // the fast path needs the access log off
             try conditionalReads(live)
             let metrics = try live.request("GET", "/metrics").text
-            #expect(metrics.contains(#"forge_push_token_http_requests_total{route="/token",method="GET",status="304"} 5"#))
-            #expect(metrics.contains(#"forge_push_token_http_requests_total{route="/token",method="HEAD",status="304"} 1"#))
+            #expect(
+                metrics.contains(#"forge_push_token_http_requests_total{route="/token",method="GET",status="304"} 5"#))
+            #expect(
+                metrics.contains(#"forge_push_token_http_requests_total{route="/token",method="HEAD",status="304"} 1"#))
         }
 
         @Test("conditional GET /token with the access log on: the log line says 304")

@@ -1,13 +1,15 @@
 import Testing
-#if canImport(Glibc)
-import Glibc
-#endif
+
 @testable import MicroHTTPDServer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `ConnectionLimiter` and `ClientAddress`: the bookkeeping behind `--max-connections` and
 /// `--max-connections-per-ip`.
 @Suite struct ConnectionLimiterTests {
-    static let first = ClientAddress(high: 0, low: 0xFFFF_7F00_0001)   // 127.0.0.1
+    static let first = ClientAddress(high: 0, low: 0xFFFF_7F00_0001)  // 127.0.0.1
     static let second = ClientAddress(high: 0, low: 0xFFFF_7F00_0002)  // 127.0.0.2
 
     @Test func totalLimitRefusesOverItAndAdmitsAgainAfterARelease() {
@@ -66,9 +68,15 @@ import Glibc
         var loopback6 = sockaddr_in6()
         loopback6.sin6_family = sa_family_t(AF_INET6)
         inet_pton(AF_INET6, "::1", &loopback6.sin6_addr)
-        let a = withUnsafePointer(to: &ipv4) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) } }
-        let b = withUnsafePointer(to: &ipv6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) } }
-        let c = withUnsafePointer(to: &loopback6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) } }
+        let a = withUnsafePointer(to: &ipv4) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) }
+        }
+        let b = withUnsafePointer(to: &ipv6) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) }
+        }
+        let c = withUnsafePointer(to: &loopback6) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ClientAddress($0) }
+        }
         #expect(a == Self.first)
         #expect(a == b)
         #expect(c == ClientAddress(high: 0, low: 1))

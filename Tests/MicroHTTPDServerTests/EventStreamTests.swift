@@ -1,11 +1,12 @@
-import Testing
-import ForgePushTokenTestSupport
-#if canImport(Glibc)
-import Glibc
-#endif
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import MicroHTTPDServer
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension LiveServerTests {
     /// `GET /token/stream` over real sockets: first event, changes, heartbeats, departures, slow
@@ -61,8 +62,12 @@ extension LiveServerTests {
 
         @Test func subscriberLimitIs503AndPlainRequestsStillWork() throws {
             let live = try LiveServer { $0.maxSubscribers = 2 }
-            let first = try openStream(live), second = try openStream(live)
-            defer { first.close(); second.close() }
+            let first = try openStream(live)
+            let second = try openStream(live)
+            defer {
+                first.close()
+                second.close()
+            }
             let refused = try live.request("GET", "/token/stream")
             #expect(refused.status == 503)
             #expect(refused.headers["retry-after"] != nil)
@@ -90,17 +95,20 @@ extension LiveServerTests {
                 _ = try writer.request("POST", "/register", body: Array(hex(index).utf8))
             }
             let before = residentBytes()
-        for index in 2000..<10_000 {
-            let response = try writer.request("POST", "/register", body: Array(hex(index).utf8))
-            if response.status != 200 { Issue.record("POST \(index) got \(response.status)"); break }
-        }
-        // What the service holds for the stuck subscriber is bounded by construction: the rest of
-        // one event plus one pending event, whatever the number of changes (EventSubscriberTests
-        // proves that bound on the subscriber itself).
-        // And the process as a whole did not grow by anything like a queue of 8,000 events per
-        // subscriber (a loose bound: other test suites run in this process at the same time).
-        #expect(residentBytes() - before < 64 << 20)
-        #expect(try live.request("GET", "/token").text == #"{"token":"\#(hex(9999))"}"#)
+            for index in 2000..<10_000 {
+                let response = try writer.request("POST", "/register", body: Array(hex(index).utf8))
+                if response.status != 200 {
+                    Issue.record("POST \(index) got \(response.status)")
+                    break
+                }
+            }
+            // What the service holds for the stuck subscriber is bounded by construction: the rest of
+            // one event plus one pending event, whatever the number of changes (EventSubscriberTests
+            // proves that bound on the subscriber itself).
+            // And the process as a whole did not grow by anything like a queue of 8,000 events per
+            // subscriber (a loose bound: other test suites run in this process at the same time).
+            #expect(residentBytes() - before < 64 << 20)
+            #expect(try live.request("GET", "/token").text == #"{"token":"\#(hex(9999))"}"#)
             // The reading subscriber converges on the last value.
             _ = try reader.readStream(until: hex(9999))
         }
@@ -152,9 +160,12 @@ extension LiveServerTests.EventStreamTests {
             let clients = try (0..<50).map { _ in try openStream(live) }
             for client in clients { _ = try client.readStream(until: "\n\n") }
             for client in clients { client.close() }
-            let released = eventually(within: 2) { live.owner.subscriberCount == 0 && openDescriptors() <= baseline + 2 }
-            #expect(released,
-                    "descriptors: \(openDescriptors()) against a baseline of \(baseline)")
+            let released = eventually(within: 2) {
+                live.owner.subscriberCount == 0 && openDescriptors() <= baseline + 2
+            }
+            #expect(
+                released,
+                "descriptors: \(openDescriptors()) against a baseline of \(baseline)")
         }
     }
 }

@@ -1,13 +1,15 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import Foundation
-import Testing
-import ForgePushTokenTestSupport
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import ForgePushTokenTestSupport
+import Foundation
+import Testing
+
 @testable import MicroHTTPDServer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension LiveServerTests {
     /// Issue 5 through a live server: authentication before the body, limits at the socket.
@@ -19,14 +21,16 @@ extension LiveServerTests {
             let live = try LiveServer(authentication: BearerAuthentication(token: Self.token))
             let client = try live.client()
             defer { client.close() }
-            try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 64\r\n"
-                            + "Expect: 100-continue\r\n\r\n")
+            try client.send(
+                "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 64\r\n"
+                    + "Expect: 100-continue\r\n\r\n")
             let response = try client.readResponse(method: "POST")
             #expect(response.status == 401)
             #expect(response.headers["www-authenticate"] == "Bearer realm=\"forge-push-token\"")
             #expect(live.owner.current.version == 0)
-            let accepted = try live.request("POST", "/register", body: Array("abcd".utf8),
-                                            headers: ["Authorization": "Bearer \(Self.token)", "Content-Type": "text/plain"])
+            let accepted = try live.request(
+                "POST", "/register", body: Array("abcd".utf8),
+                headers: ["Authorization": "Bearer \(Self.token)", "Content-Type": "text/plain"])
             #expect(accepted.status == 200)
             #expect(!live.lines.withLock { $0 }.contains { $0.contains(Self.token) })
         }
@@ -36,8 +40,9 @@ extension LiveServerTests {
             let live = try LiveServer(authentication: BearerAuthentication(token: Self.token))
             let wrong = String(Self.token.dropLast()) + "X"
             for _ in 0..<2 {
-                let response = try live.request("POST", "/register", body: Array("abcd".utf8),
-                                                headers: ["Authorization": "Bearer \(wrong)", "Content-Type": "text/plain"])
+                let response = try live.request(
+                    "POST", "/register", body: Array("abcd".utf8),
+                    headers: ["Authorization": "Bearer \(wrong)", "Content-Type": "text/plain"])
                 #expect(response.status == 401)
                 #expect(response.headers["www-authenticate"]?.contains("invalid_token") == true)
             }
@@ -75,8 +80,9 @@ extension LiveServerTests {
             let refused = try live.client()
             defer { refused.close() }
             #expect(throws: (any Error).self) { try refused.request("GET", "/token") }
-            #expect(live.responder.metrics.render(subscribers: 0, events: live.responder.deliveries.counts)
-                .contains("forge_push_token_connections_refused_total{limit=\"per_ip\"} 1"))
+            #expect(
+                live.responder.metrics.render(subscribers: 0, events: live.responder.deliveries.counts)
+                    .contains("forge_push_token_connections_refused_total{limit=\"per_ip\"} 1"))
             held[0].close()
             // The close reaches the server shortly: then a new connection is served (the attempts
             // before it arrives are refused and counted too).
@@ -94,36 +100,47 @@ extension LiveServerTests {
         }
 
         static let smuggles: [Smuggle] = [
-            Smuggle(name: "two Content-Length fields",
-                    request: "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n"
-                        + "Content-Length: 60\r\n\r\nabcdPOST /fail HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
-                    status: 400, code: "invalid_request"),
-            Smuggle(name: "Transfer-Encoding and Content-Length",
-                    request: "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
-                        + "Content-Length: 4\r\n\r\n4\r\nabcd\r\n0\r\n\r\n",
-                    status: 400, code: "invalid_request"),
-            Smuggle(name: "a transfer coding other than chunked",
-                    request: "POST /register HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabcd",
-                    status: 501, code: "not_implemented"),
-            Smuggle(name: "HTTP/1.1 without Host",
-                    request: "POST /register HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nabcd",
-                    status: 400, code: "invalid_request"),
-            Smuggle(name: "two Host fields",
-                    request: "GET /token HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", status: 400, code: "invalid_request",
-                    closes: false),
-            Smuggle(name: "two Authorization fields",
-                    request: "GET /token HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n",
-                    status: 400, code: "invalid_request", closes: false),
-            Smuggle(name: "%00 in the path",
-                    request: "POST /register%00x HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nabcd",
-                    status: 400, code: "invalid_request"),
-            Smuggle(name: "%2F in the path",
-                    request: "GET /token%2Fstream HTTP/1.1\r\nHost: x\r\n\r\n", status: 404, code: "not_found",
-                    closes: false),
+            Smuggle(
+                name: "two Content-Length fields",
+                request: "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n"
+                    + "Content-Length: 60\r\n\r\nabcdPOST /fail HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+                status: 400, code: "invalid_request"),
+            Smuggle(
+                name: "Transfer-Encoding and Content-Length",
+                request:
+                    "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+                    + "Content-Length: 4\r\n\r\n4\r\nabcd\r\n0\r\n\r\n",
+                status: 400, code: "invalid_request"),
+            Smuggle(
+                name: "a transfer coding other than chunked",
+                request: "POST /register HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabcd",
+                status: 501, code: "not_implemented"),
+            Smuggle(
+                name: "HTTP/1.1 without Host",
+                request: "POST /register HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nabcd",
+                status: 400, code: "invalid_request"),
+            Smuggle(
+                name: "two Host fields",
+                request: "GET /token HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", status: 400, code: "invalid_request",
+                closes: false),
+            Smuggle(
+                name: "two Authorization fields",
+                request: "GET /token HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n",
+                status: 400, code: "invalid_request", closes: false),
+            Smuggle(
+                name: "%00 in the path",
+                request:
+                    "POST /register%00x HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nabcd",
+                status: 400, code: "invalid_request"),
+            Smuggle(
+                name: "%2F in the path",
+                request: "GET /token%2Fstream HTTP/1.1\r\nHost: x\r\n\r\n", status: 404, code: "not_found",
+                closes: false),
         ]
 
-        @Test("ambiguous framing and disguised paths are refused, change nothing, and end the connection",
-              arguments: smuggles)
+        @Test(
+            "ambiguous framing and disguised paths are refused, change nothing, and end the connection",
+            arguments: smuggles)
         func ambiguousRequestsAreRefused(_ smuggle: Smuggle) throws {
             for accessLog in [true, false] {  // with the log off, GET /token may take the fast path
                 let live = try LiveServer { $0.accessLog = accessLog }
@@ -179,7 +196,8 @@ extension LiveServerTests {
             let smuggled = "POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbad0"
             let client = try live.client()
             defer { client.close() }
-            try client.send("GET /token HTTP/1.1\r\nHost: x\r\nContent-Length : \(smuggled.utf8.count)\r\n\r\n" + smuggled)
+            try client.send(
+                "GET /token HTTP/1.1\r\nHost: x\r\nContent-Length : \(smuggled.utf8.count)\r\n\r\n" + smuggled)
             let response = try client.readResponse()
             #expect(response.status == 400 && response.text.contains("whitespace"))
             #expect(throws: (any Error).self) { try client.readResponse() }
@@ -191,12 +209,16 @@ extension LiveServerTests {
         @Test("a request that leaves no room for its answer is refused before it is carried out")
         func requestTooBigForItsAnswer() throws {
             let live = try LiveServer()
-            var answered200 = 0, answered431 = 0
+            var answered200 = 0
+            var answered431 = 0
             for (index, size) in stride(from: 6800, through: 8200, by: 20).enumerated() {
                 let hex = String(format: "%04x", index + 1)
-                let response = try? live.request("POST", "/register", body: Array(hex.utf8),
-                                                 headers: ["Content-Type": "text/plain",
-                                                           "X-Pad": String(repeating: "p", count: size)])
+                let response = try? live.request(
+                    "POST", "/register", body: Array(hex.utf8),
+                    headers: [
+                        "Content-Type": "text/plain",
+                        "X-Pad": String(repeating: "p", count: size),
+                    ])
                 if response?.status == 200 { answered200 += 1 }
                 if response?.status == 431 { answered431 += 1 }
                 #expect(response == nil || response?.status == 200 || response?.status == 431, "X-Pad \(size)")
@@ -210,8 +232,9 @@ extension LiveServerTests {
             let live = try LiveServer { $0.maxBodyBytes = 64 }
             let client = try live.client()
             defer { client.close() }
-            try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
-                            + "FFFFFFFFFFFF\r\n")
+            try client.send(
+                "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    + "FFFFFFFFFFFF\r\n")
             let block = [UInt8](repeating: UInt8(ascii: "a"), count: 65_536)
             var sent = 0
             while sent < 64 << 20, (try? client.send(block)) != nil { sent += block.count }

@@ -1,11 +1,12 @@
-import Foundation
-import Testing
-#if canImport(Glibc)
-import Glibc
-#endif
 import ForgePushToken
 import ForgePushTokenHTTP
+import Foundation
 import MicroHTTPDServer
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `--log-format json` on a live server: access lines with the peer's address, nothing secret.
 @Suite("JSON access log, live")

@@ -1,69 +1,70 @@
 import Dispatch
-import Testing
-#if canImport(Glibc)
-import Glibc
-#endif
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import MicroHTTPDServer
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension LiveServerTests {
-/// A write whose store answers on its own thread, later: the request's connection is suspended
-/// until the answer arrives (as a shared store's will be), and nothing else waits for it.
-@Suite("Answers decided later")
-struct LaterAnswerTests {
-    /// Decides as the memory store does, on another thread, after `delay`; or answers `outcome`.
-    final class SlowStore: TokenStore {
-        let delay: DispatchTimeInterval
-        let outcome: CommitOutcome?
-        init(delay: DispatchTimeInterval, outcome: CommitOutcome? = nil) {
-            self.delay = delay
-            self.outcome = outcome
-        }
-        var ordering: CommitOrdering { .storeSerialized }
-        func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-            let outcome = self.outcome
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
-                completion(outcome ?? (token == base.token ? .unchanged(base) : .applied(base.changed(to: token))))
+    /// A write whose store answers on its own thread, later: the request's connection is suspended
+    /// until the answer arrives (as a shared store's will be), and nothing else waits for it.
+    @Suite("Answers decided later")
+    struct LaterAnswerTests {
+        /// Decides as the memory store does, on another thread, after `delay`; or answers `outcome`.
+        final class SlowStore: TokenStore {
+            let delay: DispatchTimeInterval
+            let outcome: CommitOutcome?
+            init(delay: DispatchTimeInterval, outcome: CommitOutcome? = nil) {
+                self.delay = delay
+                self.outcome = outcome
             }
+            var ordering: CommitOrdering { .storeSerialized }
+            func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+                let outcome = self.outcome
+                DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
+                    completion(outcome ?? (token == base.token ? .unchanged(base) : .applied(base.changed(to: token))))
+                }
+            }
+            func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
+            func stop() {}
         }
-        func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
-        func stop() {}
-    }
 
-    @Test("a write in flight is answered when the store decides; reads and streams go on meanwhile")
-    func writeAnsweredLater() throws {
-        let live = try LiveServer(store: SlowStore(delay: .milliseconds(400))) { $0.accessLog = false }
-        let subscriber = try live.client()
-        defer { subscriber.close() }
-        try subscriber.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
-        #expect(try subscriber.readHead().0 == 200)
-        let writer = try live.client()
-        defer { writer.close() }
-        let started = ContinuousClock.now
-        try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")
-        // While the write is held by the store, GET /token answers at once with the old value.
-        let read = try live.request("GET", "/token")
-        #expect(read.status == 200 && read.text == #"{"token":null}"#)
-        #expect(ContinuousClock.now - started < .milliseconds(350), "a read waited for the write")
-        let answer = try writer.readResponse(method: "POST")
-        #expect(answer.status == 200 && answer.text == #"{"changed":true,"token":"abcd"}"#)
-        #expect(ContinuousClock.now - started >= .milliseconds(400))
-        // The same connection carries on (keep-alive), and the subscriber got the change.
-        #expect(try writer.request("GET", "/token").text == #"{"token":"abcd"}"#)
-        let stream = try subscriber.readStream(until: "id: 1")
-        #expect(stream.contains(#"data: {"token":"abcd"}"#))
-    }
+        @Test("a write in flight is answered when the store decides; reads and streams go on meanwhile")
+        func writeAnsweredLater() throws {
+            let live = try LiveServer(store: SlowStore(delay: .milliseconds(400))) { $0.accessLog = false }
+            let subscriber = try live.client()
+            defer { subscriber.close() }
+            try subscriber.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try subscriber.readHead().0 == 200)
+            let writer = try live.client()
+            defer { writer.close() }
+            let started = ContinuousClock.now
+            try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")
+            // While the write is held by the store, GET /token answers at once with the old value.
+            let read = try live.request("GET", "/token")
+            #expect(read.status == 200 && read.text == #"{"token":null}"#)
+            #expect(ContinuousClock.now - started < .milliseconds(350), "a read waited for the write")
+            let answer = try writer.readResponse(method: "POST")
+            #expect(answer.status == 200 && answer.text == #"{"changed":true,"token":"abcd"}"#)
+            #expect(ContinuousClock.now - started >= .milliseconds(400))
+            // The same connection carries on (keep-alive), and the subscriber got the change.
+            #expect(try writer.request("GET", "/token").text == #"{"token":"abcd"}"#)
+            let stream = try subscriber.readStream(until: "id: 1")
+            #expect(stream.contains(#"data: {"token":"abcd"}"#))
+        }
 
-    @Test("a store that cannot decide: 503 store_unavailable with Retry-After, nothing changed")
-    func storeUnavailable() throws {
-        let live = try LiveServer(store: SlowStore(delay: .milliseconds(10), outcome: .unavailable(reason: "down")))
-        let response = try live.request("POST", "/register", body: Array("abcd".utf8))
-        #expect(response.status == 503)
-        #expect(response.headers["retry-after"] == "1")
-        #expect(response.text.contains(#""error":"store_unavailable""#))
-        #expect(try live.request("GET", "/token").text == #"{"token":null}"#)
+        @Test("a store that cannot decide: 503 store_unavailable with Retry-After, nothing changed")
+        func storeUnavailable() throws {
+            let live = try LiveServer(store: SlowStore(delay: .milliseconds(10), outcome: .unavailable(reason: "down")))
+            let response = try live.request("POST", "/register", body: Array("abcd".utf8))
+            #expect(response.status == 503)
+            #expect(response.headers["retry-after"] == "1")
+            #expect(response.text.contains(#""error":"store_unavailable""#))
+            #expect(try live.request("GET", "/token").text == #"{"token":null}"#)
+        }
     }
-}
 }

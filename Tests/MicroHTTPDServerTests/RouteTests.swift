@@ -1,12 +1,13 @@
-import Testing
-import ForgePushTokenTestSupport
-#if canImport(Glibc)
-import Glibc
-#endif
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import MicroHTTPDServer
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension LiveServerTests {
     /// One real request per route against a live server, and request bodies as clients really send
@@ -23,8 +24,9 @@ extension LiveServerTests {
             #expect(empty.headers["cache-control"] == "no-cache")
             #expect(empty.headers["etag"] == EntityTag.strong(digesting: Array(#"{"token":null}"#.utf8)).fieldValue)
 
-            let registered = try live.request("POST", "/register", body: Array(token.uppercased().utf8),
-                                              headers: ["Content-Type": "application/x-www-form-urlencoded"])
+            let registered = try live.request(
+                "POST", "/register", body: Array(token.uppercased().utf8),
+                headers: ["Content-Type": "application/x-www-form-urlencoded"])
             #expect(registered.status == 200)
             #expect(registered.text == #"{"changed":true,"token":"\#(token)"}"#)
             #expect(try live.request("GET", "/token?x=1").text == #"{"token":"\#(token)"}"#)
@@ -33,7 +35,8 @@ extension LiveServerTests {
             #expect(head.status == 200 && head.body.isEmpty)
             #expect(head.headers["content-length"] == String(#"{"token":"\#(token)"}"#.utf8.count))
 
-            let failed = try live.request("POST", "/fail", body: Array("denied".utf8), headers: ["Content-Type": "text/plain"])
+            let failed = try live.request(
+                "POST", "/fail", body: Array("denied".utf8), headers: ["Content-Type": "text/plain"])
             #expect(failed.text == #"{"changed":true,"token":null}"#)
 
             #expect(try live.request("GET", "/healthz").text == #"{"status":"ok"}"#)
@@ -52,7 +55,8 @@ extension LiveServerTests {
             defer { client.close() }
             for index in 1...20 {
                 let hex = String(repeating: "0", count: 62) + String(format2: index)
-                let response = try client.request("POST", "/register", body: Array(hex.utf8), headers: ["Content-Type": "text/plain"])
+                let response = try client.request(
+                    "POST", "/register", body: Array(hex.utf8), headers: ["Content-Type": "text/plain"])
                 #expect(response.status == 200)
                 #expect(response.headers["connection"]?.lowercased() != "close")
             }
@@ -62,7 +66,9 @@ extension LiveServerTests {
             let live = try LiveServer()
             let client = try live.client()
             defer { client.close() }
-            try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: \(token.utf8.count)\r\n\r\n")
+            try client.send(
+                "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: \(token.utf8.count)\r\n\r\n"
+            )
             for piece in stride(from: 0, to: token.utf8.count, by: 7) {
                 let end = min(piece + 7, token.utf8.count)
                 try client.send(Array(Array(token.utf8)[piece..<end]))
@@ -77,7 +83,9 @@ extension LiveServerTests {
             let live = try LiveServer()
             let client = try live.client()
             defer { client.close() }
-            try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: \(token.utf8.count)\r\nExpect: 100-continue\r\n\r\n")
+            try client.send(
+                "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: \(token.utf8.count)\r\nExpect: 100-continue\r\n\r\n"
+            )
             let (interim, _) = try client.readHead()
             #expect(interim == 100)
             try client.send(token)
@@ -91,8 +99,10 @@ extension LiveServerTests {
             let client = try live.client()
             defer { client.close() }
             let half = token.utf8.count / 2
-            let first = String(token.prefix(half)), second = String(token.dropFirst(half))
-            try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+            let first = String(token.prefix(half))
+            let second = String(token.dropFirst(half))
+            try client.send(
+                "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
             try client.send("\(String(half, radix: 16))\r\n\(first)\r\n")
             usleep(20_000)
             try client.send("\(String(half, radix: 16))\r\n\(second)\r\n0\r\n\r\n")
@@ -103,13 +113,15 @@ extension LiveServerTests {
 
         @Test func oversizedBodiesAre413AndChangeNothing() throws {
             let live = try LiveServer { $0.maxBodyBytes = 64 }
-            let declared = try live.request("POST", "/register", body: Array(repeating: UInt8(ascii: "a"), count: 66),
-                                            headers: ["Content-Type": "text/plain"])
+            let declared = try live.request(
+                "POST", "/register", body: Array(repeating: UInt8(ascii: "a"), count: 66),
+                headers: ["Content-Type": "text/plain"])
             #expect(declared.status == 413 && declared.text.contains("payload_too_large"))
 
             let client = try live.client()
             defer { client.close() }
-            try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+            try client.send(
+                "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
             for _ in 0..<3 { try client.send("28\r\n\(String(repeating: "ab", count: 20))\r\n") }
             try client.send("0\r\n\r\n")
             let chunked = try client.readResponse()
@@ -122,14 +134,20 @@ extension LiveServerTests {
             let live = try LiveServer()
             var configuration = ServerConfiguration()
             configuration.port = live.port
-            let other = try MicroHTTPDServer(configuration: configuration, responder: live.responder, log: ServerLog { _ in })
+            let other = try MicroHTTPDServer(
+                configuration: configuration, responder: live.responder, log: ServerLog { _ in })
             #expect(throws: ServerError.addressInUse("127.0.0.1:\(live.port)")) { try other.start() }
         }
 
         @Test func accessLogLineNamesMethodPathStatusBytesAndMicroseconds() throws {
             let live = try LiveServer()
             _ = try live.request("GET", "/token")
-            #expect(eventually { live.lines.withLock { $0.contains { $0.contains("GET /token 200 14 bytes") && $0.hasSuffix(" us\n") } } })
+            #expect(
+                eventually {
+                    live.lines.withLock {
+                        $0.contains { $0.contains("GET /token 200 14 bytes") && $0.hasSuffix(" us\n") }
+                    }
+                })
         }
     }
 }

@@ -1,10 +1,11 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import MicroHTTPDServer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A running server on a free loopback port, for one test.
 final class LiveServer {
@@ -15,9 +16,11 @@ final class LiveServer {
     let owner: TokenOwner<TokenSnapshot>
     let lines = Locked<[String]>([])
 
-    init(authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
-         store: any TokenStore = MemoryTokenStore(), logFormat: ServerLog.Format = .text,
-         _ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
+    init(
+        authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
+        store: any TokenStore = MemoryTokenStore(), logFormat: ServerLog.Format = .text,
+        _ configure: (inout ServerConfiguration) -> Void = { _ in }
+    ) throws {
         var configuration = ServerConfiguration()
         configuration.host = "127.0.0.1"
         configuration.port = 0
@@ -26,8 +29,9 @@ final class LiveServer {
         let log = ServerLog(minimumLevel: .debug, format: logFormat) { line in lines.withLock { $0.append(line) } }
         owner = TokenOwner(store: store, initial: .initial, maxSubscribers: configuration.maxSubscribers)
         owner.start()
-        responder = Responder(owner: owner, authentication: authentication, crossOrigin: crossOrigin, log: log,
-                              accessLog: configuration.accessLog)
+        responder = Responder(
+            owner: owner, authentication: authentication, crossOrigin: crossOrigin, log: log,
+            accessLog: configuration.accessLog)
         server = try MicroHTTPDServer(configuration: configuration, responder: responder, log: log)
         let authority = try server.start()
         port = UInt16(authority.split(separator: ":").last!)!
@@ -43,7 +47,9 @@ final class LiveServer {
     }
 
     /// One request on a new connection.
-    func request(_ method: String, _ target: String, body: [UInt8] = [], headers: [String: String] = [:]) throws -> TestResponse {
+    func request(_ method: String, _ target: String, body: [UInt8] = [], headers: [String: String] = [:]) throws
+        -> TestResponse
+    {
         let client = try client()
         defer { client.close() }
         return try client.request(method, target, body: body, headers: headers)
@@ -81,7 +87,10 @@ final class TestClient {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard connected == 0 else { Glibc.close(fd); throw TestError(description: "connect failed: \(errno)") }
+        guard connected == 0 else {
+            Glibc.close(fd)
+            throw TestError(description: "connect failed: \(errno)")
+        }
     }
 
     /// Whether `close()` or `reset()` ran.
@@ -109,14 +118,18 @@ final class TestClient {
     func send(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let sent = bytes[offset...].withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+            }
             guard sent > 0 else { throw TestError(description: "send failed: \(errno)") }
             offset += sent
         }
     }
 
     /// Sends one request and reads its response (keep-alive unless `Connection: close` is given).
-    func request(_ method: String, _ target: String, body: [UInt8] = [], headers: [String: String] = [:]) throws -> TestResponse {
+    func request(_ method: String, _ target: String, body: [UInt8] = [], headers: [String: String] = [:]) throws
+        -> TestResponse
+    {
         var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
@@ -154,7 +167,9 @@ final class TestClient {
     func readHead() throws -> (Int, [String: String]) {
         let status = try readLine()
         let parts = status.split(separator: " ")
-        guard parts.count >= 2, let code = Int(parts[1]) else { throw TestError(description: "bad status line \(status)") }
+        guard parts.count >= 2, let code = Int(parts[1]) else {
+            throw TestError(description: "bad status line \(status)")
+        }
         var headers: [String: String] = [:]
         while true {
             let line = try readLine()
@@ -215,7 +230,8 @@ final class TestClient {
 func residentBytes() -> Int {
     guard let file = fopen("/proc/self/statm", "r") else { return 0 }
     defer { fclose(file) }
-    var size = 0, resident = 0
+    var size = 0
+    var resident = 0
     withUnsafeMutablePointer(to: &size) { s in
         withUnsafeMutablePointer(to: &resident) { r in
             _ = withVaList([s, r]) { vfscanf(file, "%ld %ld", $0) }

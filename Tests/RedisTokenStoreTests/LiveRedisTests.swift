@@ -1,6 +1,7 @@
-import Foundation
 import ForgePushToken
+import Foundation
 import Testing
+
 @testable import RedisTokenStore
 
 /// A `redis-server` started for one test on a free loopback port (`--save '' --appendonly no`),
@@ -13,14 +14,15 @@ final class RedisServerProcess {
 
     init(extra: [String] = []) throws {
         port = try Self.freePort()
-        let arguments = ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] + extra
+        let arguments =
+            ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] + extra
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
         var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
+        defer { for argument in argv { free(argument) } }
         var spawned: pid_t = 0
         let result = posix_spawnp(&spawned, "redis-server", &actions, nil, &argv, environ)
         guard result == 0 else { throw CocoaError(.executableNotLoadable) }
@@ -87,12 +89,13 @@ final class ReplicaModel: Sendable {
         configuration.checkInterval = 0.5
         configuration.queueCapacity = queueCapacity
         store = RedisTokenStore(configuration: configuration, log: { _, _ in })
-        store.start(onState: { [state] new in
-                        state.withLock { current in
-                            if current == nil || current!.version < new.version { current = new }
-                        }
-                    },
-                    onHealth: { [health] new, _ in health.withLock { $0 = new } })
+        store.start(
+            onState: { [state] new in
+                state.withLock { current in
+                    if current == nil || current!.version < new.version { current = new }
+                }
+            },
+            onHealth: { [health] new, _ in health.withLock { $0 = new } })
     }
 
     var current: SharedTokenState? { state.withLock { $0 } }
@@ -142,11 +145,14 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         #expect(try client.command(["GET", "k"], timeout: 2) == .bulk(binary))
         #expect(try client.command(["GET", "missing"], timeout: 2) == .null)
         #expect(try client.command(["INCRBY", "n", "41"], timeout: 2) == .integer(41))
-        #expect(try client.command(["EVAL", "return {1, 'a', {2, false}}", "0"], timeout: 2)
-            == .array([.integer(1), .bulk(Array("a".utf8)), .array([.integer(2), .null])]))
+        #expect(
+            try client.command(["EVAL", "return {1, 'a', {2, false}}", "0"], timeout: 2)
+                == .array([.integer(1), .bulk(Array("a".utf8)), .array([.integer(2), .null])]))
         #expect(try client.command(["NOSUCHCOMMAND"], timeout: 2).errorCode == "ERR")
         // Pipelining: three commands, one flush, three replies in order.
-        client.append(["PING"]); client.append(["ECHO", "x"]); client.append(["INCR", "n"])
+        client.append(["PING"])
+        client.append(["ECHO", "x"])
+        client.append(["INCR", "n"])
         try client.flush()
         let deadline = monotonicSeconds() + 2
         #expect(try client.readReply(deadline: deadline) == .status("PONG"))
@@ -249,15 +255,19 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func invalidStateIsReportedAndNeverOverwritten() throws {
         let redis = try RedisServerProcess()
         let client = try redis.client()
-        for (setup, expected) in [(["SET", "test:state", "garbage"], RedisReply.bulk(Array("garbage".utf8))),
-                                  (["HSET", "test:state", "version", "x1"], .bulk(Array("x1".utf8)))] {
+        for (setup, expected) in [
+            (["SET", "test:state", "garbage"], RedisReply.bulk(Array("garbage".utf8))),
+            (["HSET", "test:state", "version", "x1"], .bulk(Array("x1".utf8))),
+        ] {
             _ = try client.command(["DEL", "test:state"], timeout: 2)
             _ = try client.command(setup, timeout: 2)
             let a = ReplicaModel(port: redis.port)
             #expect(a.wait { a.health.withLock { $0 } == .invalidState })
             #expect(a.commit("ab") == .unavailable(.invalidState))
-            let stored = setup[0] == "SET" ? try client.command(["GET", "test:state"], timeout: 2)
-                                           : try client.command(["HGET", "test:state", "version"], timeout: 2)
+            let stored =
+                setup[0] == "SET"
+                ? try client.command(["GET", "test:state"], timeout: 2)
+                : try client.command(["HGET", "test:state", "version"], timeout: 2)
             #expect(stored == expected)
             // Repaired by deleting the key: the replica recovers.
             _ = try client.command(["DEL", "test:state"], timeout: 2)

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import RedisTokenStore
 
 /// The `--redis-url` grammar of docs/replicas.md.
@@ -29,15 +30,19 @@ import Testing
     @Test func refusals() {
         #expect(throws: RedisEndpoint.ParseError.tlsNotSupported) { try RedisEndpoint.parse("rediss://h:6379") }
         #expect(throws: RedisEndpoint.ParseError.unknownScheme("http")) { try RedisEndpoint.parse("http://h") }
-        for bad in ["redis://", "redis://h:0", "redis://h:65536", "redis://h:x", "redis://h/db", "redis://h/-1",
-                    "redis://[::1", "redis://[zz]:1", "redis://pw@h", "redis://u:%zz@h", "redis://u:@h",
-                    "redis://h?x=1", "127.0.0.1:6379", "redis://h h"] {
+        for bad in [
+            "redis://", "redis://h:0", "redis://h:65536", "redis://h:x", "redis://h/db", "redis://h/-1",
+            "redis://[::1", "redis://[zz]:1", "redis://pw@h", "redis://u:%zz@h", "redis://u:@h",
+            "redis://h?x=1", "127.0.0.1:6379", "redis://h h",
+        ] {
             #expect(throws: RedisEndpoint.ParseError.self, "\(bad)") { try RedisEndpoint.parse(bad) }
         }
     }
 
     @Test func messagesNeverContainThePassword() {
-        for bad in ["redis://u:hunter2@h:99999", "redis://u:hunter2@h/x", "redis://u:hunter2%@h", "redis://u:hunter2@[h"] {
+        for bad in [
+            "redis://u:hunter2@h:99999", "redis://u:hunter2@h/x", "redis://u:hunter2%@h", "redis://u:hunter2@[h",
+        ] {
             do {
                 _ = try RedisEndpoint.parse(bad)
                 Issue.record("accepted \(bad)")
@@ -63,11 +68,15 @@ import Testing
 @Suite struct SharedStateTests {
     @Test func hashFields() throws {
         #expect(try SharedTokenState.fromHashFields([:]) == nil)
-        #expect(try SharedTokenState.fromHashFields(["version": "7", "token": "ab01"]) == SharedTokenState(version: 7, token: "ab01"))
+        #expect(
+            try SharedTokenState.fromHashFields(["version": "7", "token": "ab01"])
+                == SharedTokenState(version: 7, token: "ab01"))
         #expect(try SharedTokenState.fromHashFields(["version": "0"]) == SharedTokenState(version: 0, token: nil))
-        for bad in [["token": "ab"], ["version": "x"], ["version": "-1"], ["version": "1.5"], ["version": ""],
-                    ["version": "99999999999999999"], ["version": "1", "token": "AB"], ["version": "1", "token": ""],
-                    ["version": "1", "token": "xyz"]] {
+        for bad in [
+            ["token": "ab"], ["version": "x"], ["version": "-1"], ["version": "1.5"], ["version": ""],
+            ["version": "99999999999999999"], ["version": "1", "token": "AB"], ["version": "1", "token": ""],
+            ["version": "1", "token": "xyz"],
+        ] {
             #expect(throws: SharedTokenState.Invalid.self, "\(bad)") { try SharedTokenState.fromHashFields(bad) }
         }
     }
@@ -79,24 +88,39 @@ import Testing
         let none = SharedTokenState(version: 3, token: nil)
         #expect(none.changeMessage == #"{"version":3,"token":null}"#)
         #expect(try SharedTokenState.fromChangeMessage(Array(none.changeMessage.utf8)) == none)
-        for bad in ["", "{}", "[1]", #"{"version":-1,"token":null}"#, #"{"version":"1","token":null}"#,
-                    #"{"version":1,"token":"ZZ"}"#, #"{"version":1,"token":5}"#] {
-            #expect(throws: SharedTokenState.Invalid.self, "\(bad)") { try SharedTokenState.fromChangeMessage(Array(bad.utf8)) }
+        for bad in [
+            "", "{}", "[1]", #"{"version":-1,"token":null}"#, #"{"version":"1","token":null}"#,
+            #"{"version":1,"token":"ZZ"}"#, #"{"version":1,"token":5}"#,
+        ] {
+            #expect(throws: SharedTokenState.Invalid.self, "\(bad)") {
+                try SharedTokenState.fromChangeMessage(Array(bad.utf8))
+            }
         }
     }
 
     @Test func scriptReplies() throws {
-        let reply = RedisReply.array([.integer(1), .bulk(Array("5".utf8)), .bulk(Array("abcd".utf8)),
-                                      .bulk(Array("written".utf8)), .bulk(Array("2".utf8))])
+        let reply = RedisReply.array([
+            .integer(1), .bulk(Array("5".utf8)), .bulk(Array("abcd".utf8)),
+            .bulk(Array("written".utf8)), .bulk(Array("2".utf8)),
+        ])
         let parsed = try RedisScripts.parse(reply)
-        #expect(parsed == RedisScripts.Result(state: SharedTokenState(version: 5, token: "abcd"), changed: true,
-                                              reconciliation: .written, previousVersion: 2))
-        let noToken = RedisReply.array([.integer(0), .bulk(Array("0".utf8)), .null, .bulk(Array("none".utf8)), .bulk([])])
+        #expect(
+            parsed
+                == RedisScripts.Result(
+                    state: SharedTokenState(version: 5, token: "abcd"), changed: true,
+                    reconciliation: .written, previousVersion: 2))
+        let noToken = RedisReply.array([
+            .integer(0), .bulk(Array("0".utf8)), .null, .bulk(Array("none".utf8)), .bulk([]),
+        ])
         #expect(try RedisScripts.parse(noToken).state == SharedTokenState(version: 0, token: nil))
         #expect(try RedisScripts.parse(noToken).previousVersion == nil)
-        for bad: RedisReply in [.null, .array([]), .array([.integer(1), .bulk(Array("x".utf8)), .null, .bulk(Array("none".utf8)), .bulk([])]),
-                                .array([.integer(1), .bulk(Array("1".utf8)), .bulk(Array("AB".utf8)), .bulk(Array("none".utf8)), .bulk([])]),
-                                .array([.integer(1), .bulk(Array("1".utf8)), .null, .bulk(Array("other".utf8)), .bulk([])])] {
+        for bad: RedisReply in [
+            .null, .array([]),
+            .array([.integer(1), .bulk(Array("x".utf8)), .null, .bulk(Array("none".utf8)), .bulk([])]),
+            .array([.integer(1), .bulk(Array("1".utf8)), .bulk(Array("AB".utf8)), .bulk(Array("none".utf8)), .bulk([])]
+            ),
+            .array([.integer(1), .bulk(Array("1".utf8)), .null, .bulk(Array("other".utf8)), .bulk([])]),
+        ] {
             #expect(throws: SharedTokenState.Invalid.self) { try RedisScripts.parse(bad) }
         }
         #expect(RedisScripts.replicaArguments(nil) == ["0", "", "0"])
@@ -104,10 +128,16 @@ import Testing
     }
 
     @Test func errorClassification() {
-        #expect(RedisConnectionError.classify(errorReply: "WRONGPASS invalid username-password pair") == .authFailed("WRONGPASS invalid username-password pair"))
-        #expect(RedisConnectionError.classify(errorReply: "NOAUTH Authentication required.") == .authFailed("NOAUTH Authentication required."))
-        #expect(RedisConnectionError.classify(errorReply: "ERR invalid password") == .authFailed("ERR invalid password"))
-        #expect(RedisConnectionError.classify(errorReply: "READONLY You can't write against a read only replica.") != nil)
+        #expect(
+            RedisConnectionError.classify(errorReply: "WRONGPASS invalid username-password pair")
+                == .authFailed("WRONGPASS invalid username-password pair"))
+        #expect(
+            RedisConnectionError.classify(errorReply: "NOAUTH Authentication required.")
+                == .authFailed("NOAUTH Authentication required."))
+        #expect(
+            RedisConnectionError.classify(errorReply: "ERR invalid password") == .authFailed("ERR invalid password"))
+        #expect(
+            RedisConnectionError.classify(errorReply: "READONLY You can't write against a read only replica.") != nil)
         #expect(RedisConnectionError.classify(errorReply: "LOADING Redis is loading the dataset in memory") != nil)
         #expect(RedisConnectionError.classify(errorReply: "MASTERDOWN Link with MASTER is down") != nil)
         #expect(RedisConnectionError.classify(errorReply: "ERR Error running script") == nil)
@@ -121,7 +151,12 @@ import Testing
     @Test func doublesToTheCapWithJitterInTheUpperHalf() {
         var backoff = ReconnectBackoff()
         var ranges: [ClosedRange<Double>] = []
-        let highs = (0..<7).map { _ in backoff.next(random: { range in ranges.append(range); return range.upperBound }) }
+        let highs = (0..<7).map { _ in
+            backoff.next(random: { range in
+                ranges.append(range)
+                return range.upperBound
+            })
+        }
         #expect(highs == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0])
         #expect(ranges.map(\.lowerBound) == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
         backoff.reset()

@@ -1,14 +1,15 @@
+import ForgePushToken
+import Foundation
+
 // Helpers every test target shares (a target of its own, so that no test target copies them).
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
-import Foundation
-import ForgePushToken
 
 /// A log handler that discards everything.
 public let quiet: PushTokenManager.LogHandler = { _, _ in }
@@ -66,7 +67,10 @@ public func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void
         for index in 0..<count {
             let thread = Thread {
                 body(index)
-                if remaining.withLock({ $0 -= 1; return $0 }) == 0 {
+                if remaining.withLock({
+                    $0 -= 1
+                    return $0
+                }) == 0 {
                     done.resume()
                 }
             }
