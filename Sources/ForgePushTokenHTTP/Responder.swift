@@ -267,10 +267,18 @@ public final class Responder: Sendable {
                 ServiceError(
                     "state_not_saved",
                     "the token is in memory but could not be saved to the state file; see the service's log"))
+        case .unavailable(let reason) where reason == TokenState.versionExhausted:
+            log?.log(.error, "a change was refused: \(reason)")
+            return .error(503, ServiceError("store_unavailable", reason))
         case .unknown, .unavailable:
             return .error(
                 503, ServiceError("store_unavailable", "the token's store did not confirm the write; retry"),
                 headers: ["Retry-After": "1"])
+        case .stopping:
+            // Connection: close, so that the client retries on another connection (another replica).
+            return .error(
+                503, ServiceError("shutting_down", "the service is stopping"),
+                headers: ["Retry-After": String(retryAfterSeconds), "Connection": "close"])
         }
     }
 

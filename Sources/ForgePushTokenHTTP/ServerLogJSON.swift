@@ -87,7 +87,21 @@ enum JSONLine {
         // Encoding a String cannot fail (it is always representable); the fallback keeps the line
         // valid JSON all the same.
         guard let data = try? encoder.encode(text) else { return "\"\"" }
-        return String(decoding: data, as: UTF8.self)
+        let encoded = String(decoding: data, as: UTF8.self)
+        // U+2028 and U+2029 are valid in a JSON string, but tools that split text on Unicode line
+        // breaks (JavaScript before ES2019, Python's splitlines) would cut the line there.
+        guard encoded.unicodeScalars.contains(where: { $0.value == 0x2028 || $0.value == 0x2029 }) else {
+            return encoded
+        }
+        var escaped = String.UnicodeScalarView()
+        for scalar in encoded.unicodeScalars {
+            switch scalar.value {
+            case 0x2028: escaped.append(contentsOf: #"\u2028"#.unicodeScalars)
+            case 0x2029: escaped.append(contentsOf: #"\u2029"#.unicodeScalars)
+            default: escaped.append(scalar)
+            }
+        }
+        return String(escaped)
     }
 
     /// `/` is left as is: paths read better unescaped, and JSON does not require the escape.

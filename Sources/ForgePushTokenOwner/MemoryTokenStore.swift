@@ -12,7 +12,9 @@ public final class MemoryTokenStore: TokenStore {
 
     /// `.unchanged(base)` for the current token, else `.applied` at the next version; at once.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        completion(token == base.token ? .unchanged(base) : .applied(base.changed(to: token)))
+        if token == base.token { return completion(.unchanged(base)) }
+        guard base.version < .max else { return completion(.unavailable(reason: TokenState.versionExhausted)) }
+        completion(.applied(base.changed(to: token)))
     }
 
     /// Nothing to report: memory never fails and nothing else writes to it.

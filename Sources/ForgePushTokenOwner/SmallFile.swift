@@ -17,22 +17,31 @@ package enum SmallFile {
         case system(Int32)
         /// The file is longer than the limit given.
         case tooLarge
+        /// The path names something other than a regular file (a FIFO, a device, a folder), which
+        /// could block the reader forever or never end.
+        case notARegularFile
 
         /// The C library's text for `.system` (`strerror(3)`), or "over the size limit".
         package var text: String {
             switch self {
             case .system(let code): systemErrorText(code)
             case .tooLarge: "over the size limit"
+            case .notARegularFile: "not a regular file"
             }
         }
     }
 
     /// The bytes of the file at `path`, at most `maxBytes` of them.
-    /// - Throws: `ReadError.system` when opening or reading fails, `.tooLarge` past `maxBytes`.
+    /// - Throws: `ReadError.system` when opening or reading fails, `.notARegularFile` for a FIFO,
+    ///   device or folder, `.tooLarge` past `maxBytes`.
     package static func contents(of path: String, maxBytes: Int) throws(ReadError) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        // O_NONBLOCK: opening a FIFO must not wait for a writer (it has no effect on a regular file).
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { throw .system(errno) }
         defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw .system(errno) }
+        guard (status.st_mode & S_IFMT) == S_IFREG else { throw .notARegularFile }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 16_384)
         while true {

@@ -40,6 +40,9 @@ public final class StateFileStore: TokenStore {
     /// at once: `.applied`/`.unchanged` when the file holds the result, `.notSaved` when not.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         let changed = token != base.token
+        guard !changed || base.version < .max else {
+            return completion(.unavailable(reason: TokenState.versionExhausted))
+        }
         let state = changed ? base.changed(to: token) : base
         guard changed || unsaved.withLock({ $0 }) else {
             completion(.unchanged(base))

@@ -63,11 +63,13 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
 
     /// Proposes `token` (lowercase hex, or `nil` to clear) to the store and applies its decision:
     /// a newer state becomes current and reaches every subscriber before `completion` is called
-    /// with the outcome. `completion` runs exactly once, on this thread when the store decides at
+    /// with the outcome. Once `stop()` has been called, the outcome is `.stopping` and the store is
+    /// not asked. `completion` runs exactly once, on this thread when the store decides at
     /// once, else on the store's thread.
     public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         guard let commits else {
-            let base = machine.withLock { $0.current.state }
+            let (base, stopping) = machine.withLock { ($0.current.state, $0.isStopping) }
+            if stopping { return completion(.stopping) }
             store.commit(token, base: base) { [self] outcome in
                 finish(outcome, completion: completion)
             }
@@ -76,7 +78,8 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         let (outcome, delivery) = commits.withLock {
             count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?) in
             count &+= 1
-            let base = machine.withLock { $0.current.state }
+            let (base, stopping) = machine.withLock { ($0.current.state, $0.isStopping) }
+            if stopping { return (.stopping, nil) }
             let result = Locked<CommitOutcome?>(nil)
             store.commit(token, base: base) { outcome in result.withLock { $0 = outcome } }
             guard let outcome = result.withLock({ $0 }) else {

@@ -81,7 +81,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
             if health == .degraded(reason: StoreHealth.stateNotSaved) { health = .ok }
         case .notSaved:
             health = .degraded(reason: StoreHealth.stateNotSaved)
-        case .unknown, .unavailable:
+        case .unknown, .unavailable, .stopping:
             break
         }
         return outcome.state.flatMap { apply($0) }

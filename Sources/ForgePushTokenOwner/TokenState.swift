@@ -24,6 +24,11 @@ public struct TokenState: Sendable, Hashable, CustomStringConvertible {
     /// The state a store starts from when it holds nothing yet: version 0, no token.
     public static let initial = TokenState(version: 0, token: nil)
 
+    /// Why a store refuses a change at version 2^64 - 1: no higher version is left to name it (an
+    /// id must never name two values), and a version never goes back.
+    public static let versionExhausted =
+        "the version is 2^64 - 1 and no higher one is left; start afresh (a new state file)"
+
     /// The state after changing the token to `token`: the version one higher (saturating).
     public func changed(to token: String?) -> TokenState {
         TokenState(version: version == .max ? .max : version + 1, token: token)

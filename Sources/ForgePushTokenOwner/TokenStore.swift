@@ -71,12 +71,15 @@ public enum CommitOutcome: Sendable, Equatable {
     case unknown(reason: String)
     /// The store refused or could not be reached: nothing was applied.
     case unavailable(reason: String)
+    /// The owner is stopping (graceful shutdown): the write was not proposed to the store, so that
+    /// no change is made after every subscriber has had its last event.
+    case stopping
 
     /// The state the store reported, when it reported one.
     public var state: TokenState? {
         switch self {
         case .applied(let state), .unchanged(let state), .notSaved(let state, _, _): state
-        case .unknown, .unavailable: nil
+        case .unknown, .unavailable, .stopping: nil
         }
     }
 
@@ -85,7 +88,7 @@ public enum CommitOutcome: Sendable, Equatable {
         switch self {
         case .applied: true
         case .notSaved(_, let changed, _): changed
-        case .unchanged, .unknown, .unavailable: false
+        case .unchanged, .unknown, .unavailable, .stopping: false
         }
     }
 }

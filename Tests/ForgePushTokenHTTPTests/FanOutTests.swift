@@ -114,8 +114,12 @@ struct FanOutTests {
         #expect(string(head.bytes + rest.bytes) == expectedEvent(0, nil), "the event being written completes")
         #expect(rest.result == .endOfStream)
 
-        // Nothing is offered after the close.
-        hub.publish(hub.register([7]))
+        // Nothing is offered after the close: a write is refused, and a change from the store
+        // reaches no ended stream.
+        let refused = Locked<CommitOutcome?>(nil)
+        hub.owner.commit("07") { outcome in refused.withLock { $0 = outcome } }
+        #expect(refused.withLock { $0 } == .stopping)
+        hub.publish(TokenSnapshot(version: 7, token: "07"))
         hub.heartbeatTick()
         #expect(suspended.wakes.value == 1)
         #expect(readOnce(suspended.subscriber).result == .endOfStream)

@@ -61,8 +61,12 @@ struct JSONLogTests {
         let log = ServerLog(format: .json, sink: lines.sink)
         log.log(.error, message)
         let line = try #require(lines.all.first)
-        // No raw control character survives (C0, DEL, C1): a terminal or a pipeline sees text.
-        #expect(!line.dropLast().unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) })
+        // No raw control character survives (C0, DEL, C1), nor a Unicode line or paragraph
+        // separator: a terminal or a pipeline that splits on line breaks sees one line of text.
+        #expect(
+            !line.dropLast().unicodeScalars.contains {
+                $0.value < 0x20 || (0x7F...0x9F).contains($0.value) || $0.value == 0x2028 || $0.value == 0x2029
+            })
         let parsed = try #require(try Self.objects(lines).first)
         let msg = try #require(parsed["msg"] as? String)
         // What JSON can carry comes back unchanged; DEL and C1 come back as \u{…} text.

@@ -251,8 +251,15 @@ struct ResponderRouteTests {
             #expect(response.headers["Content-Type"] == jsonType)
             #expect(response.body == utf8(#"{"status":"shutting_down"}"#))
         }
-        // Plain routes still answer while stopping.
+        // Reads still answer while stopping; writes are refused, so that no change is made after
+        // every stream has had its last event, and the client is told to go elsewhere.
         #expect(try responder.send("GET", "/token").status == 200)
+        for (path, body) in [("/register", "abcd"), ("/fail", "gone")] {
+            let refused = try responder.send("POST", path, body: utf8(body))
+            try expectError(refused, status: 503, code: "shutting_down")
+            #expect(refused.headers["Retry-After"] != nil && refused.headers["Connection"] == "close")
+        }
+        #expect(responder.owner.current == TokenSnapshot(version: 0, token: nil))
     }
 
     // MARK: /token/stream

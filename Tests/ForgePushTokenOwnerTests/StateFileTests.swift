@@ -71,11 +71,15 @@ import Testing
         write(#"{"token":"abcd","version":18446744073709551614}"#, to: file.path)
         let store = StateFileStore(file: file)
         let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
-        #expect(commitNow(owner, "01").state?.version == .max)
-        #expect(commitNow(owner, "02").state?.version == .max)
-        #expect(try file.load() == .init(token: "02", version: .max))
+        #expect(commitNow(owner, "01") == .applied(TokenState(version: .max, token: "01")))
+        // No higher version is left: a change is refused (never acknowledged and then not served,
+        // never a second value under the same id), and nothing is written.
+        #expect(commitNow(owner, "02") == .unavailable(reason: TokenState.versionExhausted))
+        #expect(owner.current == TokenState(version: .max, token: "01"))
+        #expect(commitNow(owner, "01") == .unchanged(TokenState(version: .max, token: "01")))
+        #expect(try file.load() == .init(token: "01", version: .max))
         let again = try StateFileStore(file: file).load()
-        #expect(again == TokenState(version: .max, token: "02"))
+        #expect(again == TokenState(version: .max, token: "01"))
     }
 
     @Test("a symbolic link at the temporary name is replaced, never written through (attack regression)")
@@ -101,6 +105,27 @@ import Testing
         var info = stat()
         #expect(lstat(file.path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG)
         #expect(try file.load() == .init(token: "abcd", version: 1))
+    }
+
+    @Test("a FIFO (or any file that is not a regular one) is refused at once, never waited on")
+    func notARegularFileIsRefused() throws {
+        let dir = folder()
+        let path = dir + "/state.json"
+        defer {
+            unlink(path)
+            rmdir(dir)
+        }
+        #expect(mkfifo(path, 0o600) == 0)
+        #expect {
+            try StateFile(path: path).load()
+        } throws: { error in
+            (error as? StateFile.Failure)?.description.contains("not a regular file") == true
+        }
+        #expect {
+            try StateFile(path: dir).load()
+        } throws: { error in
+            (error as? StateFile.Failure)?.description.contains("not a regular file") == true
+        }
     }
 
     @Test func unwritableFolderIsAnError() {

@@ -155,6 +155,21 @@ struct TokenOwnerTests {
         #expect(subscriber.state.withLock { $0.wakes } == 1)
     }
 
+    @Test("after stop(), a write is not proposed to the store: .stopping, nothing changes")
+    func noWritesAfterStop() {
+        let store = GatedStore()
+        let owner = TokenOwner<TokenState>(store: store, initial: .initial, maxSubscribers: 1)
+        owner.stop()
+        let outcome = Locked<CommitOutcome?>(nil)
+        owner.commit("ab") { result in outcome.withLock { $0 = result } }
+        #expect(outcome.withLock { $0 } == .stopping)
+        #expect(store.gate.withLock { $0.isEmpty }, "the store was asked")
+        let memory = TokenOwner<TokenState>(store: MemoryTokenStore(), initial: .initial, maxSubscribers: 1)
+        memory.stop()
+        #expect(commitNow(memory, "ab") == .stopping)
+        #expect(memory.current == .initial)
+    }
+
     @Test("the state file store: a failed save is kept, answered notSaved, and retried on the next commit")
     func stateFileNotSavedThenRetried() throws {
         let folder = "/tmp/fpt-owner-\(UInt32.random(in: 0...UInt32.max))"
