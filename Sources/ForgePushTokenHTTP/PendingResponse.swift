@@ -1,4 +1,4 @@
-import ForgePushToken
+import Synchronization
 
 /// A response that is decided after the request's handler has returned: the answer to a write
 /// whose commit is still in flight (a store that answers on its own thread).
@@ -18,7 +18,8 @@ public final class PendingResponse: Sendable {
         case taken
     }
 
-    private let state = Locked(State.waiting)
+    /// A `Mutex` (no allocation of its own): a write makes one of these per request.
+    private let state = Mutex(State.waiting)
 
     /// A response not decided yet.
     public init() {}

@@ -1,4 +1,5 @@
 import ForgePushToken
+import Synchronization
 
 /// The one owner of the service's token: the versioned token, its subscribers and its store.
 ///
@@ -80,9 +81,9 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
             count &+= 1
             let (base, stopping) = machine.withLock { ($0.current.state, $0.isStopping) }
             if stopping { return (.stopping, nil) }
-            let result = Locked<CommitOutcome?>(nil)
-            store.commit(token, base: base) { outcome in result.withLock { $0 = outcome } }
-            guard let outcome = result.withLock({ $0 }) else {
+            let result = OutcomeSlot()
+            store.commit(token, base: base) { outcome in result.value.withLock { $0 = outcome } }
+            guard let outcome = result.value.withLock({ $0 }) else {
                 preconditionFailure("a store with owner-serialized ordering must complete before commit returns")
             }
             // Applied before the next commit takes its base: each commit decides on the one before.
@@ -151,4 +152,10 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
             subscriber.wake()
         }
     }
+}
+
+/// Where a store's synchronous completion leaves its outcome: a `Mutex` in a small object (one
+/// allocation, no `pthread_mutex_init`), since the completion closure must be `@Sendable`.
+private final class OutcomeSlot: Sendable {
+    let value = Mutex<CommitOutcome?>(nil)
 }
