@@ -36,6 +36,10 @@ final class DaemonLoop: Sendable {
     private let wakePending = Locked(false)
     private let stopping = Locked(false)
     private let finished = DispatchSemaphore(value: 0)
+    /// A pending `quiesce()`: the semaphore its caller waits on, and the listening socket the
+    /// daemon gave back.
+    private let quiesceRequest = Locked<DispatchSemaphore?>(nil)
+    private let quiescedSocket = Locked<Int32>(-1)
     /// Loops to wake once the daemon run in progress on this loop's thread returns (see
     /// `wakeAfterRun`). Only this loop's thread uses it; the lock is uncontended.
     private let deferred = Locked<[DaemonLoop]>([])
@@ -104,6 +108,19 @@ final class DaemonLoop: Sendable {
         }
     }
 
+    /// Quiesces the daemon (`MHD_quiesce_daemon`: it stops accepting) on this loop's own thread,
+    /// between two runs, and returns the listening socket it gave back (or -1). libmicrohttpd
+    /// 0.9.75's `MHD_run` in epoll mode removes a quiesced daemon's listening socket from its epoll
+    /// set itself; a quiesce from another thread while a run is in progress can make both remove
+    /// it, and the second removal aborts the process ("Failed to remove listen FD from epoll set").
+    func quiesce() -> Int32 {
+        let done = DispatchSemaphore(value: 0)
+        quiesceRequest.withLock { $0 = done }
+        poke()
+        done.wait()
+        return quiescedSocket.withLock { $0 }
+    }
+
     /// Ends the loop and waits for its thread; the daemon may then be stopped.
     func stop() {
         stopping.withLock { $0 = true }
@@ -150,6 +167,14 @@ final class DaemonLoop: Sendable {
                 var count: UInt64 = 0
                 _ = read(signal, &count, 8)
                 if stopping.withLock({ $0 }) { return }
+            }
+            if let done = quiesceRequest.withLock({ request in
+                defer { request = nil }
+                return request
+            }) {
+                let socket = MHD_quiesce_daemon(daemon.pointer)
+                quiescedSocket.withLock { $0 = socket }
+                done.signal()
             }
             // Cleared before the daemon runs: a resume from now on either is seen by this run or
             // writes the eventfd again.

@@ -180,7 +180,8 @@ public final class MicroHTTPDServer: Sendable {
             })
         else { return }
         var listenFD: Int32 = -1
-        for daemon in run.daemons { listenFD = max(listenFD, MHD_quiesce_daemon(daemon.pointer)) }
+        // Each daemon is quiesced by its own loop's thread (see DaemonLoop.quiesce).
+        for context in run.contexts { listenFD = max(listenFD, context.loop.quiesce()) }
         if listenFD >= 0 { close(listenFD) }
         responder.beginShutdown()
         let grace = configuration.shutdownGraceSeconds
