@@ -1,4 +1,5 @@
 import ForgePushToken
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
@@ -33,14 +34,7 @@ struct HTTPHygieneTests {
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("sha256-\(length)-\(getpid()).bin")
             try Data(message).write(to: file)
             defer { try? FileManager.default.removeItem(at: file) }
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: openssl)
-            process.arguments = ["dgst", "-sha256", "-binary", file.path]
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            try process.run()
-            let output = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
+            let output = try standardOutput(of: openssl, arguments: ["dgst", "-sha256", "-binary", file.path])
             #expect(Array(output) == SHA256.digest(message), "length \(length)")
         }
     }

@@ -87,14 +87,8 @@ private func eventually(
 
 /// The first `seconds` of the event stream at `url`, read with curl (`-N`: unbuffered).
 private func readEventStream(_ url: URL, seconds: Int) throws -> String {
-    let curl = Process()
-    curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-    curl.arguments = ["-sN", "--max-time", "\(seconds)", url.absoluteString]
-    let output = Pipe()
-    curl.standardOutput = output
-    try curl.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    curl.waitUntilExit()
+    let data = try standardOutput(
+        of: "/usr/bin/curl", arguments: ["-sN", "--max-time", "\(seconds)", url.absoluteString])
     return String(decoding: data, as: UTF8.self)
 }
 
@@ -122,7 +116,7 @@ struct ServerProcess {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw TestError(description: "no server binary at \(binary.path): run swift build --build-tests first")
         }
-        let port = port == 0 ? try freeLoopbackPort() : port
+        let port = port == 0 ? try ForgePushTokenTestSupport.freeLoopbackPort() : port
         let process = Process()
         process.executableURL = binary
         process.arguments = ["--host", "127.0.0.1", "--port", "\(port)", "--access-log", "off"]
@@ -143,25 +137,6 @@ struct ServerProcess {
         }
         server.stop()
         throw TestError(description: "the server did not answer GET /healthz within 10 s")
-    }
-
-    /// A TCP port on 127.0.0.1 that nothing listens on now (bound to port 0, read, released).
-    private static func freeLoopbackPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestError(description: "socket() failed: \(errno)") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                bind(fd, address, length) == 0 && getsockname(fd, address, &length) == 0
-            }
-        }
-        guard bound else { throw TestError(description: "bind() failed: \(errno)") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     /// Stops the server (SIGTERM, a graceful shutdown) and waits for it to exit. Idempotent.

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
@@ -13,7 +14,7 @@ final class RedisServerProcess {
     let pid: pid_t
 
     init(extra: [String] = []) throws {
-        port = try Self.freePort()
+        port = try freeLoopbackPort()
         let arguments =
             ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] + extra
         var actions = posix_spawn_file_actions_t()
@@ -48,24 +49,6 @@ final class RedisServerProcess {
         var endpoint = endpointWithoutAuth
         endpoint.password = password.map { Array($0.utf8) }
         return try RedisConnection(endpoint: endpoint, timeout: 2)
-    }
-
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Int32 in
-                guard bind(fd, pointer, length) == 0 else { return -1 }
-                return getsockname(fd, pointer, &length)
-            }
-        }
-        guard bound == 0 else { throw CocoaError(.fileWriteUnknown) }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     deinit {
@@ -289,7 +272,7 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         let wrongUser = ReplicaModel(port: redis.port, password: "right", user: "nobody")
         #expect(wrongUser.wait { wrongUser.health.withLock { $0 } == .authFailed })
 
-        let nothing = ReplicaModel(port: try RedisServerProcess.freePort())
+        let nothing = ReplicaModel(port: try freeLoopbackPort())
         usleep(300_000)
         #expect(nothing.health.withLock { $0 } == .unreachable)
         #expect(nothing.commit("aa") == .unavailable(.unreachable))

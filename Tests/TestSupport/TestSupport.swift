@@ -90,3 +90,42 @@ public func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> B
     }
     return condition()
 }
+
+/// Why a test-support helper could not do its work.
+public struct TestSupportError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on now (bound to port 0, read, released), for a
+/// server a test starts (ours, Redis).
+public func freeLoopbackPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw TestSupportError(description: "socket() failed: \(errno)") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+            bind(fd, address, length) == 0 && getsockname(fd, address, &length) == 0
+        }
+    }
+    guard bound else { throw TestSupportError(description: "bind() failed: \(errno)") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// Runs the program at `path` with `arguments` and returns everything it wrote to standard output
+/// once it has exited.
+public func standardOutput(of path: String, arguments: [String]) throws -> Data {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try process.run()
+    let output = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return output
+}
