@@ -32,6 +32,7 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     public init(store: any TokenStore, initial: TokenState, health: StoreHealth = .ok, maxSubscribers: Int) {
         self.store = store
         self.machine = Locked(TokenOwnerStateMachine(initial: initial, health: health, maxSubscribers: maxSubscribers))
+        self.maxSubscribers = maxSubscribers
         self.commits = store.ordering == .ownerSerialized ? Locked(0) : nil
     }
 
@@ -55,7 +56,7 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     public var isStopping: Bool { machine.withLock { $0.isStopping } }
 
     /// The most subscribers at once.
-    public var maxSubscribers: Int { machine.withLock { $0.maxSubscribers } }
+    public let maxSubscribers: Int
 
     /// The number of subscribers.
     public var subscriberCount: Int { machine.withLock { $0.subscriberCount } }
