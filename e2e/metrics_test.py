@@ -21,11 +21,14 @@ then parses /metrics with prometheus_client's text parser and checks:
 """
 import argparse
 import math
+import socket
+import struct
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e_support import EventStream, Failure, Server, check, log, main, token_hex, wait_until
+from e2e_support import (EventStream, Failure, Server, check, log, main, open_subscribers, token_hex,
+                         wait_until)
 
 PREFIX = "forge_push_token_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -264,13 +267,31 @@ def exercise_and_check(server, before, after):
     # The subscriber leaves: the gauge goes back to 0 (bounded wait for the departure).
     stream.close()
 
-    def gauge_zero():
+    def gauge_value():
         fams, _ = scrape(server)
-        return single_value(fams, PREFIX + "subscribers", PREFIX + "subscribers") == 0
+        return single_value(fams, PREFIX + "subscribers", PREFIX + "subscribers")
+
+    def gauge_zero():
+        return gauge_value() == 0
     wait_until(gauge_zero, 10, interval=0.2, what="forge_push_token_subscribers to drop to 0")
     final, _ = scrape(server)
     expect_counter(final, PREFIX + "events_sent", len(received), " (after the subscriber left)")
     log("subscriber gauge back to 0 after the subscriber left")
+
+    # The release contract (docs/http-api.md): a departed subscriber is released within 2 seconds,
+    # heartbeat or not. Checked here, against the release binary, where timing can be trusted; the
+    # unit tests (swift test, also under the sanitizers) only wait for the release to happen.
+    for round_ in range(2):
+        subscribers = open_subscribers(server.port, 50)
+        wait_until(lambda: gauge_value() == 50, 10, interval=0.05, what="50 subscribers counted")
+        started = time.monotonic()
+        for index, sock in enumerate(subscribers):
+            if (index + round_) % 2 == 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset
+            sock.close()
+        wait_until(lambda: gauge_value() == 0, 2, interval=0.01,
+                   what="50 departed subscribers (half closed, half reset) released within 2 s")
+        log("round %d: 50 departed subscribers released in %.3f s" % (round_, time.monotonic() - started))
 
 
 if __name__ == "__main__":

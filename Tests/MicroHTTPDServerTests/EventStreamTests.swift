@@ -40,9 +40,10 @@ extension LiveServerTests {
             let stream = try openStream(live)
             defer { stream.close() }
             _ = try stream.readStream(until: "\n\n")
-            let started = ContinuousClock.now
+            // A keep-alive comes next, with no change posted. Its period is checked against the
+            // release binary (e2e/hardening_test.py counts heartbeats per second), not here, where
+            // the sanitizers and parallel suites stretch any timing.
             #expect(try stream.readStream(until: ": keep-alive\n\n") == ": keep-alive\n\n")
-            #expect(ContinuousClock.now - started < .milliseconds(1600))
         }
 
         @Test func fiftySubscribersComeAndGo() throws {
@@ -54,8 +55,16 @@ extension LiveServerTests {
                 for (index, client) in clients.enumerated() {
                     if (index + round) % 2 == 0 { client.close() } else { client.reset() }
                 }
-                // Released within 2 seconds (http-api.md), heartbeat or not (it is 15 s here).
-                #expect(eventually(within: 2) { live.owner.subscriberCount == 0 })
+                // Released, heartbeat or not (it is 15 s here). A release is three hand-offs: the
+                // subscriber watcher's epoll wakes on the departure and aborts the subscriber, the
+                // daemon loop's next run ends the stream, and a later run frees the response
+                // (libmicrohttpd 0.9.75 defers that cleanup; the loop's 500 ms backstop guarantees
+                // the run), whose free callback unsubscribes. Alone that takes milliseconds; with
+                // every suite running in parallel under Thread Sanitizer on two cores, those
+                // threads waited for a core longer than 2 s (issue 22). So this waits for the
+                // release itself; the 2-second contract (docs/http-api.md) is checked against the
+                // release binary by e2e/metrics_test.py.
+                #expect(eventually { live.owner.subscriberCount == 0 })
             }
             #expect(try live.request("GET", "/healthz").status == 200)
         }
@@ -118,10 +127,10 @@ extension LiveServerTests {
             let stream = try openStream(live)
             defer { stream.close() }
             _ = try stream.readStream(until: "\n\n")
-            let started = ContinuousClock.now
             live.server.shutdown()
-            #expect(try stream.readChunk() == nil)  // the zero-size chunk: a clean end
-            #expect(ContinuousClock.now - started < .seconds(3))
+            // The zero-size chunk: a clean end (how soon is the release binary's to show, in
+            // e2e/state_file_test.py's SIGTERM runs; here only that it comes).
+            #expect(try stream.readChunk() == nil)
             #expect(live.owner.subscriberCount == 0)
         }
 
@@ -132,7 +141,7 @@ extension LiveServerTests {
             usleep(100_000)  // let the reader suspend the connection
             #expect(live.owner.subscriberCount == 1)
             stream.reset()
-            #expect(eventually(within: 2) { live.owner.subscriberCount == 0 })
+            #expect(eventually { live.owner.subscriberCount == 0 })
         }
     }
 }
@@ -160,7 +169,7 @@ extension LiveServerTests.EventStreamTests {
             let clients = try (0..<50).map { _ in try openStream(live) }
             for client in clients { _ = try client.readStream(until: "\n\n") }
             for client in clients { client.close() }
-            let released = eventually(within: 2) {
+            let released = eventually {
                 live.owner.subscriberCount == 0 && openDescriptors() <= baseline + 2
             }
             #expect(

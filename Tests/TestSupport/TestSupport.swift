@@ -79,10 +79,16 @@ public func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void
     }
 }
 
-/// Waits until `condition` holds, looking every millisecond, for at most `seconds`; returns
-/// whether it held. For conditions another thread or process makes true (a server releasing a
-/// subscriber): the test waits for the condition itself, not for a guessed time.
-public func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+/// Waits until `condition` holds, looking every millisecond; returns whether it held.
+///
+/// For conditions that something already set in motion must make true (a server releasing a
+/// departed subscriber, a log line written after an answer): the test waits for the event itself
+/// and asserts no timing. `hangGuard` (seconds) only keeps a broken build from hanging the run; it
+/// is far above any wait the code can cause under load (the suites run in parallel, three times,
+/// under the sanitizers, on two cores: a release that takes 5 ms alone took over 2 s under Thread
+/// Sanitizer, issue 22). Timing contracts, such as "released within 2 seconds", are checked
+/// against the release binary in e2e/, where timing can be trusted.
+public func eventually(hangGuard seconds: Double = 60, _ condition: () -> Bool) -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
     while ContinuousClock.now < deadline {
         if condition() { return true }
