@@ -9,8 +9,9 @@
 ///
 /// A value type; `Sendable`.
 public struct CrossOriginPolicy: Sendable, Equatable {
-    /// The allowed origins as given (`scheme://host[:port]`), or `["*"]` for every origin; empty
-    /// when cross-origin reads are off (the default).
+    /// The allowed origins (`scheme://host[:port]`), in ASCII lower case as the WHATWG URL
+    /// standard serializes an origin's scheme and host (and as browsers send `Origin`), or `["*"]`
+    /// for every origin; empty when cross-origin reads are off (the default).
     public let origins: [String]
 
     /// Seconds a browser may cache a preflight answer (`Access-Control-Max-Age`).
@@ -34,18 +35,20 @@ public struct CrossOriginPolicy: Sendable, Equatable {
                 "invalid_origin",
                 "\(origin) is not an origin: write scheme://host[:port], for example https://app.example.com, or *")
         }
-        self.origins = origins
+        self.origins = origins.map { $0.lowercased() }
     }
 
     /// Whether any origin is allowed at all.
     public var isEnabled: Bool { !origins.isEmpty }
 
     /// The `Access-Control-Allow-Origin` value for a request from `origin`, or `nil` when that
-    /// origin is not allowed (or the request has no `Origin`).
+    /// origin is not allowed (or the request has no `Origin`). The value is the configured origin
+    /// (in its serialized, lower-case form), never the request's own spelling: what the service
+    /// sends back is what the operator allowed, not text a client chose.
     public func allowOriginValue(for origin: String?) -> String? {
         guard let origin, isEnabled else { return nil }
         if origins.contains("*") { return "*" }
-        return origins.contains { $0.caseInsensitiveEquals(origin) } ? origin : nil
+        return origins.first { $0.caseInsensitiveEquals(origin) }
     }
 
     /// `response` with the CORS header fields added when `origin` is allowed; unchanged otherwise

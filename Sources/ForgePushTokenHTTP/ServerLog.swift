@@ -34,8 +34,16 @@ public struct ServerLog: Sendable {
 
     /// How lines are written.
     public var format: Format = .text
+    /// Whether a text line shows `scalar` as a `\u{…}` escape: C0, DEL and C1 controls, and the
+    /// characters that change what a terminal shows without being visible themselves: U+2028 and
+    /// U+2029 (line and paragraph separators), and the bidirectional formatting characters U+200E,
+    /// U+200F, U+202A–U+202E and U+2066–U+2069 (Unicode Standard Annex #9; U+202E, RIGHT-TO-LEFT
+    /// OVERRIDE, makes the rest of a line read backwards).
     private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+        switch scalar.value {
+        case 0..<0x20, 0x7F...0x9F, 0x200E, 0x200F, 0x2028...0x202E, 0x2066...0x2069: true
+        default: false
+        }
     }
 
     /// The lowest level written.
@@ -55,8 +63,9 @@ public struct ServerLog: Sendable {
 
     /// Writes `message` at `level` when `level >= minimumLevel`. Line breaks inside `message`
     /// are replaced by spaces so that one message is one line, and every other control character
-    /// (C0, DEL, C1: text a client sent, such as a `POST /fail` message, must not drive the
-    /// operator's terminal) by `\u{…}` escapes.
+    /// (C0, DEL, C1, the Unicode line separators and bidirectional formatting characters: text a
+    /// client sent, such as a `POST /fail` message, must not drive or spoof the operator's
+    /// terminal) by `\u{…}` escapes.
     ///
     /// In the `json` format the message is the `msg` field instead: the JSON encoder escapes line
     /// breaks and C0 controls, and DEL and C1 controls become `\u{…}` text as above.

@@ -179,6 +179,18 @@ struct CrossOriginTests {
         #expect(((try? CrossOriginPolicy(origins: [origin])) != nil) == valid)
     }
 
+    @Test("Access-Control-Allow-Origin is the configured origin (serialized), not the request's spelling")
+    func allowOriginIsTheConfiguredSpelling() throws {
+        let policy = try CrossOriginPolicy(origins: ["HTTPS://App.Example", "http://localhost:3000"])
+        #expect(policy.origins == ["https://app.example", "http://localhost:3000"])
+        let responder = try responder(["https://app.example"])
+        let shouted = try responder.send("GET", "/token", headers: ["Origin": "HTTPS://APP.EXAMPLE"])
+        #expect(shouted.headers["Access-Control-Allow-Origin"] == "https://app.example")
+        let browser = try Responder(owner: makeOwner(maxSubscribers: 4), crossOrigin: policy)
+            .send("GET", "/token", headers: ["Origin": "https://app.example"])
+        #expect(browser.headers["Access-Control-Allow-Origin"] == "https://app.example")
+    }
+
     @Test("an allowed origin gets Access-Control-Allow-Origin and Vary on GET /token and the stream")
     func allowedOrigin() throws {
         let responder = try responder(["https://app.example", "http://localhost:3000"])

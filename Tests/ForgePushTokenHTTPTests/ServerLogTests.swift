@@ -90,6 +90,15 @@ struct ServerLogTests {
         #expect(!text.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) })
     }
 
+    @Test("line separators and bidirectional overrides are escaped, so client text cannot spoof a line")
+    func invisibleFormattingIsEscaped() throws {
+        let lines = Lines()
+        let log = ServerLog(minimumLevel: .info, sink: lines.sink)
+        log.log(.error, "failed: \u{202E}gnp.exe\u{2028}INFO forged\u{2029}\u{200F}\u{2066}x\u{2069} ok")
+        let (_, _, text) = try Self.parse(try #require(lines.all.first))
+        #expect(text == "failed: \\u{202e}gnp.exe\\u{2028}INFO forged\\u{2029}\\u{200f}\\u{2066}x\\u{2069} ok")
+    }
+
     @Test(
         "the minimum level filters lower levels out",
         arguments: [
