@@ -287,7 +287,7 @@ public final class Responder: Sendable {
         if let replica { return replica.healthResponse(owner.health) }
         switch owner.health {
         case .ok: return Self.healthy
-        case .degraded: return Self.degraded
+        case .degraded(let reason): return .json(200, encoding: ["status": "degraded", "reason": reason])
         case .starting: return Self.starting
         }
     }
@@ -306,8 +306,6 @@ public final class Responder: Sendable {
     private static let shuttingDown = HTTPResponse.json(503, encoding: ["status": "shutting_down"])
     /// The state is not known yet (a store that has not been read).
     private static let starting = HTTPResponse.json(503, encoding: ["status": "starting"])
-    /// Serving, but the last change could not be saved to the state file.
-    private static let degraded = HTTPResponse.json(200, encoding: ["status": "degraded"])
 
     // MARK: Event streams
 

@@ -33,6 +33,30 @@ struct StateMachineTests {
         #expect(machine.subscriberCount == 2)
     }
 
+    @Test("at version 2^64 - 1 health is degraded (version_exhausted) unless it already names a problem")
+    func versionExhaustionIsReported() {
+        let exhausted = StoreHealth.degraded(reason: StoreHealth.versionExhausted)
+        #expect(Machine(initial: TokenState(version: .max, token: nil), maxSubscribers: 1).health == exhausted)
+        let starting = StoreHealth.starting(reason: "unreachable")
+        #expect(
+            Machine(initial: TokenState(version: .max, token: nil), health: starting, maxSubscribers: 1).health
+                == starting)
+
+        var machine = Machine(initial: TokenState(version: .max - 1, token: "aa"), maxSubscribers: 1)
+        #expect(machine.health == .ok)
+        _ = machine.committed(.notSaved(TokenState(version: .max, token: "bb"), changed: true, reason: "disk full"))
+        #expect(machine.health == .degraded(reason: StoreHealth.stateNotSaved))
+        // Once saved, the service is not ok either: no change can be made any more.
+        _ = machine.committed(.unchanged(TokenState(version: .max, token: "bb")))
+        #expect(machine.health == exhausted)
+        _ = machine.storeReported(.health(.ok))
+        #expect(machine.health == exhausted)
+
+        var replica = Machine(initial: TokenState(version: 7, token: "aa"), maxSubscribers: 1)
+        _ = replica.storeReported(.changed(TokenState(version: .max, token: "cc")))
+        #expect(replica.health == exhausted)
+    }
+
     @Test("at the limit: .full; after stop(): .stopping, even at the limit")
     func refusals() throws {
         var machine = Machine(initial: .initial, maxSubscribers: 1)
