@@ -22,6 +22,13 @@ public struct ReplicaMode: Sendable {
     /// The range of the `retry:` field sent at the start of every stream, in milliseconds.
     public var retryMilliseconds: ClosedRange<Int> = 1000...5000
 
+    /// The mode for `store` when it is shared by several replicas (`TokenStore.replicaName` is
+    /// set): its name, refresh and metrics. `nil` for a store the process has alone.
+    public init?(store: any TokenStore) {
+        guard let name = store.replicaName else { return nil }
+        self.init(name: name, refresh: { store.refresh() }, metrics: { store.metricsText() })
+    }
+
     /// Creates the mode.
     public init(name: String, refresh: @escaping @Sendable () -> Void, metrics: @escaping @Sendable () -> String) {
         self.name = name

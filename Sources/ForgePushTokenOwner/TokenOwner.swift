@@ -36,9 +36,18 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         self.commits = store.ordering == .ownerSerialized ? Locked(0) : nil
     }
 
-    /// Starts the store's reports (changes from elsewhere, health).
+    /// Starts the store's reports (changes from elsewhere, health). Call once, before the first
+    /// commit.
     public func start() {
         store.start { [weak self] event in self?.storeReported(event) }
+    }
+
+    /// Shutdown's final step, after the HTTP server has stopped (`stop()`, then the server's own
+    /// shutdown): stops the store's background work (`TokenStore.stop()`). Writes still in flight
+    /// during graceful shutdown keep their store until then. Call once; commits after it are
+    /// answered by a stopped store (`.unavailable`, or `.stopping` since `stop()` came first).
+    public func close() {
+        store.stop()
     }
 
     // MARK: Reading

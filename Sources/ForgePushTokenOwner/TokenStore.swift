@@ -32,18 +32,43 @@ public protocol TokenStore: AnyObject, Sendable {
     /// `commit` call could wait for.
     func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void)
 
-    /// Stops background work (threads, connections). Called once, at the end of shutdown; the
-    /// state the store keeps is left as it is.
+    /// Stops background work (threads, connections). Called once, by `TokenOwner.close()` after
+    /// the HTTP server has stopped, so that writes still in flight during graceful shutdown kept
+    /// their store until then; the state the store keeps is left as it is.
     func stop()
 
     /// Whether the store writes a durable copy of its own that can fail to be saved (the state
     /// file): `/metrics` then exports whether the state is saved. `false` unless a store says so.
     var savesState: Bool { get }
+
+    /// The name of the shared store when the service is one replica of several sharing the token
+    /// through it (`redis`, docs/replicas.md), else `nil`. With a name, the HTTP layer runs in
+    /// replica mode: `/healthz` carries the store's `StoreHealth` reason under this name, and a
+    /// degraded store makes `GET /token` answer `Token-Stale: true`. `nil` unless a store says so.
+    var replicaName: String? { get }
+
+    /// Asks the store to read the shared state again soon, without waiting for it: a subscriber's
+    /// `Last-Event-ID` is above the owner's version, so this replica may be behind. What it reads
+    /// arrives as `TokenStoreEvent.changed`. A store may coalesce requests. Nothing by default.
+    func refresh()
+
+    /// The store's own metrics in the Prometheus text format (version 0.0.4), appended to
+    /// `/metrics`: complete lines, each ending in a line feed. Empty by default.
+    func metricsText() -> String
 }
 
 extension TokenStore {
     /// `false`: a store keeps no copy that can fail to be saved unless it says so.
     public var savesState: Bool { false }
+
+    /// `nil`: a store is the process's own unless it says it is shared.
+    public var replicaName: String? { nil }
+
+    /// Nothing: a store the process has alone holds no state but the owner's.
+    public func refresh() {}
+
+    /// No metrics of its own.
+    public func metricsText() -> String { "" }
 }
 
 /// How a store's commits are ordered.

@@ -30,6 +30,22 @@ extension RedisTokenStore: TokenStore {
         }
     }
 
+    /// `redis`: the field of `/healthz` that carries the link's state (docs/replicas.md).
+    public var replicaName: String? { "redis" }
+
+    /// What the owner's health is before the store reported anything: `.starting`, `unreachable`.
+    public static let healthAtStart = StoreHealth.starting(reason: Health.unreachable.rawValue)
+
+    /// Reads `PREFIX:state` again soon (a subscriber's `Last-Event-ID` is above the replica's).
+    public func refresh() {
+        refresh { _ in }
+    }
+
+    /// `renderMetrics()`.
+    public func metricsText() -> String {
+        renderMetrics()
+    }
+
     /// Starts the store's threads, reporting changes and health to the owner.
     public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
         start(

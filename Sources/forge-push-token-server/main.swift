@@ -86,7 +86,7 @@ if let redis = options.redis {
     // knows no token and says it is starting; the store connects in the background.
     store = RedisTokenStore(configuration: redis, log: { level, message in log.log(level, message) })
     initial = .initial
-    initialHealth = .starting(reason: RedisTokenStore.Health.unreachable.rawValue)
+    initialHealth = RedisTokenStore.healthAtStart
     log.log(.info, "replica of \(redis.endpoint), key prefix \(redis.prefix)")
 } else if let path = options.stateFile {
     let fileStore = StateFileStore(file: StateFile(path: path))
@@ -113,12 +113,8 @@ let owner = TokenOwner<TokenSnapshot>(
     store: store, initial: initial, health: initialHealth,
     maxSubscribers: options.server.maxSubscribers)
 owner.start()
-var replicaMode: ReplicaMode?
-if let redisStore = store as? RedisTokenStore {
-    replicaMode = ReplicaMode(
-        name: "redis", refresh: { redisStore.refresh { _ in } },
-        metrics: { redisStore.renderMetrics() })
-}
+// A store shared by replicas (Redis) says so itself: the HTTP layer's replica mode comes from it.
+let replicaMode = ReplicaMode(store: store)
 let responder = Responder(
     owner: owner, authentication: options.authentication, crossOrigin: options.crossOrigin,
     log: log, accessLog: options.server.accessLog, replica: replicaMode)
@@ -144,5 +140,6 @@ while true {
 }
 log.log(.info, "received \(received == SIGTERM ? "SIGTERM" : "SIGINT"), shutting down")
 server.shutdown()
-store.stop()
+// After the server: writes still in flight during graceful shutdown kept their store until now.
+owner.close()
 exit(0)

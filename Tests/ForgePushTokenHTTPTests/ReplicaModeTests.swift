@@ -33,6 +33,19 @@ import Testing
         (response.flatMap { try? JSONSerialization.jsonObject(with: Data($0.body)) as? [String: String] }) ?? [:]
     }
 
+    /// A store shared by replicas brings the mode through `TokenStore` (no cast in main): its
+    /// name, refresh and metrics; a store the process has alone brings none.
+    @Test func theModeComesFromTheStore() throws {
+        #expect(ReplicaMode(store: MemoryTokenStore()) == nil)
+        let shared = SharedStore()
+        let mode = try #require(ReplicaMode(store: shared))
+        #expect(mode.name == "shared")
+        mode.refresh()
+        mode.refresh()
+        #expect(shared.refreshes.withLock { $0 } == 2)
+        #expect(mode.metrics() == "shared_up 1\n")
+    }
+
     @Test func healthTokenReadsAndMetricsFollowTheStore() {
         let (responder, store) = Self.responder()
         let starting = Self.get(responder, "/healthz")
@@ -111,4 +124,18 @@ import Testing
             #expect(ReplicaMode.lastEventID(bad) == nil)
         }
     }
+}
+
+/// A store that says it is shared: counts refresh requests and has one metric.
+private final class SharedStore: TokenStore {
+    let refreshes = Locked(0)
+    var ordering: CommitOrdering { .storeSerialized }
+    var replicaName: String? { "shared" }
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        completion(.unavailable(reason: "test"))
+    }
+    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
+    func stop() {}
+    func refresh() { refreshes.withLock { $0 += 1 } }
+    func metricsText() -> String { "shared_up 1\n" }
 }
