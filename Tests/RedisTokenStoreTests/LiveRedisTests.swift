@@ -1,4 +1,5 @@
 import ForgePushToken
+import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
 import Testing
@@ -58,35 +59,75 @@ final class RedisServerProcess {
     }
 }
 
-/// A minimal replica: keeps the newest state it was given, as the token owner does.
-final class ReplicaModel: Sendable {
-    let state = Locked<SharedTokenState?>(nil)
-    let health = Locked<RedisTokenStore.Health>(.unreachable)
-    let store: RedisTokenStore
+/// The owner's rendition in these tests: the state alone.
+struct PlainRendition: TokenRendition {
+    let state: TokenState
+    init(_ state: TokenState) { self.state = state }
+}
 
-    init(port: Int, password: String? = nil, user: String? = nil, prefix: String = "test", queueCapacity: Int = 4096) {
+/// Forwards everything to the store under test and records what the store reports to the owner.
+final class RecordingStore: TokenStore {
+    let inner: RedisTokenStore
+    let events = Locked<[TokenStoreEvent]>([])
+    init(_ inner: RedisTokenStore) { self.inner = inner }
+    var ordering: CommitOrdering { inner.ordering }
+    var replicaName: String? { inner.replicaName }
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        inner.commit(token, base: base, completion: completion)
+    }
+    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
+        inner.start { [events] event in
+            events.withLock { $0.append(event) }
+            report(event)
+        }
+    }
+    func stop() { inner.stop() }
+    func refresh() { inner.refresh() }
+    func metricsText() -> String { inner.metricsText() }
+    /// The states reported as `.changed`, in order.
+    var changes: [TokenState] {
+        events.withLock { $0.compactMap { if case .changed(let state) = $0 { state } else { nil } } }
+    }
+}
+
+/// A replica as production runs it: a `TokenOwner` over a `RedisTokenStore` through the
+/// `TokenStore` conformance (`start`, `commit`, `.changed` and `.health` reports, `close`).
+final class ReplicaModel: Sendable {
+    let store: RedisTokenStore
+    let recorder: RecordingStore
+    let owner: TokenOwner<PlainRendition>
+
+    init(
+        port: Int, password: String? = nil, user: String? = nil, prefix: String = "test", queueCapacity: Int = 4096,
+        checkInterval: Double = 0.5
+    ) {
         var endpoint = RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port))
         endpoint.password = password.map { Array($0.utf8) }
         endpoint.user = user
         var configuration = RedisTokenStore.Configuration(endpoint: endpoint, prefix: RedisKeyPrefix(prefix)!)
-        configuration.checkInterval = 0.5
+        configuration.checkInterval = checkInterval
         configuration.queueCapacity = queueCapacity
         store = RedisTokenStore(configuration: configuration, log: { _, _ in })
-        store.start(
-            onState: { [state] new in
-                state.withLock { current in
-                    if current == nil || current!.version < new.version { current = new }
-                }
-            },
-            onHealth: { [health] new, _ in health.withLock { $0 = new } })
+        recorder = RecordingStore(store)
+        owner = TokenOwner(
+            store: recorder, initial: .initial, health: RedisTokenStore.healthAtStart, maxSubscribers: 8)
+        owner.start()
     }
 
-    var current: SharedTokenState? { state.withLock { $0 } }
+    /// The link's health as `/healthz` names it.
+    var link: String { store.linkHealth }
 
-    func commit(_ token: String?) -> RedisTokenStore.WriteOutcome {
-        let result = Locked<RedisTokenStore.WriteOutcome?>(nil)
+    /// The owner's state once it read one, else `nil` (the owner is still `.starting`).
+    var current: TokenState? {
+        if case .starting = owner.health { return nil }
+        return owner.current.state
+    }
+
+    /// One write through the owner, waiting for its outcome.
+    func commit(_ token: String?) -> CommitOutcome {
+        let result = Locked<CommitOutcome?>(nil)
         let done = DispatchSemaphore(value: 0)
-        store.commit(token: token) { outcome in
+        owner.commit(token) { outcome in
             result.withLock { $0 = outcome }
             done.signal()
         }
@@ -104,7 +145,7 @@ final class ReplicaModel: Sendable {
         return condition()
     }
 
-    deinit { store.stop() }
+    deinit { owner.close() }
 }
 
 func hash(_ connection: RedisConnection, _ key: String) throws -> [String: String] {
@@ -148,34 +189,38 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func aHungRedisGivesUnknownInTwoSecondsAndAFullQueueRefusesAtOnce() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port, queueCapacity: 2)
-        #expect(a.wait { a.health.withLock { $0 } == .connected })
+        #expect(a.wait { a.link == "connected" })
+        #expect(a.owner.health == .ok)
         kill(redis.pid, SIGSTOP)
         defer { kill(redis.pid, SIGCONT) }
-        let outcomes = Locked<[RedisTokenStore.WriteOutcome]>([])
+        let outcomes = Locked<[CommitOutcome]>([])
         let done = DispatchSemaphore(value: 0)
         let started = monotonicSeconds()
         // The first batch blocks the writer on the hung Redis; 2 more fill the queue; the rest
         // are refused at once.
         for n in 0..<6 {
-            a.store.commit(token: String(format: "%02x", n)) { outcome in
+            a.store.commit(String(format: "%02x", n), base: .initial) { outcome in
                 outcomes.withLock { $0.append(outcome) }
                 done.signal()
             }
             usleep(20_000)
         }
-        let refusedAtOnce = outcomes.withLock { $0.filter { $0 == .unavailable(.unreachable) }.count }
+        let refusedAtOnce = outcomes.withLock { $0.filter { $0 == .unavailable(reason: "Redis: unreachable") }.count }
         #expect(refusedAtOnce >= 2)
         for _ in 0..<6 { done.wait() }
         let elapsed = monotonicSeconds() - started
-        #expect(outcomes.withLock { $0.contains(.unknown) })
+        #expect(outcomes.withLock { $0.contains { if case .unknown = $0 { true } else { false } } })
         #expect(elapsed >= 1.9 && elapsed < 6)
+        // The unanswered PING: the owner hears that the state it serves may be stale.
+        #expect(a.wait(seconds: 8) { a.owner.health == .degraded(reason: "unreachable") })
         kill(redis.pid, SIGCONT)
-        #expect(a.wait(seconds: 8) { a.health.withLock { $0 } == .connected })
-        guard case .applied(let state, _) = a.commit("ff") else {
+        #expect(a.wait(seconds: 8) { a.link == "connected" && a.owner.health == .ok })
+        guard case .applied(let state) = a.commit("ff") else {
             Issue.record("no write after SIGCONT")
             return
         }
         #expect(state.token == "ff")
+        #expect(a.owner.current.state == state)
     }
 
     @Test func unixSocketAndDatabase() throws {
@@ -190,33 +235,61 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         #expect(try tcp.command(["GET", "where"], timeout: 2) == .bulk(Array("db3".utf8)))
     }
 
+    /// The `TokenStore` conformance production uses, through a `TokenOwner`: ordering, the
+    /// replica name, `storeHealth` from `.starting` to `.ok`, commits answered `.applied` and
+    /// `.unchanged` with Redis' state, and changes from another replica applied.
     @Test func changesReachEveryReplicaWithTheSameVersion() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
         let b = ReplicaModel(port: redis.port)
-        #expect(a.wait { a.health.withLock { $0 } == .connected && b.health.withLock { $0 } == .connected })
-        #expect(a.current == SharedTokenState(version: 0, token: nil))
-        #expect(a.commit("aa01") == .applied(SharedTokenState(version: 1, token: "aa01"), changed: true))
-        #expect(b.wait(seconds: 1) { b.current == SharedTokenState(version: 1, token: "aa01") })
+        #expect(a.store.ordering == .storeSerialized && a.store.replicaName == "redis")
+        #expect(a.wait { a.link == "connected" && b.link == "connected" })
+        #expect(a.owner.health == .ok && b.owner.health == .ok)
+        #expect(a.current == TokenState(version: 0, token: nil))
+        #expect(a.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
+        #expect(a.owner.current.state == TokenState(version: 1, token: "aa01"))
+        #expect(b.wait(seconds: 1) { b.current == TokenState(version: 1, token: "aa01") })
         // The same token again through the other replica changes nothing.
-        #expect(b.commit("aa01") == .applied(SharedTokenState(version: 1, token: "aa01"), changed: false))
-        #expect(b.commit(nil) == .applied(SharedTokenState(version: 2, token: nil), changed: true))
-        #expect(a.commit(nil) == .applied(SharedTokenState(version: 2, token: nil), changed: false))
-        #expect(a.wait(seconds: 1) { a.current == SharedTokenState(version: 2, token: nil) })
+        #expect(b.commit("aa01") == .unchanged(TokenState(version: 1, token: "aa01")))
+        #expect(b.commit(nil) == .applied(TokenState(version: 2, token: nil)))
+        #expect(a.commit(nil) == .unchanged(TokenState(version: 2, token: nil)))
+        #expect(a.wait(seconds: 1) { a.current == TokenState(version: 2, token: nil) })
         let client = try redis.client()
         #expect(try hash(client, "test:state") == ["version": "2"])
         // After SCRIPT FLUSH the writer falls back to EVAL.
         #expect(try client.command(["SCRIPT", "FLUSH"], timeout: 2) == .status("OK"))
-        #expect(a.commit("bb") == .applied(SharedTokenState(version: 3, token: "bb"), changed: true))
-        let metrics = a.store.renderMetrics()
+        #expect(a.commit("bb") == .applied(TokenState(version: 3, token: "bb")))
+        let metrics = a.store.metricsText()
         #expect(metrics.contains("forge_push_token_redis_up 1\n"))
         #expect(metrics.contains("forge_push_token_redis_write_seconds_count 3\n"))
+    }
+
+    /// A change is applied to the owner once: this replica's write reaches its owner through the
+    /// commit's completion alone (its own change message and the checks that read it again are
+    /// not reported), and another replica's write arrives as one `.changed` report.
+    @Test func oneWriteThroughRedisReachesTheOwnerOnce() throws {
+        let redis = try RedisServerProcess()
+        let a = ReplicaModel(port: redis.port, checkInterval: 0.2)
+        let b = ReplicaModel(port: redis.port, checkInterval: 0.2)
+        #expect(a.wait { a.link == "connected" && b.link == "connected" })
+        let mine = TokenState(version: 1, token: "a1")
+        #expect(a.commit("a1") == .applied(mine))
+        // B's write comes after A's own change message on the channel and after checks that read
+        // A's write again: once A has it, whatever A's write caused has been reported.
+        #expect(b.wait { b.current == mine })
+        let theirs = TokenState(version: 2, token: "b2")
+        #expect(b.commit("b2") == .applied(theirs))
+        #expect(a.wait { a.current == theirs })
+        #expect(a.recorder.changes.filter { $0 == mine }.isEmpty, "\(a.recorder.changes)")
+        #expect(a.recorder.changes.filter { $0 == theirs }.count == 1, "\(a.recorder.changes)")
+        #expect(b.recorder.changes.filter { $0 == mine }.count == 1, "\(b.recorder.changes)")
+        #expect(b.recorder.changes.filter { $0 == theirs }.isEmpty, "\(b.recorder.changes)")
     }
 
     @Test func dataLossIsWrittenBackAndTiesBumpTheVersion() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
-        #expect(a.wait { a.health.withLock { $0 } == .connected })
+        #expect(a.wait { a.link == "connected" })
         for token in ["01", "02", "03"] { _ = a.commit(token) }
         let client = try redis.client()
         #expect(try client.command(["FLUSHALL"], timeout: 2) == .status("OK"))
@@ -227,12 +300,12 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         #expect(a.wait { (try? hash(client, "test:state")) == ["version": "3", "token": "03"] })
         // Same version, another token: the stored token wins at the next version.
         _ = try client.command(["HSET", "test:state", "version", "3", "token", "ee"], timeout: 2)
-        #expect(a.wait { a.current == SharedTokenState(version: 4, token: "ee") })
+        #expect(a.wait { a.current == TokenState(version: 4, token: "ee") })
         #expect(try hash(client, "test:state") == ["version": "4", "token": "ee"])
         // A newer version set elsewhere is adopted, never overwritten.
         _ = try client.command(["HSET", "test:state", "version", "10", "token", "ff"], timeout: 2)
-        #expect(a.wait { a.current == SharedTokenState(version: 10, token: "ff") })
-        #expect(a.commit("ff") == .applied(SharedTokenState(version: 10, token: "ff"), changed: false))
+        #expect(a.wait { a.current == TokenState(version: 10, token: "ff") })
+        #expect(a.commit("ff") == .unchanged(TokenState(version: 10, token: "ff")))
     }
 
     @Test func invalidStateIsReportedAndNeverOverwritten() throws {
@@ -245,8 +318,9 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
             _ = try client.command(["DEL", "test:state"], timeout: 2)
             _ = try client.command(setup, timeout: 2)
             let a = ReplicaModel(port: redis.port)
-            #expect(a.wait { a.health.withLock { $0 } == .invalidState })
-            #expect(a.commit("ab") == .unavailable(.invalidState))
+            #expect(a.wait { a.link == "invalid_state" })
+            #expect(a.owner.health == .starting(reason: "invalid_state"))
+            #expect(a.commit("ab") == .unavailable(reason: "Redis: invalid_state"))
             let stored =
                 setup[0] == "SET"
                 ? try client.command(["GET", "test:state"], timeout: 2)
@@ -254,51 +328,118 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
             #expect(stored == expected)
             // Repaired by deleting the key: the replica recovers.
             _ = try client.command(["DEL", "test:state"], timeout: 2)
-            #expect(a.wait { a.health.withLock { $0 } == .connected })
-            #expect(a.commit("ab") == .applied(SharedTokenState(version: 1, token: "ab"), changed: true))
+            #expect(a.wait { a.link == "connected" && a.owner.health == .ok })
+            #expect(a.commit("ab") == .applied(TokenState(version: 1, token: "ab")))
             _ = try client.command(["DEL", "test:state"], timeout: 2)
         }
+    }
+
+    /// Issue 21 §1: Lua numbers are doubles, so a version above 2^53 - 1 in `PREFIX:state` is
+    /// `invalid_state` (never rounded, never overwritten, no write answered as a change), and no
+    /// script writes a version past 2^53 - 1: at the last one, a change is refused.
+    @Test func versionsPast2To53AreInvalidAndNeverWritten() throws {
+        let redis = try RedisServerProcess()
+        let client = try redis.client()
+        for version in ["9007199254740993", "9007199254740992", "18446744073709551615"] {
+            _ = try client.command(["DEL", "test:state"], timeout: 2)
+            _ = try client.command(["HSET", "test:state", "version", version, "token", "99aabbcc"], timeout: 2)
+            let a = ReplicaModel(port: redis.port)
+            #expect(a.wait { a.link == "invalid_state" }, "\(version)")
+            #expect(a.owner.health == .starting(reason: "invalid_state"))
+            #expect(a.commit("a1a1a1a1") == .unavailable(reason: "Redis: invalid_state"))
+            #expect(try hash(client, "test:state") == ["version": version, "token": "99aabbcc"])
+            #expect(a.current == nil)
+        }
+        // At 2^53 - 1: served, but a change would pass it and is refused; Redis keeps the state.
+        _ = try client.command(["DEL", "test:state"], timeout: 2)
+        _ = try client.command(["HSET", "test:state", "version", "9007199254740991", "token", "99aabbcc"], timeout: 2)
+        let a = ReplicaModel(port: redis.port)
+        #expect(a.wait { a.link == "connected" })
+        #expect(a.current == TokenState(version: 9_007_199_254_740_991, token: "99aabbcc"))
+        #expect(a.commit("99aabbcc") == .unchanged(TokenState(version: 9_007_199_254_740_991, token: "99aabbcc")))
+        guard case .unavailable(let reason) = a.commit("a1a1a1a1") else {
+            Issue.record("a change past 2^53 - 1 was not refused")
+            return
+        }
+        #expect(reason.contains("version_exhausted"))
+        #expect(try hash(client, "test:state") == ["version": "9007199254740991", "token": "99aabbcc"])
+        #expect(a.current == TokenState(version: 9_007_199_254_740_991, token: "99aabbcc"))
     }
 
     @Test func wrongCredentialsAndNoServer() throws {
         let redis = try RedisServerProcess(extra: ["--requirepass", "right"])
         let wrong = ReplicaModel(port: redis.port, password: "wrong")
-        #expect(wrong.wait { wrong.health.withLock { $0 } == .authFailed })
-        #expect(wrong.commit("aa") == .unavailable(.authFailed))
+        #expect(wrong.wait { wrong.link == "auth_failed" })
+        #expect(wrong.owner.health == .starting(reason: "auth_failed"))
+        #expect(wrong.commit("aa") == .unavailable(reason: "Redis: auth_failed"))
         let missing = ReplicaModel(port: redis.port)
-        #expect(missing.wait { missing.health.withLock { $0 } == .authFailed })
+        #expect(missing.wait { missing.link == "auth_failed" })
         let right = ReplicaModel(port: redis.port, password: "right")
-        #expect(right.wait { right.health.withLock { $0 } == .connected })
+        #expect(right.wait { right.link == "connected" })
         let wrongUser = ReplicaModel(port: redis.port, password: "right", user: "nobody")
-        #expect(wrongUser.wait { wrongUser.health.withLock { $0 } == .authFailed })
+        #expect(wrongUser.wait { wrongUser.link == "auth_failed" })
 
         let nothing = ReplicaModel(port: try freeLoopbackPort())
-        usleep(300_000)
-        #expect(nothing.health.withLock { $0 } == .unreachable)
-        #expect(nothing.commit("aa") == .unavailable(.unreachable))
+        #expect(nothing.commit("aa") == .unavailable(reason: "Redis: unreachable"))
+        #expect(nothing.link == "unreachable")
+        #expect(nothing.owner.health == .starting(reason: "unreachable"))
         #expect(nothing.current == nil)
     }
 
     @Test func aWriteOnADeadIdleConnectionIsSentAgainOnANewOne() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
-        #expect(a.wait { a.health.withLock { $0 } == .connected })
-        #expect(a.commit("01") == .applied(SharedTokenState(version: 1, token: "01"), changed: true))
+        #expect(a.wait { a.link == "connected" })
+        #expect(a.commit("01") == .applied(TokenState(version: 1, token: "01")))
         // Kills the writer's idle connection (and not this client's: SKIPME yes is the default).
         let client = try redis.client()
         #expect(try client.command(["CLIENT", "KILL", "TYPE", "normal"], timeout: 2) != .null)
-        #expect(a.commit("02") == .applied(SharedTokenState(version: 2, token: "02"), changed: true))
+        #expect(a.commit("02") == .applied(TokenState(version: 2, token: "02")))
     }
 
     @Test func reconnectsAfterTheSubscriptionIsKilled() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
         let b = ReplicaModel(port: redis.port)
-        #expect(a.wait { a.health.withLock { $0 } == .connected && b.health.withLock { $0 } == .connected })
+        #expect(a.wait { a.link == "connected" && b.link == "connected" })
         let client = try redis.client()
         _ = try client.command(["CLIENT", "KILL", "TYPE", "pubsub"], timeout: 2)
         _ = a.commit("cafe")
-        #expect(b.wait { b.current == SharedTokenState(version: 1, token: "cafe") })
-        #expect(b.wait { b.store.renderMetrics().contains("forge_push_token_redis_reconnects_total 1\n") })
+        #expect(b.wait { b.current == TokenState(version: 1, token: "cafe") })
+        #expect(b.wait { b.store.metricsText().contains("forge_push_token_redis_reconnects_total 1\n") })
     }
+
+    /// Issue 21 §6: many streams opening with a `Last-Event-ID` above the replica's version cost
+    /// Redis a bounded number of checks (at most one in flight, one per 100 ms), not one each.
+    @Test func refreshesAreCoalesced() throws {
+        let redis = try RedisServerProcess()
+        let a = ReplicaModel(port: redis.port, checkInterval: 3600)
+        #expect(a.wait { a.link == "connected" })
+        let client = try redis.client()
+        let before = try scriptCalls(client)
+        let started = monotonicSeconds()
+        for _ in 0..<1000 { a.store.refresh() }
+        let elapsed = monotonicSeconds() - started
+        // A write goes through the same queue as the checks the refreshes asked for, after them.
+        #expect(a.commit("ab") == .applied(TokenState(version: 1, token: "ab")))
+        let checks = try scriptCalls(client) - before - 1
+        // One at once, one each 100 ms the loop took, one kept for later: never one per call.
+        let bound = 2 + Int(elapsed / 0.1)
+        #expect(checks >= 1 && checks <= bound, "\(checks) checks for 1000 refreshes in \(elapsed) s")
+    }
+}
+
+/// The `EVALSHA` and `EVAL` calls Redis counted (`INFO commandstats`).
+func scriptCalls(_ connection: RedisConnection) throws -> Int {
+    guard let text = try connection.command(["INFO", "commandstats"], timeout: 2).text else { return 0 }
+    var calls = 0
+    for line in text.split(whereSeparator: \.isNewline)
+    where line.hasPrefix("cmdstat_evalsha:") || line.hasPrefix("cmdstat_eval:") {
+        if let field = line.split(separator: ":").last?.split(separator: ",").first,
+            field.hasPrefix("calls="), let count = Int(field.dropFirst("calls=".count))
+        {
+            calls += count
+        }
+    }
+    return calls
 }

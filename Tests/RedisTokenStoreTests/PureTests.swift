@@ -1,3 +1,4 @@
+import ForgePushTokenOwner
 import Testing
 
 @testable import RedisTokenStore
@@ -64,67 +65,84 @@ import Testing
     }
 }
 
-/// Validation of what is read from Redis.
-@Suite struct SharedStateTests {
+/// The codec: validation of what is read from Redis (issue 21 §1: no version above 2^53 - 1).
+@Suite struct RedisCodecTests {
     @Test func hashFields() throws {
-        #expect(try SharedTokenState.fromHashFields([:]) == nil)
+        #expect(try RedisCodec.state(hash: [:]) == nil)
+        #expect(try RedisCodec.state(hash: ["version": "7", "token": "ab01"]) == TokenState(version: 7, token: "ab01"))
+        #expect(try RedisCodec.state(hash: ["version": "0"]) == TokenState(version: 0, token: nil))
         #expect(
-            try SharedTokenState.fromHashFields(["version": "7", "token": "ab01"])
-                == SharedTokenState(version: 7, token: "ab01"))
-        #expect(try SharedTokenState.fromHashFields(["version": "0"]) == SharedTokenState(version: 0, token: nil))
+            try RedisCodec.state(hash: ["version": "9007199254740991"])
+                == TokenState(version: 9_007_199_254_740_991, token: nil))
         for bad in [
             ["token": "ab"], ["version": "x"], ["version": "-1"], ["version": "1.5"], ["version": ""],
             ["version": "99999999999999999"], ["version": "1", "token": "AB"], ["version": "1", "token": ""],
-            ["version": "1", "token": "xyz"],
+            ["version": "1", "token": "xyz"], ["version": "9007199254740992"], ["version": "9007199254740993"],
         ] {
-            #expect(throws: SharedTokenState.Invalid.self, "\(bad)") { try SharedTokenState.fromHashFields(bad) }
+            #expect(throws: RedisCodec.Invalid.self, "\(bad)") { try RedisCodec.state(hash: bad) }
         }
     }
 
     @Test func changeMessages() throws {
-        let state = SharedTokenState(version: 12, token: "00ff")
-        #expect(state.changeMessage == #"{"version":12,"token":"00ff"}"#)
-        #expect(try SharedTokenState.fromChangeMessage(Array(state.changeMessage.utf8)) == state)
-        let none = SharedTokenState(version: 3, token: nil)
-        #expect(none.changeMessage == #"{"version":3,"token":null}"#)
-        #expect(try SharedTokenState.fromChangeMessage(Array(none.changeMessage.utf8)) == none)
+        let state = TokenState(version: 12, token: "00ff")
+        let message = RedisCodec.message(state, writer: "1f")
+        #expect(message == #"{"version":12,"token":"00ff","writer":"1f"}"#)
+        #expect(try RedisCodec.change(message: Array(message.utf8)) == .init(state: state, writer: "1f"))
+        let none = TokenState(version: 3, token: nil)
+        #expect(RedisCodec.message(none, writer: "2") == #"{"version":3,"token":null,"writer":"2"}"#)
+        // A message of a replica of an earlier release names no writer.
+        #expect(
+            try RedisCodec.change(message: Array(#"{"version":3,"token":null}"#.utf8))
+                == .init(state: none, writer: nil))
+        #expect(
+            try RedisCodec.change(message: Array(#"{"version":9007199254740991,"token":null}"#.utf8)).state.version
+                == RedisCodec.maximumVersion)
         for bad in [
             "", "{}", "[1]", #"{"version":-1,"token":null}"#, #"{"version":"1","token":null}"#,
             #"{"version":1,"token":"ZZ"}"#, #"{"version":1,"token":5}"#,
+            #"{"version":9007199254740992,"token":null}"#, #"{"version":9007199254740993,"token":"aa"}"#,
         ] {
-            #expect(throws: SharedTokenState.Invalid.self, "\(bad)") {
-                try SharedTokenState.fromChangeMessage(Array(bad.utf8))
-            }
+            #expect(throws: RedisCodec.Invalid.self, "\(bad)") { try RedisCodec.change(message: Array(bad.utf8)) }
         }
     }
 
+    static func reply(_ changed: Int64, _ version: String, _ token: String?, _ reconciled: String, _ previous: String)
+        -> RedisReply
+    {
+        .array([
+            .integer(changed), .bulk(Array(version.utf8)), token.map { .bulk(Array($0.utf8)) } ?? .null,
+            .bulk(Array(reconciled.utf8)), .bulk(Array(previous.utf8)),
+        ])
+    }
+
     @Test func scriptReplies() throws {
-        let reply = RedisReply.array([
-            .integer(1), .bulk(Array("5".utf8)), .bulk(Array("abcd".utf8)),
-            .bulk(Array("written".utf8)), .bulk(Array("2".utf8)),
-        ])
-        let parsed = try RedisScripts.parse(reply)
         #expect(
-            parsed
+            try RedisScripts.parse(Self.reply(1, "5", "abcd", "written", "2"))
                 == RedisScripts.Result(
-                    state: SharedTokenState(version: 5, token: "abcd"), changed: true,
-                    reconciliation: .written, previousVersion: 2))
-        let noToken = RedisReply.array([
-            .integer(0), .bulk(Array("0".utf8)), .null, .bulk(Array("none".utf8)), .bulk([]),
-        ])
-        #expect(try RedisScripts.parse(noToken).state == SharedTokenState(version: 0, token: nil))
+                    state: TokenState(version: 5, token: "abcd"), changed: true, reconciliation: .written,
+                    previousVersion: 2))
+        let noToken = Self.reply(0, "0", nil, "none", "")
+        #expect(try RedisScripts.parse(noToken).state == TokenState(version: 0, token: nil))
         #expect(try RedisScripts.parse(noToken).previousVersion == nil)
+        #expect(try RedisScripts.parse(Self.reply(1, "1", "aa", "none", "")).changed)
         for bad: RedisReply in [
             .null, .array([]),
-            .array([.integer(1), .bulk(Array("x".utf8)), .null, .bulk(Array("none".utf8)), .bulk([])]),
-            .array([.integer(1), .bulk(Array("1".utf8)), .bulk(Array("AB".utf8)), .bulk(Array("none".utf8)), .bulk([])]
-            ),
-            .array([.integer(1), .bulk(Array("1".utf8)), .null, .bulk(Array("other".utf8)), .bulk([])]),
+            Self.reply(1, "x", nil, "none", ""),
+            Self.reply(1, "1", "AB", "none", ""),
+            Self.reply(1, "1", nil, "other", ""),
+            Self.reply(2, "1", nil, "none", ""),
+            // Versions past 2^53 - 1, in the state or as the previous one.
+            Self.reply(0, "9007199254740992", nil, "none", "9007199254740992"),
+            Self.reply(0, "1", nil, "none", "9007199254740993"),
+            // "Changed", but the version did not go up: never answered as a change.
+            Self.reply(1, "7", "aa", "none", "7"),
+            Self.reply(1, "6", "aa", "none", "7"),
+            Self.reply(1, "0", "aa", "none", ""),
         ] {
-            #expect(throws: SharedTokenState.Invalid.self) { try RedisScripts.parse(bad) }
+            #expect(throws: RedisCodec.Invalid.self, "\(bad)") { try RedisScripts.parse(bad) }
         }
-        #expect(RedisScripts.replicaArguments(nil) == ["0", "", "0"])
-        #expect(RedisScripts.replicaArguments(SharedTokenState(version: 4, token: nil)) == ["4", "", "1"])
+        #expect(RedisScripts.replicaArguments(nil, writer: "w") == ["0", "", "0", "w"])
+        #expect(RedisScripts.replicaArguments(TokenState(version: 4, token: nil), writer: "w") == ["4", "", "1", "w"])
     }
 
     @Test func errorClassification() {

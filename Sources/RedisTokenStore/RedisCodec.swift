@@ -1,0 +1,109 @@
+import ForgePushTokenOwner
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
+/// How a `TokenState` is kept in Redis and announced between replicas (docs/replicas.md, "What is
+/// in Redis"): the hash `PREFIX:state` with the fields `version` (decimal) and, while a token is
+/// set, `token` (lowercase hex); and one message per change on `PREFIX:changes`,
+/// `{"version":N,"token":"<hex>"}` or `{"version":N,"token":null}`, with a `"writer"` field naming
+/// the store whose script published it (so that a store does not apply its own write twice).
+///
+/// Versions travel through Lua numbers (doubles), which are exact up to 2^53 - 1: a version above
+/// `maximumVersion` read from Redis (hash, message or script reply) is invalid, as a negative or
+/// non-numeric one is, and the scripts never write one.
+///
+/// Thread-safety: stateless.
+enum RedisCodec {
+    /// The largest version kept in Redis: 2^53 - 1, the largest integer a Lua number holds exactly.
+    static let maximumVersion: UInt64 = (1 << 53) - 1
+
+    /// Why a value read from Redis is not a state this service wrote.
+    struct Invalid: Error, Equatable, CustomStringConvertible {
+        /// What is wrong, one phrase.
+        let reason: String
+        /// Creates the error.
+        init(_ reason: String) { self.reason = reason }
+        /// The reason.
+        var description: String { reason }
+    }
+
+    /// Whether `text` is a token as this service writes it: lowercase hex, at least one digit.
+    static func isValidToken(_ text: some StringProtocol) -> Bool {
+        !text.isEmpty
+            && text.utf8.allSatisfy { byte in
+                (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
+                    || (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "f"))
+            }
+    }
+
+    /// Parses a version as this service writes it: decimal digits, at most `maximumVersion`.
+    static func parseVersion(_ text: some StringProtocol) -> UInt64? {
+        guard !text.isEmpty, text.utf8.count <= 16,
+            text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+            let value = UInt64(text), value <= maximumVersion
+        else { return nil }
+        return value
+    }
+
+    /// Validates the fields of `PREFIX:state` as `HGETALL` returns them: `version` decimal and at
+    /// most `maximumVersion`, `token` absent or lowercase hex. Other fields are ignored.
+    /// - Returns: `nil` for an empty hash (the key is missing).
+    /// - Throws: `Invalid` saying what is wrong.
+    static func state(hash fields: [String: String]) throws(Invalid) -> TokenState? {
+        if fields.isEmpty { return nil }
+        guard let versionText = fields["version"] else { throw Invalid("the field version is missing") }
+        guard let version = parseVersion(versionText) else {
+            throw Invalid("the field version is not a decimal number up to 2^53 - 1")
+        }
+        var token: String?
+        if let tokenText = fields["token"] {
+            guard isValidToken(tokenText) else { throw Invalid("the field token is not lowercase hex") }
+            token = tokenText
+        }
+        return TokenState(version: version, token: token)
+    }
+
+    /// A change as a message on `PREFIX:changes` carries it.
+    struct Change: Equatable {
+        /// The state after the change.
+        var state: TokenState
+        /// The store whose script published it (`RedisLink.writerID`), `nil` when the message does
+        /// not say (a replica of an older release).
+        var writer: String?
+    }
+
+    /// The message for `state`, as the scripts publish it (the tests compare with it).
+    static func message(_ state: TokenState, writer: String) -> String {
+        let token = state.token.map { "\"\($0)\"" } ?? "null"
+        return "{\"version\":\(state.version),\"token\":\(token),\"writer\":\"\(writer)\"}"
+    }
+
+    private struct Message: Decodable {
+        let version: UInt64
+        let token: String?
+        let writer: String?
+    }
+
+    /// Parses and validates a message from `PREFIX:changes`.
+    /// - Throws: `Invalid` when it is not JSON of that shape, the version is above
+    ///   `maximumVersion`, or the token is not lowercase hex.
+    static func change(message bytes: [UInt8]) throws(Invalid) -> Change {
+        let message: Message
+        do {
+            message = try JSONDecoder().decode(Message.self, from: Data(bytes))
+        } catch {
+            throw Invalid("the change message is not {\"version\":N,\"token\":…}")
+        }
+        guard message.version <= maximumVersion else {
+            throw Invalid("the change message's version is above 2^53 - 1")
+        }
+        if let token = message.token, !isValidToken(token) {
+            throw Invalid("the change message's token is not lowercase hex")
+        }
+        return Change(state: TokenState(version: message.version, token: message.token), writer: message.writer)
+    }
+}

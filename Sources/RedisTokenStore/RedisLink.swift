@@ -1,0 +1,222 @@
+import Dispatch
+import ForgePushToken
+import ForgePushTokenOwner
+
+/// What the writer and the subscription share: the one place that connects to Redis, the link's
+/// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the newest
+/// state this store handed the owner. Events go through the machine under its lock; the actions it
+/// returns are carried out after (health reports to the owner, log lines, checks queued on the
+/// writer), and those for the subscription alone (`ping`, `reconnect`) are handed back.
+///
+/// Thread-safety: all members may be called from any thread. Lock order: `reports`, then the
+/// machine's, `known`'s or the metrics' lock (each alone); the owner's lock nests inside `reports`
+/// (the owner's report closure runs under it, so that the owner hears of changes and health in
+/// the order they were decided).
+final class RedisLink: Sendable {
+    /// Settings of the store.
+    let configuration: RedisTokenStore.Configuration
+    /// This store's id in the `"writer"` field of the messages its scripts publish: 16 random hex
+    /// digits, new for every process.
+    let writerID: String
+    /// The work queue of the writer.
+    let queue: RedisJobQueue
+    private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
+    private let machine: Locked<RedisLinkStateMachine>
+    private let metrics = Locked(RedisMetrics())
+    /// The newest state handed to the owner (by a check, a message or a commit's outcome): the
+    /// replica's state, written back when Redis lost its data. In replica mode every state the
+    /// owner has comes from here, so this is the owner's state as far as this store has told it.
+    private let known = Locked<TokenState?>(nil)
+    private let reporter = Locked<(@Sendable (TokenStoreEvent) -> Void)?>(nil)
+    /// Serialises the decisions that end in a report (see the type's lock order).
+    private let reports = Locked<UInt64>(0)
+
+    /// A link for `configuration`, logging through `log`.
+    init(
+        configuration: RedisTokenStore.Configuration,
+        log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
+    ) {
+        self.configuration = configuration
+        self.logger = log
+        self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
+        self.writerID = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        var timings = RedisLinkStateMachine.Timings()
+        timings.heartbeatInterval = configuration.heartbeatInterval
+        timings.heartbeatTimeout = configuration.heartbeatTimeout
+        timings.checkInterval = configuration.checkInterval
+        timings.refreshInterval = configuration.refreshInterval
+        self.machine = Locked(
+            RedisLinkStateMachine(
+                endpoint: configuration.endpoint.description, prefix: configuration.prefix.value, timings: timings))
+    }
+
+    /// Starts sending the owner what this store learns.
+    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
+        reporter.withLock { $0 = report }
+    }
+
+    /// Whether the store is stopping.
+    var isStopping: Bool { queue.isStopped }
+
+    /// Marks the store as stopping and wakes the writer.
+    func stop() {
+        queue.stop()
+    }
+
+    /// The one place that connects to Redis: connect, `AUTH`, `SELECT`, bounded by the write
+    /// timeout (docs/replicas.md, "Starting it").
+    func connect() throws(RedisConnectionError) -> RedisConnection {
+        try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+    }
+
+    // MARK: Events
+
+    /// Runs `event` through the link's machine and carries out its actions; returns those for the
+    /// subscription (`ping`, `reconnect`).
+    @discardableResult
+    func handle(_ event: (inout RedisLinkStateMachine) -> [RedisLinkStateMachine.Action])
+        -> [RedisLinkStateMachine.Action]
+    {
+        var rest: [RedisLinkStateMachine.Action] = []
+        var checks = 0
+        reports.withLock { count in
+            count &+= 1
+            let actions = machine.withLock { event(&$0) }
+            let report = reporter.withLock { $0 }
+            for action in actions {
+                switch action {
+                case .report(let health): report?(.health(health))
+                case .log(let level, let line): logger(level, line)
+                case .requestCheck: checks += 1
+                case .ping, .reconnect: rest.append(action)
+                }
+            }
+        }
+        // Outside `reports`: a check refused by a full queue runs the machine again.
+        for _ in 0..<checks where !queue.push(.check) {
+            machine.withLock { $0.checkNotQueued() }
+        }
+        return rest
+    }
+
+    /// Runs `event`, which returns nothing, through the machine.
+    func note(_ event: (inout RedisLinkStateMachine) -> Void) {
+        machine.withLock { event(&$0) }
+    }
+
+    /// Whether a write is refused at once (Redis known to be down), and the reason.
+    var refusal: RedisLinkStateMachine.Health? {
+        machine.withLock { $0.refusesWrites ? $0.health : nil }
+    }
+
+    /// The link's health.
+    var health: RedisLinkStateMachine.Health { machine.withLock { $0.health } }
+
+    // MARK: States
+
+    /// The replica's state as this store last told the owner, `nil` before the first.
+    var knownState: TokenState? { known.withLock { $0 } }
+
+    /// `state` was read from Redis (a check, or another replica's message): the owner hears of it
+    /// once, and only when it is newer than what this store told it before.
+    func learned(_ state: TokenState) {
+        reports.withLock { _ in
+            let newer = known.withLock { current -> Bool in
+                guard current.map({ $0.version < state.version }) ?? true else { return false }
+                current = state
+                return true
+            }
+            if newer { reporter.withLock { $0 }?(.changed(state)) }
+        }
+    }
+
+    /// `state` is the outcome of this store's own commit, which the owner applies from the
+    /// commit's completion: remembered, not reported.
+    func committed(_ state: TokenState) {
+        known.withLock { current in
+            if current.map({ $0.version < state.version }) ?? true { current = state }
+        }
+    }
+
+    // MARK: Metrics and logs
+
+    /// Counts a failed connect, command or wait.
+    func countError() { metrics.withLock { $0.countError() } }
+
+    /// Counts a subscription made again.
+    func countReconnect() { metrics.withLock { $0.countReconnect() } }
+
+    /// Records a commit's round trip.
+    func recordWrite(seconds: Double) { metrics.withLock { $0.recordWrite(seconds: seconds) } }
+
+    /// The metrics text (`RedisMetrics.render`).
+    func renderMetrics() -> String {
+        let up = health == .connected
+        return metrics.withLock { $0 }.render(up: up)
+    }
+
+    /// Writes a log line.
+    func log(_ level: PushTokenManager.LogLevel, _ line: String) { logger(level, line) }
+}
+
+/// The writer's bounded queue of work: commits and checks of `PREFIX:state`.
+///
+/// Thread-safety: all members may be called from any thread; `take` from the writer's alone.
+final class RedisJobQueue: Sendable {
+    /// One piece of work.
+    enum Job: Sendable {
+        /// Propose `token`; `enqueued` in monotonic seconds; `completion` gets the outcome.
+        case change(token: String?, enqueued: Double, completion: @Sendable (CommitOutcome) -> Void)
+        /// Read and reconcile `PREFIX:state`.
+        case check
+    }
+
+    private let capacity: Int
+    /// The jobs, and whether the queue was stopped (one lock, so that no job is queued after the
+    /// writer saw the queue stopped and empty).
+    private let state = Locked<(jobs: [Job], stopped: Bool)>(([], false))
+    /// Signalled once per job queued (and at stop): the writer waits on it when the queue is
+    /// empty. (Dispatch, not Foundation's NSCondition: the server links no full Foundation.)
+    private let signal = DispatchSemaphore(value: 0)
+
+    /// A queue of at most `capacity` jobs.
+    init(capacity: Int) {
+        self.capacity = capacity
+    }
+
+    /// Queues `job`; `false` when the queue is full or stopped.
+    func push(_ job: Job) -> Bool {
+        let accepted = state.withLock { state -> Bool in
+            guard !state.stopped, state.jobs.count < capacity else { return false }
+            state.jobs.append(job)
+            return true
+        }
+        if accepted { signal.signal() }
+        return accepted
+    }
+
+    /// Up to 64 jobs, waiting for one; `nil` once stopped and empty. After `stop()` what is left
+    /// is still handed out (to be failed), and `stopped` says so.
+    func take() -> (jobs: [Job], stopped: Bool)? {
+        while true {
+            let (batch, stopped) = state.withLock { state -> ([Job], Bool) in
+                let taken = Array(state.jobs.prefix(64))
+                state.jobs.removeFirst(taken.count)
+                return (taken, state.stopped)
+            }
+            if !batch.isEmpty { return (batch, stopped) }
+            if stopped { return nil }
+            // Extra signals (one per job already taken in a batch) only cause an empty round.
+            _ = signal.wait(timeout: .now() + .milliseconds(500))
+        }
+    }
+
+    /// Whether `stop()` was called.
+    var isStopped: Bool { state.withLock { $0.stopped } }
+
+    /// Refuses further jobs and wakes the writer.
+    func stop() {
+        state.withLock { $0.stopped = true }
+        signal.signal()
+    }
+}

@@ -1,0 +1,294 @@
+import ForgePushToken
+import ForgePushTokenOwner
+
+/// The health of a replica's link to Redis, and when to ping, check and reconnect: a plain value
+/// with no lock, no clock and no I/O, in the shape of swift-nio's state machines. Every event is a
+/// `mutating` method taking the time (monotonic seconds) and returning the actions to carry out;
+/// `RedisLink` runs it under its lock and carries the actions out after releasing it. So every
+/// transition is tested as a value, without sockets (docs/replicas.md, "When something fails").
+///
+/// What it decides:
+/// - the `redis` field of `/healthz` (`Health`) and the owner's `StoreHealth`: `.ok` when the
+///   subscription is live and a check of `PREFIX:state` succeeded on it, else `.degraded` with the
+///   reason once a state was read, `.starting` before;
+/// - the log lines: Redis lost (warning, once per outage and reason), Redis back (info, with how
+///   long it was gone), credentials refused, an invalid `PREFIX:state` (error, with the repair);
+/// - when to check `PREFIX:state`: after every (re)subscribe, every `checkInterval`, after a
+///   message that this service did not write, and on `refresh` (at most one check in flight, and
+///   at most one refresh per `refreshInterval`);
+/// - the subscription's heartbeat: a `PING` every `heartbeatInterval`, and a reconnect when one is
+///   not answered within `heartbeatTimeout`.
+///
+/// Thread-safety: a value type, `Sendable`.
+struct RedisLinkStateMachine: Sendable {
+    /// The state of the link, as the `redis` field of `/healthz` reports it.
+    enum Health: String, Sendable, Equatable {
+        /// Subscribed, and the state was read on this subscription: `connected`.
+        case connected
+        /// Not connected (refused, timed out, hung, closed): `unreachable`.
+        case unreachable
+        /// Wrong password or user: `auth_failed`.
+        case authFailed = "auth_failed"
+        /// `PREFIX:state` holds something this service did not write: `invalid_state`.
+        case invalidState = "invalid_state"
+    }
+
+    /// What to do after an event.
+    enum Action: Sendable, Equatable {
+        /// Tell the owner the store's health changed.
+        case report(StoreHealth)
+        /// Write a log line.
+        case log(PushTokenManager.LogLevel, String)
+        /// Queue one check of `PREFIX:state` on the writer (`checkFinished` or `checkNotQueued`
+        /// must follow).
+        case requestCheck
+        /// Send a `PING` on the subscription.
+        case ping
+        /// Drop the subscription and connect again (`subscriptionFailed` follows).
+        case reconnect(reason: String)
+    }
+
+    /// The timings, in seconds.
+    struct Timings: Sendable, Equatable {
+        /// Between `PING`s on the subscription.
+        var heartbeatInterval: Double = 1
+        /// Without an answer to a `PING` before the subscription counts as lost.
+        var heartbeatTimeout: Double = 3
+        /// Between periodic checks of `PREFIX:state`.
+        var checkInterval: Double = 2
+        /// The least time between two checks asked for by `refresh` (a `Last-Event-ID` above the
+        /// replica's version): 100 ms.
+        var refreshInterval: Double = 0.1
+    }
+
+    /// Where Redis is, for log lines (never with the password).
+    let endpoint: String
+    /// The key prefix, for log lines.
+    let prefix: String
+    /// `PREFIX:state`, for the repair advice of the invalid-state log line.
+    var stateKey: String { prefix + ":state" }
+    /// The timings.
+    let timings: Timings
+
+    /// The link's health.
+    private(set) var health: Health = .unreachable
+    /// Whether a state was ever read from Redis (before that the replica knows no token).
+    private(set) var stateRead = false
+    /// Whether the subscription is live.
+    private(set) var subscribed = false
+    /// Whether the writer's last attempt failed (connect, send, or no reply in time); cleared by
+    /// the next reply.
+    private(set) var writerFailed = false
+    /// Whether a check is queued or running.
+    private(set) var checkPending = false
+    private var reported: StoreHealth
+    private var everConnected = false
+    private var lostAt: Double?
+    private var lossLogged = false
+    private var lastPing = 0.0
+    private var pingSent: Double?
+    private var lastCheck = 0.0
+    private var refreshWanted = false
+    private var lastRefresh = -Double.infinity
+
+    /// The owner's health before the store reported anything: `.starting`, `unreachable`.
+    static let healthAtStart = StoreHealth.starting(reason: Health.unreachable.rawValue)
+
+    /// A link that is not connected yet.
+    init(endpoint: String, prefix: String, timings: Timings = Timings()) {
+        self.endpoint = endpoint
+        self.prefix = prefix
+        self.timings = timings
+        self.reported = Self.healthAtStart
+    }
+
+    /// The owner's view of `health`: `.ok` when connected, else `.degraded` (a state was read and
+    /// is served, possibly stale) or `.starting` (no state yet), with the reason.
+    static func storeHealth(_ health: Health, stateRead: Bool) -> StoreHealth {
+        if health == .connected { return .ok }
+        return stateRead ? .degraded(reason: health.rawValue) : .starting(reason: health.rawValue)
+    }
+
+    /// Whether a write is refused at once, without queueing it: Redis is known to be down (the
+    /// writer's last attempt failed and the link is not connected either). A dropped
+    /// subscription alone does not stop writes: the writer's own connection may be fine.
+    var refusesWrites: Bool { writerFailed && health != .connected }
+
+    // MARK: The subscription
+
+    /// The subscription is live (after `SUBSCRIBE` was confirmed): read the state on it.
+    mutating func subscribed(at now: Double) -> [Action] {
+        subscribed = true
+        lastPing = now
+        pingSent = nil
+        lastCheck = now
+        return check()
+    }
+
+    /// The subscription could not be made, or broke: `health` (`unreachable` or `auth_failed`)
+    /// says why, `detail` in words.
+    mutating func subscriptionFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
+        subscribed = false
+        pingSent = nil
+        return become(health, detail: detail, at: now)
+    }
+
+    /// The store is stopping: the subscription ended without a failure.
+    mutating func unsubscribed() {
+        subscribed = false
+        pingSent = nil
+    }
+
+    /// A `PONG` arrived on the subscription.
+    mutating func pong() {
+        pingSent = nil
+    }
+
+    /// A message on `PREFIX:changes` that this service did not write: read the state itself.
+    mutating func messageInvalid() -> [Action] {
+        check()
+    }
+
+    /// Time passed (the subscription wakes at least every 100 ms): ping, give up on an unanswered
+    /// ping, and ask for the periodic check and a refresh that had to wait.
+    mutating func tick(at now: Double) -> [Action] {
+        var actions: [Action] = []
+        if subscribed {
+            if let sent = pingSent {
+                if now - sent > timings.heartbeatTimeout {
+                    subscribed = false
+                    pingSent = nil
+                    let seconds = Int(timings.heartbeatTimeout)
+                    return [.reconnect(reason: "no answer to PING within \(seconds) s")]
+                }
+            } else if now - lastPing >= timings.heartbeatInterval {
+                pingSent = now
+                lastPing = now
+                actions.append(.ping)
+            }
+            if now - lastCheck >= timings.checkInterval {
+                lastCheck = now
+                actions += check()
+            }
+        }
+        actions += refreshIfDue(at: now)
+        return actions
+    }
+
+    // MARK: Checks and refreshes
+
+    /// A subscriber's `Last-Event-ID` is above the replica's version: read the state again, but
+    /// at most one check at a time and at most one refresh per `refreshInterval` (issue 21 §6: a
+    /// burst of such streams costs Redis one check, not one each). A refresh that must wait is
+    /// kept and asked for by a later `tick` or `checkFinished`.
+    mutating func refreshRequested(at now: Double) -> [Action] {
+        refreshWanted = true
+        return refreshIfDue(at: now)
+    }
+
+    /// The check could not be queued (the queue is full or the store is stopping).
+    mutating func checkNotQueued() {
+        checkPending = false
+    }
+
+    /// A check read `PREFIX:state` (and reconciled it): a state is known, and the link is
+    /// connected when the subscription is live.
+    mutating func checkSucceeded(at now: Double) -> [Action] {
+        checkPending = false
+        stateRead = true
+        writerFailed = false
+        var actions = subscribed ? become(.connected, detail: "", at: now) : reportIfChanged()
+        actions += refreshIfDue(at: now)
+        return actions
+    }
+
+    /// A check failed: `health` says why (`invalid_state` and `auth_failed` as they are, else a
+    /// connected link counts as `unreachable`).
+    mutating func checkFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
+        checkPending = false
+        switch health {
+        case .invalidState, .authFailed:
+            return become(health, detail: detail, at: now)
+        case .unreachable, .connected:
+            return self.health == .connected ? become(.unreachable, detail: "a state check failed", at: now) : []
+        }
+    }
+
+    // MARK: The writer
+
+    /// The writer got a reply from Redis.
+    mutating func writerReplied() {
+        writerFailed = false
+    }
+
+    /// The writer's connect, send or read failed.
+    mutating func writerFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
+        writerFailed = true
+        return health == .authFailed ? become(.authFailed, detail: detail, at: now) : []
+    }
+
+    /// A write was refused because `PREFIX:state` is invalid.
+    mutating func invalidState(detail: String, at now: Double) -> [Action] {
+        become(.invalidState, detail: detail, at: now)
+    }
+
+    // MARK: Transitions
+
+    private mutating func check() -> [Action] {
+        if checkPending { return [] }
+        checkPending = true
+        return [.requestCheck]
+    }
+
+    private mutating func refreshIfDue(at now: Double) -> [Action] {
+        guard refreshWanted, !checkPending, now - lastRefresh >= timings.refreshInterval else { return [] }
+        refreshWanted = false
+        lastRefresh = now
+        return check()
+    }
+
+    private mutating func reportIfChanged() -> [Action] {
+        let now = Self.storeHealth(health, stateRead: stateRead)
+        guard now != reported else { return [] }
+        reported = now
+        return [.report(now)]
+    }
+
+    private mutating func become(_ new: Health, detail: String, at now: Double) -> [Action] {
+        var actions: [Action] = []
+        let old = health
+        if new == .connected {
+            if !everConnected {
+                actions.append(.log(.info, "Redis connected at \(endpoint), key prefix \(prefix)"))
+            } else if let lostAt {
+                let tenths = Int(((now - lostAt) * 10).rounded())
+                actions.append(.log(.info, "Redis back after \(tenths / 10).\(tenths % 10) s at \(endpoint)"))
+            }
+            everConnected = true
+            lostAt = nil
+            lossLogged = false
+        } else {
+            if lostAt == nil { lostAt = now }
+            if !lossLogged || old != new {
+                lossLogged = true
+                actions.append(.log(new == .invalidState ? .error : .warning, lossLine(new, detail: detail)))
+            }
+        }
+        health = new
+        return actions + reportIfChanged()
+    }
+
+    private func lossLine(_ health: Health, detail: String) -> String {
+        switch health {
+        case .invalidState:
+            return "Redis key \(stateKey) holds data this service did not write (\(detail)); it is never "
+                + "overwritten: inspect it with HGETALL \(stateKey) and delete it (DEL \(stateKey)) so that the "
+                + "replicas write their state back"
+        case .authFailed:
+            return "Redis at \(endpoint) refused the credentials (\(detail)); retrying in the background"
+        case .unreachable, .connected:
+            let when = everConnected ? "lost" : "unreachable at start"
+            return "Redis \(when) at \(endpoint) (\(detail)); retrying in the background"
+        }
+    }
+}

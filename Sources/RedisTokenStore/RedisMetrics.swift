@@ -1,0 +1,61 @@
+/// The store's counters, and their Prometheus text (version 0.0.4) for `/metrics`
+/// (docs/operations.md lists the series): the gauge `forge_push_token_redis_up` (0 or 1), the
+/// counters `forge_push_token_redis_reconnects_total` and `forge_push_token_redis_errors_total`,
+/// and the histogram `forge_push_token_redis_write_seconds` (the round trip of each commit, from
+/// enqueue to reply).
+///
+/// Thread-safety: a value type; `RedisLink` keeps it behind a lock.
+struct RedisMetrics: Sendable, Equatable {
+    /// Upper bounds, in seconds, of the `forge_push_token_redis_write_seconds` buckets.
+    static let writeBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+
+    /// Subscriptions made again after one was lost.
+    private(set) var reconnects: UInt64 = 0
+    /// Failed connects, commands and timeouts.
+    private(set) var errors: UInt64 = 0
+    /// Commits per bucket (cumulative: a commit counts in every bucket whose bound it is within).
+    private(set) var writeBuckets = [UInt64](repeating: 0, count: RedisMetrics.writeBuckets.count)
+    /// Commits answered by Redis.
+    private(set) var writeCount: UInt64 = 0
+    /// Their round trips, summed, in seconds.
+    private(set) var writeSum = 0.0
+
+    /// A subscription was made again.
+    mutating func countReconnect() { reconnects &+= 1 }
+
+    /// A connect, command or wait failed.
+    mutating func countError() { errors &+= 1 }
+
+    /// A commit was answered `seconds` after it was queued.
+    mutating func recordWrite(seconds: Double) {
+        for (index, bound) in Self.writeBuckets.enumerated() where seconds <= bound {
+            writeBuckets[index] &+= 1
+        }
+        writeCount &+= 1
+        writeSum += seconds
+    }
+
+    /// The text of every series; `up` is whether the link is connected.
+    func render(up: Bool) -> String {
+        var out = ""
+        out +=
+            "# HELP forge_push_token_redis_up Whether the subscription to Redis is live and the state was read (1) or not (0).\n"
+        out += "# TYPE forge_push_token_redis_up gauge\n"
+        out += "forge_push_token_redis_up \(up ? 1 : 0)\n"
+        out += "# HELP forge_push_token_redis_reconnects_total Connections to Redis made again after one was lost.\n"
+        out += "# TYPE forge_push_token_redis_reconnects_total counter\n"
+        out += "forge_push_token_redis_reconnects_total \(reconnects)\n"
+        out += "# HELP forge_push_token_redis_errors_total Failed Redis connects, commands and timeouts.\n"
+        out += "# TYPE forge_push_token_redis_errors_total counter\n"
+        out += "forge_push_token_redis_errors_total \(errors)\n"
+        out += "# HELP forge_push_token_redis_write_seconds Round trip of a token write through Redis.\n"
+        out += "# TYPE forge_push_token_redis_write_seconds histogram\n"
+        for (index, bound) in Self.writeBuckets.enumerated() {
+            out += "forge_push_token_redis_write_seconds_bucket{le=\"\(bound)\"} \(writeBuckets[index])\n"
+        }
+        out += "forge_push_token_redis_write_seconds_bucket{le=\"+Inf\"} \(writeCount)\n"
+        out += "forge_push_token_redis_write_seconds_sum \(writeSum)\n"
+        out += "forge_push_token_redis_write_seconds_count \(writeCount)\n"
+        return out
+    }
+}

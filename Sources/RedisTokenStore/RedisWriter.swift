@@ -1,0 +1,293 @@
+import ForgePushToken
+import ForgePushTokenOwner
+
+/// The store's writer: one thread with its own connection that runs every commit and every check
+/// of `PREFIX:state` through the scripts of `RedisScripts` (docs/replicas.md, "What lives in
+/// Redis").
+///
+/// It takes what is queued (`RedisJobQueue`), sends it as one pipelined batch (`EVALSHA`, `EVAL`
+/// again on `NOSCRIPT`) and waits at most the write timeout for the replies: no reply in time is
+/// `.unknown`, and the connection is made again. A commit's outcome goes to its completion alone
+/// (the owner applies it there); a check's state goes to the owner through `RedisLink.learned`.
+/// A batch that fails on a connection that sat idle with a broken socket (not a timeout) is sent
+/// once more on a new one: safe, since a write of the current token changes nothing.
+///
+/// Thread-safety: `run()` is called once, on the writer's own thread; nothing else is shared but
+/// the link.
+final class RedisWriter: Sendable {
+    private let link: RedisLink
+
+    /// A writer for `link`.
+    init(link: RedisLink) {
+        self.link = link
+    }
+
+    private var configuration: RedisTokenStore.Configuration { link.configuration }
+
+    private struct ScriptHashes {
+        var change: String
+        var sync: String
+    }
+
+    /// What became of a batch.
+    private enum BatchResult {
+        /// Every job was completed; `keep` is false when the connection must be made again.
+        case done(keep: Bool)
+        /// The connection broke before these jobs got a reply: send them again on a new one.
+        case retry([RedisJobQueue.Job])
+    }
+
+    /// How a job that got no answer ends.
+    private enum Failure {
+        /// Not sent, or refused: nothing was written. The link's health says why.
+        case unavailable(RedisLinkStateMachine.Health, detail: String)
+        /// Sent, but no reply in time: it may or may not have been applied.
+        case unknown(detail: String)
+        /// Refused by the script for `reason` (not a problem of the link): nothing was written.
+        case refused(String)
+    }
+
+    /// Runs until the store stops, then fails what is left.
+    func run() {
+        var connection: RedisConnection?
+        var hashes: ScriptHashes?
+        while let (batch, stopped) = link.queue.take() {
+            if stopped {
+                finish(batch, failing: .unavailable(.unreachable, detail: "the replica is stopping"))
+                continue
+            }
+            var pending = batch
+            var mayRetry = true
+            while !pending.isEmpty {
+                let reused = connection != nil
+                if connection == nil {
+                    do throws(RedisConnectionError) {
+                        let made = try link.connect()
+                        hashes = try loadScripts(made)
+                        connection = made
+                    } catch {
+                        link.countError()
+                        let health = RedisLinkStateMachine.Health(error)
+                        link.handle { $0.writerFailed(health, detail: error.description, at: monotonicSeconds()) }
+                        finish(pending, failing: .unavailable(health, detail: error.description))
+                        break
+                    }
+                }
+                guard let live = connection, let scripts = hashes else { break }
+                switch run(pending, on: live, scripts: scripts, mayRetry: reused && mayRetry) {
+                case .done(let keep):
+                    if !keep { connection = nil }
+                    pending = []
+                case .retry(let rest):
+                    connection = nil
+                    pending = rest
+                    mayRetry = false
+                }
+            }
+        }
+    }
+
+    private func loadScripts(_ connection: RedisConnection) throws(RedisConnectionError) -> ScriptHashes {
+        func load(_ source: String) throws(RedisConnectionError) -> String {
+            let reply = try connection.command(["SCRIPT", "LOAD", source], timeout: configuration.writeTimeout)
+            if case .error(let message) = reply {
+                throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
+            }
+            guard let sha = reply.text else { throw .unreachable("unexpected SCRIPT LOAD reply") }
+            return sha
+        }
+        return ScriptHashes(change: try load(RedisScripts.change), sync: try load(RedisScripts.sync))
+    }
+
+    private func arguments(for job: RedisJobQueue.Job, scripts: ScriptHashes, source: Bool) -> [String] {
+        let prefix = configuration.prefix
+        let replica = RedisScripts.replicaArguments(link.knownState, writer: link.writerID)
+        switch job {
+        case .change(let token, _, _):
+            return [
+                source ? "EVAL" : "EVALSHA", source ? RedisScripts.change : scripts.change, "2",
+                prefix.stateKey, prefix.changesChannel, token ?? "",
+            ] + replica
+        case .check:
+            return [
+                source ? "EVAL" : "EVALSHA", source ? RedisScripts.sync : scripts.sync, "2",
+                prefix.stateKey, prefix.changesChannel, "",
+            ] + replica
+        }
+    }
+
+    /// Sends `batch` pipelined and completes each job (or, with `mayRetry`, hands back the jobs
+    /// that a broken connection left without a reply).
+    private func run(
+        _ batch: [RedisJobQueue.Job], on connection: RedisConnection, scripts: ScriptHashes, mayRetry: Bool
+    )
+        -> BatchResult
+    {
+        // A commit that waited longer than the write timeout in the queue (behind a Redis that
+        // stopped answering) is not sent: its request has waited long enough.
+        let now = monotonicSeconds()
+        var batch = batch
+        batch.removeAll { job in
+            guard case .change(_, let enqueued, let completion) = job, now - enqueued > configuration.writeTimeout
+            else {
+                return false
+            }
+            completion(.unavailable(reason: Self.reason(.unreachable)))
+            return true
+        }
+        for job in batch { connection.append(arguments(for: job, scripts: scripts, source: false)) }
+        do throws(RedisConnectionError) {
+            try connection.flush()
+        } catch {
+            if mayRetry { return .retry(batch) }
+            failed(error)
+            finish(batch, failing: .unknown(detail: error.description))
+            return .done(keep: false)
+        }
+        let deadline = monotonicSeconds() + configuration.writeTimeout
+        var keep = true
+        var retry: [RedisJobQueue.Job] = []
+        for (index, job) in batch.enumerated() {
+            let reply: RedisReply
+            do throws(RedisConnectionError) {
+                reply = try connection.readReply(deadline: deadline)
+            } catch {
+                if mayRetry, index == 0, error != .timedOut { return .retry(batch) }
+                failed(error)
+                finish(Array(batch[index...]), failing: .unknown(detail: error.description))
+                if case .timedOut = error {
+                    link.log(.warning, "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
+                }
+                return .done(keep: false)
+            }
+            if index == 0 { link.note { $0.writerReplied() } }
+            if reply.errorCode == "NOSCRIPT" {
+                retry.append(job)
+                continue
+            }
+            if !complete(job, with: reply) { keep = false }
+        }
+        for job in retry {
+            do throws(RedisConnectionError) {
+                let reply = try connection.command(
+                    arguments(for: job, scripts: scripts, source: true),
+                    timeout: configuration.writeTimeout)
+                if !complete(job, with: reply) { keep = false }
+            } catch {
+                failed(error)
+                finish([job], failing: .unknown(detail: error.description))
+                return .done(keep: false)
+            }
+        }
+        return .done(keep: keep)
+    }
+
+    private func failed(_ error: RedisConnectionError) {
+        link.countError()
+        let health = RedisLinkStateMachine.Health(error)
+        link.handle { $0.writerFailed(health, detail: error.description, at: monotonicSeconds()) }
+    }
+
+    /// Completes one job from its reply; returns false when the connection must be made again.
+    private func complete(_ job: RedisJobQueue.Job, with reply: RedisReply) -> Bool {
+        if case .error(let message) = reply {
+            link.countError()
+            if message.hasPrefix("INVALIDSTATE ") {
+                let detail = String(message.dropFirst("INVALIDSTATE ".count))
+                link.handle { $0.invalidState(detail: detail, at: monotonicSeconds()) }
+                finish([job], failing: .unavailable(.invalidState, detail: detail))
+                return true
+            }
+            if message.hasPrefix("VERSIONEXHAUSTED ") {
+                let detail = String(message.dropFirst("VERSIONEXHAUSTED ".count))
+                link.log(
+                    .error,
+                    "a change was refused: \(detail); no higher version can be kept in Redis (Lua numbers are exact "
+                        + "up to 2^53 - 1): stop every replica, DEL \(configuration.prefix.stateKey), and start them again"
+                )
+                finish([job], failing: .refused(Self.versionExhausted))
+                return true
+            }
+            if let connectionError = RedisConnectionError.classify(errorReply: message) {
+                let health = RedisLinkStateMachine.Health(connectionError)
+                link.log(.warning, "Redis refused a write: \(connectionError); reconnecting")
+                finish([job], failing: .unavailable(health, detail: connectionError.description))
+                return false
+            }
+            link.log(.error, "Redis script failed: \(message.prefix(200))")
+            finish([job], failing: .unavailable(.unreachable, detail: "the script failed"))
+            return true
+        }
+        let result: RedisScripts.Result
+        do {
+            result = try RedisScripts.parse(reply)
+        } catch {
+            link.countError()
+            link.log(.error, "Redis script reply not understood: \(error)")
+            link.handle { $0.invalidState(detail: error.reason, at: monotonicSeconds()) }
+            finish([job], failing: .unavailable(.invalidState, detail: error.reason))
+            return true
+        }
+        switch result.reconciliation {
+        case .written:
+            let previous = result.previousVersion.map { "version \($0)" } ?? "a missing key"
+            link.log(.warning, "Redis had lost the state (\(previous)); wrote back this replica's \(result.state)")
+        case .bumped:
+            link.log(
+                .warning,
+                "Redis held another token at this replica's version \(result.previousVersion ?? 0); "
+                    + "the stored token wins at \(result.state)")
+        case .none:
+            break
+        }
+        switch job {
+        case .change(_, let enqueued, let completion):
+            link.recordWrite(seconds: monotonicSeconds() - enqueued)
+            // The owner applies it from the completion: this is how it reaches the owner, once.
+            link.committed(result.state)
+            completion(result.changed ? .applied(result.state) : .unchanged(result.state))
+        case .check:
+            link.learned(result.state)
+            link.handle { $0.checkSucceeded(at: monotonicSeconds()) }
+        }
+        return true
+    }
+
+    /// The reason of `.unavailable` when a change would pass the largest version Redis keeps.
+    static let versionExhausted = "Redis: version_exhausted (the version is 2^53 - 1, the largest one kept)"
+
+    /// The reason of `.unavailable` for `health`.
+    static func reason(_ health: RedisLinkStateMachine.Health) -> String {
+        "Redis: \(health.rawValue)"
+    }
+
+    private func finish(_ jobs: [RedisJobQueue.Job], failing failure: Failure) {
+        for job in jobs {
+            switch job {
+            case .change(_, _, let completion):
+                switch failure {
+                case .unavailable(let health, _): completion(.unavailable(reason: Self.reason(health)))
+                case .unknown: completion(.unknown(reason: "Redis did not answer the write in time"))
+                case .refused(let reason): completion(.unavailable(reason: reason))
+                }
+            case .check:
+                switch failure {
+                case .unavailable(let health, let detail):
+                    link.handle { $0.checkFailed(health, detail: detail, at: monotonicSeconds()) }
+                case .unknown(let detail):
+                    link.handle { $0.checkFailed(.unreachable, detail: detail, at: monotonicSeconds()) }
+                case .refused(let reason):
+                    link.handle { $0.checkFailed(.unreachable, detail: reason, at: monotonicSeconds()) }
+                }
+            }
+        }
+    }
+}
+
+extension RedisLinkStateMachine.Health {
+    /// The health a connection error means: `auth_failed` for refused credentials, else
+    /// `unreachable`.
+    init(_ error: RedisConnectionError) {
+        if case .authFailed = error { self = .authFailed } else { self = .unreachable }
+    }
+}
