@@ -24,6 +24,13 @@ balancer; each is stopped by its pid. Checks, in order (each bounded to seconds)
       reconnects through nginx with Last-Event-ID and gets the current value with the same id;
   (j) a subscriber whose Last-Event-ID is above the replica's version is never sent a lower id:
       its first event is the first change at or above that id;
+  (k) versions past 2^53 - 1 (issue 21 §1): a PREFIX:state at 2^53 + 1 is invalid_state on every
+      replica, a write answers 503 (never changed:true) and the key is never rounded or rewritten;
+      at 2^53 - 1 the state is served and a change answers 503 without writing 2^53; a change
+      message at 2^53 + 1 is ignored;
+  (l) 300 streams opening with a Last-Event-ID above the replica's version (issue 21 §6) cost Redis
+      a bounded number of script calls (INFO commandstats): one check in flight and one per 100 ms,
+      plus the periodic checks, never one per stream;
   (i) bad input: rediss://, --state-file with --redis-url, a bad prefix (exit 64 with a clear
       message); a wrong password (auth_failed), PREFIX:state of the wrong type or with garbage
       (invalid_state, never overwritten), a server that does not speak Redis (unreachable):
@@ -97,7 +104,10 @@ class Redis:
         return out.stdout.strip()
 
     def state(self):
-        lines = self.cli("HGETALL", PREFIX + ":state").splitlines()
+        return self.state_of(PREFIX + ":state")
+
+    def state_of(self, key):
+        lines = self.cli("HGETALL", key).splitlines()
         return dict(zip(lines[0::2], lines[1::2]))
 
     def signal(self, number):
@@ -560,6 +570,87 @@ def ahead_of_replica(cluster):
         % (version + 3, version, version + 3))
 
 
+# -- (k) --------------------------------------------------------------------------------------
+def past_2_to_53(binary, redis):
+    prefix = "big"
+    key = prefix + ":state"
+    stored, other = token_hex(0x53, 1), token_hex(0x53, 2)
+    redis.cli("DEL", key)
+    redis.cli("HSET", key, "token", stored, "version", "9007199254740993")
+    servers = []
+    try:
+        for _ in range(2):
+            server = Server(binary, REPLICA_ARGS + ["--redis-url", "redis://%s:%d/0" % (HOST, redis.port),
+                                                    "--redis-key-prefix", prefix])
+            servers.append(server.start())
+        ports = [server.port for server in servers]
+        for port in ports:
+            wait_until(lambda: health(port) == (503, {"status": "starting", "redis": "invalid_state"}), 5,
+                       what="/healthz invalid_state at 2^53 + 1")
+        status, _, body = write(ports[0], other)
+        check(status == 503 and body["error"] == "store_unavailable", "write at 2^53 + 1: %s %r" % (status, body))
+        check(token_state(ports[1])[0] == 503, "a token was served from a version past 2^53 - 1")
+        check(redis.state_of(key) == {"version": "9007199254740993", "token": stored},
+              "the key was rewritten: %r" % redis.state_of(key))
+        # At 2^53 - 1: served on both, but no change can pass it.
+        redis.cli("HSET", key, "version", "9007199254740991")
+        for port in ports:
+            wait_until(lambda: health(port) == (200, {"status": "ok", "redis": "connected"}), 5,
+                       what="connected at 2^53 - 1")
+            check(version_of(port) == (9007199254740991, stored), "not served at 2^53 - 1: %r" % (version_of(port),))
+        status, _, body = write(ports[1], other)
+        check(status == 503 and body["error"] == "store_unavailable", "write at 2^53 - 1: %s %r" % (status, body))
+        status, _, body = write(ports[0], stored)
+        check(status == 200 and body["changed"] is False, "the current token again: %s %r" % (status, body))
+        check(redis.state_of(key) == {"version": "9007199254740991", "token": stored},
+              "a version past 2^53 - 1 was written: %r" % redis.state_of(key))
+        # A change message past 2^53 - 1 is not applied (the next check reads the key again).
+        redis.cli("PUBLISH", prefix + ":changes", '{"version":9007199254740993,"token":"%s"}' % other)
+        wait_until(lambda: any("ignored a message on big:changes" in s.stderr() for s in servers), 5,
+                   what="the message past 2^53 - 1 logged as ignored")
+        for port in ports:
+            check(version_of(port) == (9007199254740991, stored), "a message past 2^53 - 1 was applied")
+            check(token_state(port)[2] == {"token": stored}, "GET /token: %r" % (token_state(port)[2],))
+        check(any("version_exhausted" in s.stderr() or "2^53 - 1" in s.stderr() for s in servers),
+              "the refused change was not logged")
+    finally:
+        for server in servers:
+            server.kill()
+        redis.cli("DEL", key)
+    log("(k) 2^53 + 1 in Redis: invalid_state, writes 503, key untouched; 2^53 - 1: served, changes refused "
+        "without writing 2^53; a message at 2^53 + 1 ignored")
+
+
+# -- (l) --------------------------------------------------------------------------------------
+def script_calls(redis):
+    calls = 0
+    for line in redis.cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_evalsha:") or line.startswith("cmdstat_eval:"):
+            calls += int(line.split(":", 1)[1].split(",")[0].split("=")[1])
+    return calls
+
+
+def coalesced_refreshes(cluster):
+    a = cluster.ports[0]
+    version, _ = version_of(a)
+    opens = 300
+    before = script_calls(cluster.redis)
+    started = time.monotonic()
+    for _ in range(opens):
+        stream = EventStream(a, last_event_id=version + 1000)
+        check(stream.status == 200, "stream with a Last-Event-ID ahead: %s" % stream.status)
+        stream.close()
+    elapsed = time.monotonic() - started
+    calls = script_calls(cluster.redis) - before
+    # This replica: one at once, one per 100 ms, one kept for later; every replica: its check
+    # every 2 s (and one more at either end).
+    bound = 2 + int(elapsed / 0.1) + len(cluster.ports) * (int(elapsed / 2) + 2)
+    check(calls <= bound and calls < opens / 2,
+          "%d opens ahead of the version in %.2f s made %d script calls (bound %d)" % (opens, elapsed, calls, bound))
+    log("(l) %d streams with a Last-Event-ID ahead in %.2f s cost Redis %d script calls (bound %d; uncoalesced: %d+)"
+        % (opens, elapsed, calls, bound, opens))
+
+
 # -- (i) --------------------------------------------------------------------------------------
 def bad_input(binary, redis):
     def exits(args, env=None, want=""):
@@ -652,7 +743,7 @@ def docker_nginx_config():
 def run():
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
-    parser.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j")
+    parser.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l")
     options = parser.parse_args()
     only = set(options.only.split(","))
     binary = options.server
@@ -664,9 +755,11 @@ def run():
     cluster = Cluster(binary)
     try:
         for key, step in (("a", cross_replica), ("b", concurrent_writes), ("c", tie), ("d", pubsub_kill),
-                          ("j", ahead_of_replica), ("e", hung_redis), ("f", killed_redis)):
+                          ("j", ahead_of_replica), ("l", coalesced_refreshes), ("e", hung_redis), ("f", killed_redis)):
             if key in only:
                 step(cluster)
+        if "k" in only:
+            past_2_to_53(binary, cluster.redis)
         if "i" in only:
             bad_input(binary, cluster.redis)
         if "h" in only:
