@@ -39,7 +39,9 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// Starts the store's reports (changes from elsewhere, health). Call once, before the first
     /// commit.
     public func start() {
-        store.start { [weak self] event in self?.storeReported(event) }
+        store.start(
+            reporting: { [weak self] event in self?.storeReported(event) },
+            current: { [weak self] in self?.machine.withLock { $0.current.state } ?? .initial })
     }
 
     /// Shutdown's final step, after the HTTP server has stopped (`stop()`, then the server's own

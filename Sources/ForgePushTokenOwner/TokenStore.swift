@@ -32,6 +32,14 @@ public protocol TokenStore: AnyObject, Sendable {
     /// `commit` call could wait for.
     func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void)
 
+    /// `start(reporting:)`, with `current`, which reads the owner's state at any time (it never
+    /// waits for a commit): a shared store decides with it whether a state it read is news to the
+    /// owner, and writes it back when the shared copy was lost, instead of keeping a copy of its
+    /// own. The owner calls this one; by default it calls `start(reporting:)`.
+    func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState)
+
     /// Stops background work (threads, connections). Called once, by `TokenOwner.close()` after
     /// the HTTP server has stopped, so that writes still in flight during graceful shutdown kept
     /// their store until then; the state the store keeps is left as it is.
@@ -58,6 +66,14 @@ public protocol TokenStore: AnyObject, Sendable {
 }
 
 extension TokenStore {
+    /// `start(reporting:)`: a store that reports without reading the owner's state.
+    public func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState
+    ) {
+        start(reporting: report)
+    }
+
     /// `false`: a store keeps no copy that can fail to be saved unless it says so.
     public var savesState: Bool { false }
 

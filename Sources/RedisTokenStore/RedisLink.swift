@@ -3,30 +3,29 @@ import ForgePushToken
 import ForgePushTokenOwner
 
 /// What the writer and the subscription share: the one place that connects to Redis, the link's
-/// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the newest
-/// state this store handed the owner. Events go through the machine under its lock; the actions it
+/// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the way to
+/// the owner (its report closure, and a reader of its state: no copy is kept). Events go through the machine under its lock; the actions it
 /// returns are carried out after (health reports to the owner, log lines, checks queued on the
 /// writer), and those for the subscription alone (`ping`, `reconnect`) are handed back.
 ///
 /// Thread-safety: all members may be called from any thread. Lock order: `reports`, then the
-/// machine's, `known`'s or the metrics' lock (each alone); the owner's lock nests inside `reports`
-/// (the owner's report closure runs under it, so that the owner hears of changes and health in
-/// the order they were decided).
+/// machine's, the metrics' or a closure slot's lock (each alone, none held while calling out);
+/// the owner's lock nests inside `reports` (the owner's report closure and state reader run under
+/// it, so that the owner hears of changes and health in the order they were decided).
 final class RedisLink: Sendable {
     /// Settings of the store.
     let configuration: RedisTokenStore.Configuration
-    /// This store's id in the `"writer"` field of the messages its scripts publish: 16 random hex
-    /// digits, new for every process.
+    /// This store's id in the `"writer"` field of the messages its scripts publish: up to 16 random
+    /// hex digits, new for every process.
     let writerID: String
     /// The work queue of the writer.
     let queue: RedisJobQueue
     private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
     private let machine: Locked<RedisLinkStateMachine>
     private let metrics = Locked(RedisMetrics())
-    /// The newest state handed to the owner (by a check, a message or a commit's outcome): the
-    /// replica's state, written back when Redis lost its data. In replica mode every state the
-    /// owner has comes from here, so this is the owner's state as far as this store has told it.
-    private let known = Locked<TokenState?>(nil)
+    /// Reads the owner's state (`TokenStore.start(reporting:current:)`): in replica mode every
+    /// state the owner has came from this store, so it is the replica's state. No copy is kept.
+    private let ownerState = Locked<(@Sendable () -> TokenState)?>(nil)
     private let reporter = Locked<(@Sendable (TokenStoreEvent) -> Void)?>(nil)
     /// Serialises the decisions that end in a report (see the type's lock order).
     private let reports = Locked<UInt64>(0)
@@ -50,8 +49,12 @@ final class RedisLink: Sendable {
                 endpoint: configuration.endpoint.description, prefix: configuration.prefix.value, timings: timings))
     }
 
-    /// Starts sending the owner what this store learns.
-    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
+    /// Starts sending the owner what this store learns, reading the owner's state with `current`.
+    func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState
+    ) {
+        ownerState.withLock { $0 = current }
         reporter.withLock { $0 = report }
     }
 
@@ -114,28 +117,28 @@ final class RedisLink: Sendable {
 
     // MARK: States
 
-    /// The replica's state as this store last told the owner, `nil` before the first.
-    var knownState: TokenState? { known.withLock { $0 } }
+    /// The replica's state (the owner's) once a state was read from Redis, `nil` before: what
+    /// the scripts write back when Redis lost its data.
+    var replicaState: TokenState? {
+        guard machine.withLock({ $0.stateRead }) else { return nil }
+        return ownerState.withLock { $0 }?()
+    }
 
     /// `state` was read from Redis (a check, or another replica's message): the owner hears of it
-    /// once, and only when it is newer than what this store told it before.
+    /// once, and only when it is newer than the owner's state (under `reports`, so that two reads
+    /// of one state do not both find it newer).
     func learned(_ state: TokenState) {
         reports.withLock { _ in
-            let newer = known.withLock { current -> Bool in
-                guard current.map({ $0.version < state.version }) ?? true else { return false }
-                current = state
-                return true
-            }
-            if newer { reporter.withLock { $0 }?(.changed(state)) }
+            let ownerVersion = ownerState.withLock { $0 }?().version ?? 0
+            guard state.version > ownerVersion else { return }
+            reporter.withLock { $0 }?(.changed(state))
         }
     }
 
-    /// `state` is the outcome of this store's own commit, which the owner applies from the
-    /// commit's completion: remembered, not reported.
-    func committed(_ state: TokenState) {
-        known.withLock { current in
-            if current.map({ $0.version < state.version }) ?? true { current = state }
-        }
+    /// This store's own commit came back from Redis: the owner applies its outcome from the
+    /// commit's completion (not reported here); the link now knows a state.
+    func committed() {
+        handle { $0.stateLearned() }
     }
 
     // MARK: Metrics and logs

@@ -216,6 +216,12 @@ struct RedisLinkStateMachine: Sendable {
 
     // MARK: The writer
 
+    /// A commit's reply carried the state Redis holds: a state is known.
+    mutating func stateLearned() -> [Action] {
+        stateRead = true
+        return reportIfChanged()
+    }
+
     /// The writer got a reply from Redis.
     mutating func writerReplied() {
         writerFailed = false

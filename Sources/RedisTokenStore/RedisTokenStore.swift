@@ -26,8 +26,8 @@ import ForgePushTokenOwner
 ///
 /// A change reaches the owner once: the outcome of this replica's write through the commit's
 /// completion; a state a check read, or another replica's change message, as
-/// `TokenStoreEvent.changed`, and only when it is newer than what this store told the owner
-/// before (this store's own messages are recognised by their `"writer"` field and skipped).
+/// `TokenStoreEvent.changed`, and only when it is newer than the owner's state (this store keeps
+/// no copy of its own; its own messages are recognised by their `"writer"` field and skipped).
 /// Outcomes: changed → `.applied`, not changed → `.unchanged` (both with the state Redis holds,
 /// which may be newer than the replica's), no reply within the write timeout → `.unknown`, not
 /// asked or refused → `.unavailable` (`Redis: <reason>`). Health: `RedisLinkStateMachine`.
@@ -109,13 +109,23 @@ public final class RedisTokenStore: TokenStore {
         }
     }
 
-    /// Starts the writer and subscription threads, reporting changes and health to the owner,
-    /// and sets `SIGPIPE` to be ignored by the process (hiredis writes with `write(2)`).
+    /// `start(reporting:current:)` without the owner's state: a replica that never had a state
+    /// to write back (tests).
     public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
+        start(reporting: report, current: { .initial })
+    }
+
+    /// Starts the writer and subscription threads, reporting changes and health to the owner
+    /// (whose state `current` reads: it is this replica's state, written back when Redis lost
+    /// its data, and what a state read from Redis must be newer than to be reported), and sets `SIGPIPE` to be ignored by the process (hiredis writes with `write(2)`).
+    public func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState
+    ) {
         // hiredis writes with write(2), which raises SIGPIPE on a connection the server closed;
         // that must never end the process (forge-push-token-server ignores it already).
         signal(SIGPIPE, SIG_IGN)
-        link.start(reporting: report)
+        link.start(reporting: report, current: current)
         // Each loop blocks for its whole life on its own serial queue, so Dispatch gives each
         // a thread of its own (as the server's daemon loops do).
         for (name, body) in [

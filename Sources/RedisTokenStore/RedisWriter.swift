@@ -101,7 +101,7 @@ final class RedisWriter: Sendable {
 
     private func arguments(for job: RedisJobQueue.Job, scripts: ScriptHashes, source: Bool) -> [String] {
         let prefix = configuration.prefix
-        let replica = RedisScripts.replicaArguments(link.knownState, writer: link.writerID)
+        let replica = RedisScripts.replicaArguments(link.replicaState, writer: link.writerID)
         switch job {
         case .change(let token, _, _):
             return [
@@ -244,7 +244,7 @@ final class RedisWriter: Sendable {
         case .change(_, let enqueued, let completion):
             link.recordWrite(seconds: monotonicSeconds() - enqueued)
             // The owner applies it from the completion: this is how it reaches the owner, once.
-            link.committed(result.state)
+            link.committed()
             completion(result.changed ? .applied(result.state) : .unchanged(result.state))
         case .check:
             link.learned(result.state)

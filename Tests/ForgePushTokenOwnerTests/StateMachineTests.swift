@@ -194,6 +194,37 @@ struct TokenOwnerTests {
         #expect(memory.current == .initial)
     }
 
+    /// A store that keeps what the owner gave it at start and counts `stop()`.
+    final class StartedStore: TokenStore {
+        let reader = Locked<(@Sendable () -> TokenState)?>(nil)
+        let stops = Locked(0)
+        var ordering: CommitOrdering { .ownerSerialized }
+        func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+            completion(token == base.token ? .unchanged(base) : .applied(base.changed(to: token)))
+        }
+        func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
+        func start(
+            reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+            current: @escaping @Sendable () -> TokenState
+        ) { reader.withLock { $0 = current } }
+        func stop() { stops.withLock { $0 += 1 } }
+    }
+
+    @Test("the owner starts its store with a reader of its state, and close() stops the store")
+    func startAndClose() throws {
+        let store = StartedStore()
+        let owner = TokenOwner<TokenState>(store: store, initial: .initial, maxSubscribers: 1)
+        owner.start()
+        let current = try #require(store.reader.withLock { $0 })
+        #expect(current() == .initial)
+        #expect(commitNow(owner, "ab") == .applied(TokenState(version: 1, token: "ab")))
+        #expect(current() == TokenState(version: 1, token: "ab"))
+        owner.stop()
+        #expect(store.stops.withLock { $0 } == 0, "stop() (graceful shutdown) must leave the store running")
+        owner.close()
+        #expect(store.stops.withLock { $0 } == 1)
+    }
+
     @Test("the state file store: a failed save is kept, answered notSaved, and retried on the next commit")
     func stateFileNotSavedThenRetried() throws {
         let folder = "/tmp/fpt-owner-\(UInt32.random(in: 0...UInt32.max))"

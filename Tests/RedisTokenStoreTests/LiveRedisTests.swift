@@ -76,10 +76,16 @@ final class RecordingStore: TokenStore {
         inner.commit(token, base: base, completion: completion)
     }
     func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
-        inner.start { [events] event in
-            events.withLock { $0.append(event) }
-            report(event)
-        }
+        start(reporting: report, current: { .initial })
+    }
+    func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void, current: @escaping @Sendable () -> TokenState
+    ) {
+        inner.start(
+            reporting: { [events] event in
+                events.withLock { $0.append(event) }
+                report(event)
+            }, current: current)
     }
     func stop() { inner.stop() }
     func refresh() { inner.refresh() }
