@@ -102,6 +102,25 @@ final class RedisLink: Sendable {
         return rest
     }
 
+    /// Runs an event that never reports to the owner (`refreshRequested`: it only asks for a
+    /// check) without taking `reports`: request threads (libmicrohttpd's) call it, and must never
+    /// wait while a store thread delivers a change to subscribers under `reports` (a delivery
+    /// resumes libmicrohttpd connections).
+    func request(_ event: (inout RedisLinkStateMachine) -> [RedisLinkStateMachine.Action]) {
+        let actions = machine.withLock { event(&$0) }
+        for action in actions {
+            switch action {
+            case .requestCheck:
+                if !queue.push(.check) { machine.withLock { $0.checkNotQueued() } }
+            case .log(let level, let line):
+                logger(level, line)
+            case .report, .ping, .reconnect:
+                // Not an outcome of these events (see `RedisLinkStateMachine.refreshRequested`).
+                break
+            }
+        }
+    }
+
     /// Runs `event`, which returns nothing, through the machine.
     func note(_ event: (inout RedisLinkStateMachine) -> Void) {
         machine.withLock { event(&$0) }

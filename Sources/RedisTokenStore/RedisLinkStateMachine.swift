@@ -39,7 +39,7 @@ struct RedisLinkStateMachine: Sendable {
         case report(StoreHealth)
         /// Write a log line.
         case log(PushTokenManager.LogLevel, String)
-        /// Queue one check of `PREFIX:state` on the writer (`checkFinished` or `checkNotQueued`
+        /// Queue one check of `PREFIX:state` on the writer (`checkSucceeded`, `checkFailed` or `checkNotQueued`
         /// must follow).
         case requestCheck
         /// Send a `PING` on the subscription.
@@ -180,7 +180,7 @@ struct RedisLinkStateMachine: Sendable {
     /// A subscriber's `Last-Event-ID` is above the replica's version: read the state again, but
     /// at most one check at a time and at most one refresh per `refreshInterval` (issue 21 §6: a
     /// burst of such streams costs Redis one check, not one each). A refresh that must wait is
-    /// kept and asked for by a later `tick` or `checkFinished`.
+    /// kept and asked for by a later `tick` or `checkSucceeded`. Returns `requestCheck` or nothing.
     mutating func refreshRequested(at now: Double) -> [Action] {
         refreshWanted = true
         return refreshIfDue(at: now)

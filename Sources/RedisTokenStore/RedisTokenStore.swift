@@ -158,7 +158,7 @@ public final class RedisTokenStore: TokenStore {
     /// version. Coalesced: at most one check in flight, and at most one such check per
     /// `refreshInterval` (`RedisLinkStateMachine.refreshRequested`).
     public func refresh() {
-        link.handle { $0.refreshRequested(at: monotonicSeconds()) }
+        link.request { $0.refreshRequested(at: monotonicSeconds()) }
     }
 
     /// The store's series in the Prometheus text format (`RedisMetrics`).
