@@ -6,7 +6,7 @@ import Testing
 
 @testable import ForgePushTokenHTTP
 
-/// The subscribers of `GET /token/stream` and the owner's fan-out to them (what EventHub did).
+/// The subscribers of `GET /token/stream` and the owner's fan-out to them.
 @Suite("TokenOwner fan-out to EventSubscribers")
 struct FanOutTests {
     /// A subscriber with its wake counter.
