@@ -27,6 +27,17 @@ extension TokenOwner where Rendition == TokenSnapshot {
 }
 
 extension Responder {
+    /// `admit(_:)` and `respond(to:)` in one step, for a request whose body came with its head.
+    func respond(to request: HTTPRequest) -> Reply {
+        switch admit(request) {
+        case .answer(let response, _): .response(response)
+        case .proceed(let admitted): respond(to: admitted)
+        }
+    }
+
+    /// Whether `beginShutdown()` was called.
+    var isStopping: Bool { owner.isStopping }
+
     /// `openEventStream(for:wake:)` for a `GET /token/stream` from `origin`.
     func openEventStream(origin: String? = nil, wake: @escaping @Sendable () -> Void) -> (
         HTTPResponse, EventSubscriber?

@@ -457,7 +457,13 @@ final class Session {
         let end = Self.readAll(observer)
         require(end.end == .endOfStream && end.bytes.isEmpty, "the observer's stream did not end cleanly: \(end.end)", context: context)
         responder.streamClosed(observer.id)
-        if case .response(let health) = responder.respond(to: HTTPRequest(method: "GET", target: "/healthz")) {
+        let healthz = HTTPRequest(method: "GET", target: "/healthz")
+        let reply: Responder.Reply
+        switch responder.admit(healthz) {
+        case .answer(let response, _): reply = .response(response)
+        case .proceed(let admitted): reply = responder.respond(to: admitted)
+        }
+        if case .response(let health) = reply {
             require(health.status == 503 && jsonObject(health.body)?["status"] as? String == "shutting_down",
                     "/healthz while stopping answered \(health.status)", context: context)
         } else {
