@@ -30,7 +30,7 @@
 ///
 /// Then read ``token`` or observe ``tokenStream``.
 ///
-/// Behaviour (the numbered rules of the package's contract, `spec/manager.md`):
+/// Behaviour (the package's contract, as docs/library.md describes it):
 /// - A token of N bytes becomes exactly 2N lowercase hex digits, byte order kept, whatever N is.
 /// - An empty token is rejected: logged, nothing changes, nothing is emitted.
 /// - Subscribers are told only about actual changes of ``token``, in the order ``token`` took

@@ -227,15 +227,6 @@ public final class Responder: Sendable {
         }
     }
 
-    /// `admit(_:)` and `respond(to:)` in one step, for a request whose body has arrived with its
-    /// head (an engine without a separate head step).
-    public func respond(to request: HTTPRequest) -> Reply {
-        switch admit(request) {
-        case .answer(let response, _): .response(response)
-        case .proceed(let admitted): respond(to: admitted)
-        }
-    }
-
     /// `response` with the CORS header fields for `origin` (when it is allowed): for the answers
     /// the engine makes itself (413, 414, framing refusals).
     public func refuse(_ response: HTTPResponse, origin: String?) -> HTTPResponse {
@@ -387,9 +378,6 @@ public final class Responder: Sendable {
     public func endAllStreams() {
         owner.abortAll()
     }
-
-    /// Whether `beginShutdown()` was called.
-    public var isStopping: Bool { owner.isStopping }
 
     // MARK: Records
 

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ForgePushTokenOwnerTestSupport
 import Testing
 
 @testable import ForgePushTokenOwner
