@@ -19,8 +19,6 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var maxSubscribers: Int = 10_000
     /// Seconds between `: keep-alive` comments on an idle event stream (≥ 1). Default 15.
     public var heartbeatSeconds: Int = 15
-    /// Whether one access-log line is written per request. Default on.
-    public var accessLog: Bool = true
     /// Seconds that graceful shutdown gives requests in flight before closing them. Default 3.
     public var shutdownGraceSeconds: Double = 3
 

@@ -26,6 +26,8 @@ struct CommandLineOptions: Equatable {
     var authScope: BearerAuthentication.Scope = .writes
     /// `--cors-origin`, validated, in order (`*` allows every origin).
     var crossOrigin = CrossOriginPolicy()
+    /// `--access-log on|off`: one log line per finished request (the responder writes it).
+    var accessLog = true
     var action: Action = .run
     /// `FORGE_PUSH_TOKEN_*` variables that name no setting (a misspelling would otherwise go
     /// unnoticed: a mistyped `..._AUTH_TOKEN_FILE` leaves the service open), sorted.
@@ -398,8 +400,8 @@ struct CommandLineOptions: Equatable {
         }
         if let access = values["access-log"] {
             switch access {
-            case "on": server.accessLog = true
-            case "off": server.accessLog = false
+            case "on": accessLog = true
+            case "off": accessLog = false
             default: throw UsageError(description: "--access-log must be on or off, not \(access)")
             }
         }

@@ -109,15 +109,15 @@ if let redis = options.redis {
     store = MemoryTokenStore()
     initial = .initial
 }
-let owner = TokenOwner<TokenSnapshot>(
+// The owner over the store and the responder, wired as every test and the fuzz harness wire them
+// (Service); a store shared by replicas (Redis) turns on the replica mode itself.
+let service = Service(
     store: store, initial: initial, health: initialHealth,
-    maxSubscribers: options.server.maxSubscribers)
-owner.start()
-// A store shared by replicas (Redis) says so itself: the HTTP layer's replica mode comes from it.
-let replicaMode = ReplicaMode(store: store)
-let responder = Responder(
-    owner: owner, authentication: options.authentication, crossOrigin: options.crossOrigin,
-    log: log, accessLog: options.server.accessLog, replica: replicaMode)
+    settings: Service.Settings(
+        authentication: options.authentication, crossOrigin: options.crossOrigin, accessLog: options.accessLog,
+        maxSubscribers: options.server.maxSubscribers),
+    log: log)
+let responder = service.responder
 responder.metrics.setBuildVersion(serverVersion)
 for warning in options.startupWarnings {
     log.log(.warning, warning)
@@ -141,5 +141,5 @@ while true {
 log.log(.info, "received \(received == SIGTERM ? "SIGTERM" : "SIGINT"), shutting down")
 server.shutdown()
 // After the server: writes still in flight during graceful shutdown kept their store until now.
-owner.close()
+service.close()
 exit(0)

@@ -76,7 +76,7 @@ func serverLog(_ handler: @escaping PushTokenManager.LogHandler) -> ServerLog {
 
 /// A fresh responder around a fresh owner, logging to `log`.
 func makeResponder(maxSubscribers: Int = 16, log: @escaping PushTokenManager.LogHandler = quiet) -> Responder {
-    Responder(owner: makeOwner(maxSubscribers: maxSubscribers), log: serverLog(log))
+    Service(store: MemoryTokenStore(), settings: .init(maxSubscribers: maxSubscribers), log: serverLog(log)).responder
 }
 
 /// The UTF-8 bytes of `text`.

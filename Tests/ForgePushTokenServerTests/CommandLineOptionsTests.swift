@@ -18,7 +18,7 @@ import Testing
         #expect(options.server.heartbeatSeconds == 15)
         #expect(options.server.maxBodyBytes == 4096)
         #expect(options.server.maxSubscribers == 10_000)
-        #expect(options.server.accessLog)
+        #expect(options.accessLog)
         #expect(options.logLevel == .info)
         #expect(options.action == .run)
     }
@@ -35,7 +35,7 @@ import Testing
         #expect(spaced == joined)
         #expect(spaced.server.host == "::1" && spaced.server.port == 0 && spaced.server.heartbeatSeconds == 2)
         #expect(spaced.server.maxBodyBytes == 100 && spaced.server.maxSubscribers == 3)
-        #expect(spaced.logLevel == .debug && !spaced.server.accessLog)
+        #expect(spaced.logLevel == .debug && !spaced.accessLog)
     }
 
     @Test func environmentVariablesConfigureAndFlagsWin() throws {
@@ -45,7 +45,7 @@ import Testing
         ]
         let fromEnvironment = try parse([], environment)
         #expect(fromEnvironment.server.port == 9000 && fromEnvironment.server.maxBodyBytes == 10)
-        #expect(!fromEnvironment.server.accessLog && fromEnvironment.server.host == "0.0.0.0")
+        #expect(!fromEnvironment.accessLog && fromEnvironment.server.host == "0.0.0.0")
         #expect(try parse(["--port", "9001"], environment).server.port == 9001)
     }
 

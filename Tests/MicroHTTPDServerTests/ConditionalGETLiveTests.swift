@@ -90,7 +90,7 @@ extension LiveServerTests {
 
         @Test("conditional GET /token on the cached fast path, counted as 304 in /metrics")
         func fastPath() throws {
-            let live = try LiveServer { $0.accessLog = false }  // the fast path needs the access log off
+            let live = try LiveServer(accessLog: false)  // the fast path needs the access log off
             try conditionalReads(live)
             let metrics = try live.request("GET", "/metrics").text
             #expect(
@@ -101,7 +101,7 @@ extension LiveServerTests {
 
         @Test("conditional GET /token with the access log on: the log line says 304")
         func accessLogPath() throws {
-            let live = try LiveServer { $0.accessLog = true }
+            let live = try LiveServer(accessLog: true)
             try conditionalReads(live)
             #expect(eventually { live.lines.withLock { $0 }.contains { $0.contains("GET /token 304 0 bytes") } })
         }

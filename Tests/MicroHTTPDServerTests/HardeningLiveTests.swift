@@ -143,7 +143,7 @@ extension LiveServerTests {
             arguments: smuggles)
         func ambiguousRequestsAreRefused(_ smuggle: Smuggle) throws {
             for accessLog in [true, false] {  // with the log off, GET /token may take the fast path
-                let live = try LiveServer { $0.accessLog = accessLog }
+                let live = try LiveServer(accessLog: accessLog)
                 live.register([0x01, 0x02])
                 let client = try live.client()
                 defer { client.close() }

@@ -17,9 +17,7 @@ extension LiveServerTests {
     struct LaterAnswerTests {
         @Test("a write in flight is answered when the store decides; reads and streams go on meanwhile")
         func writeAnsweredLater() throws {
-            let live = try LiveServer(store: ScriptedStore(answering: .after(.milliseconds(400)))) {
-                $0.accessLog = false
-            }
+            let live = try LiveServer(store: ScriptedStore(answering: .after(.milliseconds(400))), accessLog: false)
             let subscriber = try live.client()
             defer { subscriber.close() }
             try subscriber.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -10,15 +10,18 @@ import MicroHTTPDServer
 /// A running server on a free loopback port, for one test.
 final class LiveServer {
     let server: MicroHTTPDServer
+    /// The service the server serves, as the executable composes it.
+    let service: Service
     let port: UInt16
     let responder: Responder
     /// The token's owner behind the responder (in memory).
     let owner: TokenOwner<TokenSnapshot>
     let lines = Locked<[String]>([])
 
+    /// A server over `store`, built as the executable builds it (`Service`), on a free port.
     init(
         authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
-        store: any TokenStore = MemoryTokenStore(), logFormat: ServerLog.Format = .text,
+        store: any TokenStore = MemoryTokenStore(), logFormat: ServerLog.Format = .text, accessLog: Bool = true,
         _ configure: (inout ServerConfiguration) -> Void = { _ in }
     ) throws {
         var configuration = ServerConfiguration()
@@ -27,17 +30,24 @@ final class LiveServer {
         configure(&configuration)
         let lines = self.lines
         let log = ServerLog(minimumLevel: .debug, format: logFormat) { line in lines.withLock { $0.append(line) } }
-        owner = TokenOwner(store: store, initial: .initial, maxSubscribers: configuration.maxSubscribers)
-        owner.start()
-        responder = Responder(
-            owner: owner, authentication: authentication, crossOrigin: crossOrigin, log: log,
-            accessLog: configuration.accessLog)
+        let service = Service(
+            store: store,
+            settings: Service.Settings(
+                authentication: authentication, crossOrigin: crossOrigin, accessLog: accessLog,
+                maxSubscribers: configuration.maxSubscribers),
+            log: log)
+        self.service = service
+        owner = service.owner
+        responder = service.responder
         server = try MicroHTTPDServer(configuration: configuration, responder: responder, log: log)
         let authority = try server.start()
         port = UInt16(authority.split(separator: ":").last!)!
     }
 
-    deinit { server.shutdown() }
+    deinit {
+        server.shutdown()
+        service.close()
+    }
 
     func client() throws -> TestClient { try TestClient(port: port) }
 

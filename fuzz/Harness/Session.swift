@@ -65,9 +65,13 @@ final class Session {
     init(_ configuration: Configuration) {
         self.configuration = configuration
         let initial = TokenState(version: 0, token: configuration.initialToken.map(DeviceTokenHex.encode))
-        owner = TokenOwner(store: configuration.store, initial: initial, maxSubscribers: configuration.maxSubscribers)
-        responder = Responder(owner: owner, authentication: configuration.authentication,
-                              crossOrigin: configuration.crossOrigin)
+        // Built as the executable builds it (`Service`), without an engine.
+        let service = Service(store: configuration.store, initial: initial,
+                              settings: Service.Settings(authentication: configuration.authentication,
+                                                         crossOrigin: configuration.crossOrigin,
+                                                         maxSubscribers: configuration.maxSubscribers))
+        owner = service.owner
+        responder = service.responder
         guard case .proceed(let stream) = responder.admit(HTTPRequest(method: "GET", target: "/token/stream",
                                                                       headers: Configuration.observerHeaders(configuration))) else {
             fatalError("the observer's GET /token/stream was not admitted")
