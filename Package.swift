@@ -95,9 +95,11 @@ let package = Package(
         .target(
             name: "ForgePushTokenTestSupport", dependencies: ["ForgePushToken"], path: "Tests/TestSupport",
             swiftSettings: swiftSettings),
+        // Fixtures/ holds provisioning profiles (scripts/make-profile-fixtures.sh); the tests read
+        // them beside their source file (#filePath), so they are not bundled as resources.
         .testTarget(
             name: "ForgePushTokenTests", dependencies: ["ForgePushToken", "ForgePushTokenTestSupport"],
-            swiftSettings: swiftSettings),
+            exclude: ["Fixtures"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ForgePushTokenOwnerTests",
             dependencies: ["ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
