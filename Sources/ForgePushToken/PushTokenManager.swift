@@ -68,8 +68,11 @@ public final class PushTokenManager: Sendable {
     /// - ``error``: `"registration failed: <description of the error>"`
     ///   (``didFailToRegister(error:)``).
     /// - ``error``: `"device token upload failed (attempt N): <description of the error>; …"`
-    ///   (``uploadTokenChanges(retryPolicy:clock:randomSource:upload:)``, with the token's text
-    ///   removed from the error's description).
+    ///   (``uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``,
+    ///   with the token's text removed from the error's description), or `"…: the upload gave up;
+    ///   waiting for a new value or a re-send"`.
+    /// - ``error``: `"APNs environment: <description of the error>; assuming production"` (the
+    ///   same call, when ``APNsEnvironment/current()`` throws).
     public enum LogLevel: String, Sendable, Comparable {
         /// Diagnostic detail.
         case debug
