@@ -61,6 +61,16 @@ struct TokenUploadTests {
                 }, sourceLocation: sourceLocation)
         }
 
+        /// Shows that the uploader does nothing more, by the event that must come next: `marker`
+        /// is registered and the next call must upload it (anything the uploader did first would
+        /// be that call instead); the call is answered `done`.
+        func expectNothingMoreThen(_ marker: UInt32, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+            manager.didRegister(deviceToken: token(marker))
+            let call = try #require(await backend.nextCall(), sourceLocation: sourceLocation)
+            #expect(call.value == hex(marker), "an upload came before the next value's", sourceLocation: sourceLocation)
+            call.succeed()
+        }
+
         /// Cancels the uploader and waits for it to return.
         func stop() async {
             task.cancel()
@@ -74,8 +84,8 @@ struct TokenUploadTests {
         let call = try #require(await harness.backend.nextCall())
         #expect(call.value == hex(0xa))
         call.succeed()
-        await letOtherTasksRun()
-        #expect(harness.backend.values == [hex(0xa)])
+        try await harness.expectNothingMoreThen(0xb)
+        #expect(harness.backend.values == [hex(0xa), hex(0xb)])
         #expect(harness.clock.requestedSleeps.isEmpty)
         #expect(harness.log.recorded.isEmpty)
         await harness.stop()
@@ -83,20 +93,17 @@ struct TokenUploadTests {
 
     @Test func theInitialNilIsNotUploadedButNilAfterATokenIs() async throws {
         let harness = Harness()
-        await letOtherTasksRun()
-        #expect(harness.backend.values.isEmpty)  // the launch's nil: nothing uploaded
-
         harness.manager.didRegister(deviceToken: token(0xa))
         let first = try #require(await harness.backend.nextCall())
-        #expect(first.value == hex(0xa))
+        #expect(first.value == hex(0xa))  // the first call: the launch's nil was not uploaded
         first.succeed()
 
         harness.manager.didFailToRegister(error: TestError(description: "offline"))
         let second = try #require(await harness.backend.nextCall())
         #expect(second.value == nil)  // clears the token on the server
         second.succeed()
-        await letOtherTasksRun()
-        #expect(harness.backend.values == [hex(0xa), nil])
+        try await harness.expectNothingMoreThen(0xc)
+        #expect(harness.backend.values == [hex(0xa), nil, hex(0xc)])
         await harness.stop()
     }
 
@@ -123,16 +130,16 @@ struct TokenUploadTests {
             call.fail(rejected)
             let wait = try #require(await harness.nextSleep())
             waits.append(wait)
-            // Not retried before the wait is over...
+            // Not retried before the wait is over (the uploader still sleeps on the clock)...
             harness.clock.advance(by: wait - .nanoseconds(1))
-            await letOtherTasksRun()
+            #expect(harness.clock.sleeperCount == 1)
             #expect(harness.backend.waitingCount == 0)
             // ...and retried as soon as it is.
             harness.clock.advance(by: .nanoseconds(1))
         }
         let last = try #require(await harness.backend.nextCall())
         last.succeed()
-        await letOtherTasksRun()
+        try await harness.expectNothingMoreThen(0xb)
 
         // base 1, 2, 4, 8, 8 seconds (capped), each × (1 − 0.5 × u).
         #expect(waits[0] == .seconds(1))
@@ -140,7 +147,7 @@ struct TokenUploadTests {
         #expect(waits[2] >= .seconds(2) && waits[2] < .milliseconds(2001))
         #expect(waits[3] == .seconds(8))
         #expect(waits[4] == .seconds(8))
-        #expect(harness.backend.values == Array(repeating: hex(0xa), count: 6))
+        #expect(harness.backend.values == Array(repeating: hex(0xa), count: 6) + [hex(0xb)])
         #expect(harness.clock.sleeperCount == 0)
 
         // Every failure logged as an error, counted, without the token's text.
@@ -211,8 +218,8 @@ struct TokenUploadTests {
         await waitUntil { harness.clock.sleeperCount == 0 }
 
         harness.clock.advance(by: .seconds(3600))
-        await letOtherTasksRun()
-        #expect(harness.backend.values == [hex(0xa), hex(0xb)])
+        try await harness.expectNothingMoreThen(0xc)  // A is never retried
+        #expect(harness.backend.values == [hex(0xa), hex(0xb), hex(0xc)])
         await harness.stop()
     }
 
@@ -221,13 +228,13 @@ struct TokenUploadTests {
         harness.manager.didRegister(deviceToken: token(0xa))
         let first = try #require(await harness.backend.nextCall())
         harness.manager.didRegister(deviceToken: token(0xb))
-        await letOtherTasksRun()
-        #expect(harness.backend.values == [hex(0xa)])  // no second upload while one is in flight
+        await harness.waitUntilPending(hex(0xb))  // B waits while A's upload is in flight
+        #expect(harness.backend.values == [hex(0xa)])
         first.succeed()
         let second = try #require(await harness.backend.nextCall())
         #expect(second.value == hex(0xb))
         second.succeed()
-        await letOtherTasksRun()
+        try await harness.expectNothingMoreThen(0xc)
         #expect(harness.backend.maximumInFlight == 1)
         #expect(harness.clock.requestedSleeps.isEmpty)
         await harness.stop()
@@ -238,13 +245,14 @@ struct TokenUploadTests {
         harness.manager.didRegister(deviceToken: token(0xa))
         let first = try #require(await harness.backend.nextCall())
         harness.manager.didRegister(deviceToken: token(0xb))
+        await harness.waitUntilPending(hex(0xb))  // B is waiting when A's upload fails
         first.fail(TestError(description: "down"))
         let second = try #require(await harness.backend.nextCall())
         #expect(second.value == hex(0xb))
         second.succeed()
-        await letOtherTasksRun()
+        try await harness.expectNothingMoreThen(0xc)
         #expect(harness.clock.requestedSleeps.isEmpty)
-        #expect(harness.backend.values == [hex(0xa), hex(0xb)])
+        #expect(harness.backend.values == [hex(0xa), hex(0xb), hex(0xc)])
         #expect(
             harness.log.recorded.map(\.message)
                 == ["device token upload failed (attempt 1): down; a newer value replaces it"])
@@ -259,8 +267,7 @@ struct TokenUploadTests {
         await harness.stop()  // returns without the clock moving
         #expect(harness.clock.sleeperCount == 0)
         harness.clock.advance(by: .seconds(3600))
-        harness.manager.didRegister(deviceToken: token(0xb))
-        await letOtherTasksRun()
+        harness.manager.didRegister(deviceToken: token(0xb))  // the uploader has returned
         #expect(harness.backend.values == [hex(0xa)])
         #expect(harness.manager.subscriberCount == 0)
     }
@@ -271,8 +278,7 @@ struct TokenUploadTests {
         _ = try #require(await harness.backend.nextCall())  // never answered
         await harness.stop()  // the upload sees the cancellation and throws
         #expect(harness.backend.cancelledCount == 1)
-        harness.manager.didRegister(deviceToken: token(0xb))
-        await letOtherTasksRun()
+        harness.manager.didRegister(deviceToken: token(0xb))  // the uploader has returned
         #expect(harness.backend.values == [hex(0xa)])
         #expect(harness.clock.requestedSleeps.isEmpty)
         #expect(harness.log.recorded.isEmpty)  // a cancelled upload is not a failure
@@ -292,8 +298,8 @@ struct TokenUploadTests {
         let second = try #require(await harness.backend.nextCall())
         #expect(second.value == hex(10_001))
         second.succeed()
-        await letOtherTasksRun()
-        #expect(harness.backend.values == [hex(1), hex(10_001)])
+        try await harness.expectNothingMoreThen(20_000)
+        #expect(harness.backend.values == [hex(1), hex(10_001), hex(20_000)])
         await harness.stop()
     }
 
@@ -343,6 +349,7 @@ struct TokenUploadTests {
         harness.manager.didRegister(deviceToken: token(0xb))
         let b = try #require(await harness.backend.nextCall())
         harness.manager.didRegister(deviceToken: token(0xa))
+        await harness.waitUntilPending(hex(0xa))  // A is waiting when B's upload fails
         b.fail(TestError(description: "down"))
         let again = try #require(await harness.backend.nextCall())
         #expect(again.value == hex(0xa))

@@ -186,11 +186,3 @@ final class ScriptedBackend: Sendable {
         }
     }
 }
-
-/// Lets other tasks run for a while (yielding, never sleeping), so that a wrong action they might
-/// take has the chance to happen before the test checks it did not.
-func letOtherTasksRun(_ rounds: Int = 200) async {
-    for _ in 0..<rounds {
-        await Task.yield()
-    }
-}
