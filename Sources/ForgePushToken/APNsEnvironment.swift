@@ -50,7 +50,7 @@ public enum APNsEnvironment: String, Sendable, Hashable, Codable, CaseIterable {
     /// `embedded.mobileprovision` or `embedded.provisionprofile`) whose content, an XML property
     /// list, is stored in it unchanged; this reads the bytes from the first `<?xml` to the first
     /// `</plist>` after it and decodes them with `PropertyListDecoder`. The signature is not
-    /// verified: the system has verified it before the app runs.
+    /// verified: the system has verified it before the app runs. Thread-safe.
     ///
     /// The entitlement is read from `Entitlements` → `aps-environment` (iOS, iPadOS, tvOS,
     /// watchOS, visionOS) or, when that is absent, `Entitlements` →
@@ -89,7 +89,7 @@ public enum APNsEnvironment: String, Sendable, Hashable, Codable, CaseIterable {
 
     /// The environment of an app's device tokens, from its embedded provisioning profile.
     ///
-    /// A pure function, the decision ``current()`` makes from the running app:
+    /// A pure function (thread-safe), the decision ``current()`` makes from the running app:
     /// - `isSimulator`: ``development`` (the simulator registers with the sandbox);
     /// - no profile (`nil`: an App Store or TestFlight build): ``production``;
     /// - otherwise the profile's entitlement (``entitlement(inProvisioningProfile:)``).
@@ -184,7 +184,8 @@ public enum ProvisioningProfileError: Error, Sendable, Hashable, CustomStringCon
         case .noPropertyList:
             "the provisioning profile holds no property list (<?xml … </plist>)"
         case .notAProfile(let reason):
-            "the provisioning profile's property list has no Entitlements dictionary: \(reason)"
+            "the provisioning profile's property list is not a profile (no Entitlements dictionary, "
+                + "or not a valid property list): \(reason)"
         case .unknownEnvironment(let value):
             "the aps-environment entitlement is \"\(value)\", neither development nor production"
         case .noEntitlement:
