@@ -6,9 +6,9 @@ import Testing
     import FoundationNetworking
 #endif
 
-// The upload examples of docs/library.md, compiled and tested here. The code between each pair of
-// marker lines must appear in docs/library.md character for character; the test
-// `documentationShowsThisCode` checks it. `forgePushTokenServerUpload(baseURL:)` is also the
+// The upload examples of docs/library.md and of the DocC article "Keeping your server in step",
+// compiled and tested here. The code between each pair of marker lines must appear in both
+// character for character; the test `documentationShowsThisCode` checks it. `forgePushTokenServerUpload(baseURL:)` is also the
 // upload function of the end-to-end test (ServerUploadEndToEndTests.swift).
 
 // BEGIN upload on change
@@ -218,7 +218,8 @@ struct DocumentationExampleTests {
         let here = URL(fileURLWithPath: #filePath)
         let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let source = try String(contentsOf: here, encoding: .utf8)
-        let docs = try String(contentsOf: root.appendingPathComponent("docs/library.md"), encoding: .utf8)
+        let pages = ["docs/library.md", "Sources/ForgePushToken/ForgePushToken.docc/KeepingYourServerInStep.md"]
+        let texts = try pages.map { try String(contentsOf: root.appendingPathComponent($0), encoding: .utf8) }
         for name in ["upload on change", "main-actor model", "forge-push-token-server upload"] {
             let begin = "// BEGIN \(name)\n"
             let end = "// END \(name)\n"
@@ -229,7 +230,9 @@ struct DocumentationExampleTests {
                     }
                 })
             #expect(example.count > 200)
-            #expect(docs.contains(example), "docs/library.md does not show the example \(name)")
+            for (page, text) in zip(pages, texts) {
+                #expect(text.contains(example), "\(page) does not show the example \(name)")
+            }
         }
     }
 }
