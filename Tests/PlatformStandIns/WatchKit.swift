@@ -32,7 +32,9 @@ open class WKApplication {
 /// Apple (Foundation): `class Bundle : NSObject, @unchecked Sendable`, iOS 2.0+, macOS 10.0+,
 /// tvOS 9.0+, watchOS 2.0+, visionOS 1.0+.
 /// https://developer.apple.com/documentation/foundation/bundle
-open class Bundle: @unchecked Sendable {  // a stand-in with no state; never instantiated
+// `@unchecked Sendable` as Apple declares it; sound here because the stand-in has no stored state
+// (and is never instantiated: its members are only type-checked).
+open class Bundle: @unchecked Sendable {
     /// Apple: `class var main: Bundle { get }`.
     /// https://developer.apple.com/documentation/foundation/bundle/main
     open class var main: Bundle { fatalError("stand-in: never run") }
