@@ -28,7 +28,9 @@
 /// manager.didFailToRegister(error: error)         // failure
 /// ```
 ///
-/// Then read ``token`` or observe ``tokenStream``.
+/// Then read ``token``, observe ``tokenStream``, or let
+/// ``uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)`` keep a server
+/// in step with it, told the token's ``APNsEnvironment``.
 ///
 /// Behaviour (each rule is checked by the tests in `Tests/ForgePushTokenTests`):
 /// - A token of N bytes becomes exactly 2N lowercase hex digits, byte order kept, whatever N is.
