@@ -95,6 +95,11 @@ let package = Package(
         .target(
             name: "ForgePushTokenTestSupport", dependencies: ["ForgePushToken"], path: "Tests/TestSupport",
             swiftSettings: swiftSettings),
+        // The owner's testing kit: a scripted store on MemoryTokenStore's decisions, a recording
+        // subscriber, commitNow.
+        .target(
+            name: "ForgePushTokenOwnerTestSupport", dependencies: ["ForgePushTokenOwner", "ForgePushToken"],
+            path: "Tests/OwnerTestSupport", swiftSettings: swiftSettings),
         // Fixtures/ holds provisioning profiles (scripts/make-profile-fixtures.sh); the tests read
         // them beside their source file (#filePath), so they are not bundled as resources.
         .testTarget(
@@ -102,17 +107,22 @@ let package = Package(
             exclude: ["Fixtures"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ForgePushTokenOwnerTests",
-            dependencies: ["ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
+            dependencies: [
+                "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
+            ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ForgePushTokenHTTPTests",
-            dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
+            dependencies: [
+                "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
+                "ForgePushTokenOwnerTestSupport",
+            ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "MicroHTTPDServerTests",
             dependencies: [
                 "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken",
-                "ForgePushTokenTestSupport",
+                "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
             ], swiftSettings: swiftSettings),
         .testTarget(
             name: "RedisTokenStoreTests",

@@ -8,7 +8,7 @@
       a few seconds, never listens, and one line of standard error names the file.
   (c) unwritable: after start the state file's folder is replaced by a regular file (root ignores
       permission bits, so chmod cannot make it unwritable): a change gets 503 `state_not_saved`
-      and /healthz answers 200 {"status":"degraded"}; once the folder is back, the next change
+      and /healthz answers 200 {"status":"degraded","reason":"state_not_saved"}; once the folder is back, the next change
       gets 200, lands in the file, and /healthz is {"status":"ok"} again.
   (d) crash: ITERATIONS times start the server on the file left by the previous kill, check that
       GET /token and the stream agree with the file, let several threads POST distinct tokens,
@@ -16,7 +16,11 @@
       flight or one acknowledged after every acknowledged request was sent (never one older than
       the last acknowledged), with a version between the acknowledged and the sent counts.
 
-    python3 e2e/state_file_test.py --server PATH [--iterations 30] [--seed N] [--only a,b,c,d]
+  (e) the last version: a file at version 2^64 - 1 loads and is served, but every change answers
+      503 store_unavailable and /healthz answers 200 {"status":"degraded","reason":
+      "version_exhausted"} (it said "ok" before: attack finding, issue 21); the file is unchanged.
+
+    python3 e2e/state_file_test.py --server PATH [--iterations 30] [--seed N] [--only a,b,c,d,e]
 """
 import argparse
 import json
@@ -115,6 +119,32 @@ def restart_keeps_token(binary, workdir):
     log("(a) ok: token B and id %d survived a restart; version continued to 3" % last_id)
 
 
+# -- (e) ----------------------------------------------------------------------------------------
+def last_version_degrades(binary, workdir):
+    log("(e) a state file at version 2^64 - 1")
+    path = os.path.join(workdir, "e", "state.json")
+    os.makedirs(os.path.dirname(path))
+    last = (1 << 64) - 1
+    a = token_hex(0xA, 5)
+    with open(path, "w") as f:
+        json.dump({"token": a, "version": last}, f)
+    server = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).start()
+    try:
+        check(server.token() == a, "GET /token at the last version is %r, expected A" % server.token())
+        check(first_stream_event(server) == (last, a), "the first event is not (2^64 - 1, A)")
+        check(health(server) == (200, {"status": "degraded", "reason": "version_exhausted"}),
+              "healthz at the last version: %r, expected 200 degraded version_exhausted" % (health(server),))
+        status, _, body = server.register(token_hex(0xB, 6))
+        check(status == 503 and json.loads(body).get("error") == "store_unavailable",
+              "a change at the last version answered %s %r, expected 503 store_unavailable" % (status, body))
+        check(server.token() == a, "a refused change changed GET /token")
+        check(read_state(path) == {"token": a, "version": last}, "a refused change changed the file")
+    finally:
+        server.stop()
+        server.kill()
+    log("(e) ok: served, every change refused, healthz degraded with the reason")
+
+
 # -- (b) ----------------------------------------------------------------------------------------
 def unparsable_exits_1(binary, workdir):
     log("(b) unparsable state file")
@@ -173,7 +203,7 @@ def unwritable_degrades(binary, workdir):
         error = json.loads(body)
         check(error.get("error") == "state_not_saved", "503 body %r, expected error state_not_saved" % error)
         check(isinstance(error.get("message"), str) and error["message"], "503 without a message: %r" % error)
-        check(health(server) == (200, {"status": "degraded"}),
+        check(health(server) == (200, {"status": "degraded", "reason": "state_not_saved"}),
               "healthz after a failed write: %r, expected 200 degraded" % (health(server),))
         after_b = server.token()
         log("  register B: 503 state_not_saved; GET /token is now %s (the interface leaves open whether "
@@ -181,7 +211,7 @@ def unwritable_degrades(binary, workdir):
         status, _, body = server.fail("while broken")
         check(status == 503 and json.loads(body).get("error") == "state_not_saved",
               "POST /fail with the folder gone answered %s %r, expected 503 state_not_saved" % (status, body))
-        check(health(server)[1] == {"status": "degraded"}, "healthz not degraded after the second failure")
+        check(health(server)[1] == {"status": "degraded", "reason": "state_not_saved"}, "healthz not degraded after the second failure")
         log("  POST /fail: 503 state_not_saved, healthz still degraded; GET /token is now %r" % server.token())
 
         # Fix it: the next change is written and health is ok again.
@@ -337,7 +367,7 @@ def run():
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("E2E_SEED", "0")) or None)
-    parser.add_argument("--only", default="a,b,c,d")
+    parser.add_argument("--only", default="a,b,c,d,e")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1, 1 << 30)
     log("seed %d (rerun with --seed %d)" % (seed, seed))
@@ -353,6 +383,8 @@ def run():
             unwritable_degrades(args.server, workdir)
         if "d" in parts:
             crash_iterations(args.server, workdir, args.iterations, rng, args.threads)
+        if "e" in parts:
+            last_version_degrades(args.server, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

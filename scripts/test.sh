@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project, in the order a failure is cheapest to find:
-#   0. the house style: swift-format lint --strict with .swift-format;
+#   0. the house style: swift-format lint --strict with .swift-format; every Markdown file named
+#      in Sources, docs and the README, and every relative link in Markdown, resolves
+#      (scripts/check-references.py);
 #   1. debug build of everything with -warnings-as-errors, and the unit and live-server tests;
 #   2. the same tests under Thread Sanitizer, then under Address Sanitizer with LeakSanitizer (each
 #      in its own scratch folder, so no build evicts another);
@@ -43,6 +45,9 @@ fi
 
 step "house style: swift-format lint --strict (the toolchain's swift-format, .swift-format)"
 swift-format lint --strict --recursive --parallel Sources Tests Package.swift
+
+step "references: every named Markdown file and relative link resolves"
+python3 scripts/check-references.py
 
 step "debug build (-warnings-as-errors) and tests"
 swift build --build-tests -Xswiftc -warnings-as-errors

@@ -32,7 +32,7 @@
 /// ``uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)`` keep a server
 /// in step with it, told the token's ``APNsEnvironment``.
 ///
-/// Behaviour (each rule is checked by the tests in `Tests/ForgePushTokenTests`):
+/// Behaviour (the package's contract, as docs/library.md describes it):
 /// - A token of N bytes becomes exactly 2N lowercase hex digits, byte order kept, whatever N is.
 /// - An empty token is rejected: logged, nothing changes, nothing is emitted.
 /// - Subscribers are told only about actual changes of ``token``, in the order ``token`` took

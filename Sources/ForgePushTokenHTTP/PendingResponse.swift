@@ -1,4 +1,4 @@
-import Synchronization
+import ForgePushToken
 
 /// A response that is decided after the request's handler has returned: the answer to a write
 /// whose commit is still in flight (a store that answers on its own thread).
@@ -18,8 +18,10 @@ public final class PendingResponse: Sendable {
         case taken
     }
 
-    /// A `Mutex` (no allocation of its own): a write makes one of these per request.
-    private let state = Mutex(State.waiting)
+    /// `Locked`, not `Synchronization.Mutex`: the completion (a store's thread) and the engine's
+    /// `take(orPark:resume:)` contend for it, and a contended `Mutex` is reported as a race by
+    /// Thread Sanitizer on Linux (Sources/ForgePushToken/Locked.swift says why).
+    private let state = Locked(State.waiting)
 
     /// A response not decided yet.
     public init() {}

@@ -227,15 +227,6 @@ public final class Responder: Sendable {
         }
     }
 
-    /// `admit(_:)` and `respond(to:)` in one step, for a request whose body has arrived with its
-    /// head (an engine without a separate head step).
-    public func respond(to request: HTTPRequest) -> Reply {
-        switch admit(request) {
-        case .answer(let response, _): .response(response)
-        case .proceed(let admitted): respond(to: admitted)
-        }
-    }
-
     /// `response` with the CORS header fields for `origin` (when it is allowed): for the answers
     /// the engine makes itself (413, 414, framing refusals).
     public func refuse(_ response: HTTPResponse, origin: String?) -> HTTPResponse {
@@ -287,7 +278,7 @@ public final class Responder: Sendable {
         if let replica { return replica.healthResponse(owner.health) }
         switch owner.health {
         case .ok: return Self.healthy
-        case .degraded: return Self.degraded
+        case .degraded(let reason): return .json(200, encoding: ["status": "degraded", "reason": reason])
         case .starting: return Self.starting
         }
     }
@@ -306,8 +297,6 @@ public final class Responder: Sendable {
     private static let shuttingDown = HTTPResponse.json(503, encoding: ["status": "shutting_down"])
     /// The state is not known yet (a store that has not been read).
     private static let starting = HTTPResponse.json(503, encoding: ["status": "starting"])
-    /// Serving, but the last change could not be saved to the state file.
-    private static let degraded = HTTPResponse.json(200, encoding: ["status": "degraded"])
 
     // MARK: Event streams
 
@@ -389,9 +378,6 @@ public final class Responder: Sendable {
     public func endAllStreams() {
         owner.abortAll()
     }
-
-    /// Whether `beginShutdown()` was called.
-    public var isStopping: Bool { owner.isStopping }
 
     // MARK: Records
 

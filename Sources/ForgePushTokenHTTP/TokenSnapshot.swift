@@ -44,13 +44,8 @@ public struct TokenSnapshot: TokenRendition, Equatable {
         self.event = ServerSentEvents.event(id: version, name: "token", data: body)
     }
 
-    /// The body of `POST /register` and `POST /fail` at this version:
+    /// The body of `POST /register` and `POST /fail` for `state`:
     /// `{"changed":true|false,"token":"<hex>"|null}` (keys sorted, as every JSON body here).
-    public func changeBody(changed: Bool) -> [UInt8] {
-        Self.changeBody(state, changed: changed)
-    }
-
-    /// The body of `POST /register` and `POST /fail` for `state` (see `changeBody(changed:)`).
     public static func changeBody(_ state: TokenState, changed: Bool) -> [UInt8] {
         let token = state.token
         var body: [UInt8] = []

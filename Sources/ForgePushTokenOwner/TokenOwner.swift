@@ -157,6 +157,11 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
 
 /// Where a store's synchronous completion leaves its outcome: a `Mutex` in a small object (one
 /// allocation, no `pthread_mutex_init`), since the completion closure must be `@Sendable`.
+///
+/// A `Mutex` is right here, unlike where threads contend (Sources/ForgePushToken/Locked.swift:
+/// Thread Sanitizer reports a contended `Mutex` on Linux as a race): the completion runs before
+/// `commit` returns and the committing thread reads the slot only after that, so the two
+/// `withLock` calls never overlap and the lock is never contended.
 private final class OutcomeSlot: Sendable {
     let value = Mutex<CommitOutcome?>(nil)
 }

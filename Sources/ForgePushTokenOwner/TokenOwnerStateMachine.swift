@@ -29,7 +29,9 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 
     /// The current rendition.
     public private(set) var current: Rendition
-    /// The store's health, from its reports and the outcomes of commits.
+    /// The store's health, from its reports and the outcomes of commits; `.degraded` with
+    /// `StoreHealth.versionExhausted` while the current version is 2^64 - 1 and `health` would
+    /// otherwise be `.ok` (every change is refused then, so the service is not well).
     public private(set) var health: StoreHealth
     /// Whether `stop()` has happened.
     public private(set) var isStopping = false
@@ -44,6 +46,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
         self.current = Rendition(initial)
         self.health = health
         self.maxSubscribers = maxSubscribers
+        noteVersionExhaustion()
     }
 
     /// The number of subscribers.
@@ -84,7 +87,9 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
         case .unknown, .unavailable, .stopping:
             break
         }
-        return outcome.state.flatMap { apply($0) }
+        let delivery = outcome.state.flatMap { apply($0) }
+        noteVersionExhaustion()
+        return delivery
     }
 
     /// The store reported `event`.
@@ -92,9 +97,11 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     public mutating func storeReported(_ event: TokenStoreEvent) -> Delivery? {
         switch event {
         case .changed(let state):
+            defer { noteVersionExhaustion() }
             return apply(state)
         case .health(let health):
             self.health = health
+            noteVersionExhaustion()
             return nil
         }
     }
@@ -119,6 +126,14 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
         Array(subscribers.values)
     }
 
+    /// A service at version 2^64 - 1 refuses every change (`TokenState.versionExhausted`): it
+    /// says so in its health instead of `ok`. A health that already names a problem is kept.
+    private mutating func noteVersionExhaustion() {
+        if current.state.version == .max, health == .ok {
+            health = .degraded(reason: StoreHealth.versionExhausted)
+        }
+    }
+
     private mutating func apply(_ state: TokenState) -> Delivery? {
         guard state.version > current.state.version else { return nil }
         current = Rendition(state)
@@ -129,4 +144,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 extension StoreHealth {
     /// The reason of `.degraded` after a change that could not be made durable.
     public static let stateNotSaved = "state_not_saved"
+    /// The reason of `.degraded` while the version is 2^64 - 1 and every change is refused
+    /// (`TokenState.versionExhausted`).
+    public static let versionExhausted = "version_exhausted"
 }

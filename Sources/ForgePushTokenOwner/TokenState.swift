@@ -34,7 +34,7 @@ public struct TokenState: Sendable, Hashable, CustomStringConvertible {
         TokenState(version: version == .max ? .max : version + 1, token: token)
     }
 
-    /// `version N, token <hex>` or `version N, no token`: for log lines. Device tokens are not
+    /// `version N, a token` or `version N, no token`: for log lines. Device tokens are not
     /// secrets, but the service's logs never print one: only whether there is one.
     public var description: String {
         "version \(version), \(token == nil ? "no token" : "a token")"

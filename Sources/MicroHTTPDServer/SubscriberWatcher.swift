@@ -22,7 +22,7 @@ import ForgePushTokenHTTP
 ///
 /// Thread-safety: `watch`/`unwatch` may be called from any thread (epoll_ctl is thread-safe);
 /// `stop()` once, from any thread. The epoll event's data is the subscriber id, not the fd, so an
-/// event that races with a removal names an id the hub no longer knows and is ignored.
+/// event that races with a removal names an id the owner no longer knows and is ignored.
 final class SubscriberWatcher: Sendable {
     private let epoll: Int32
     private let stopSignal: Int32

@@ -1,6 +1,6 @@
 /// The delays between reconnect attempts: about 100 ms, doubling, to at most 1 s, each with
 /// jitter ("equal jitter": a random point in the upper half of the step), so that the replicas of
-/// one Redis do not all reconnect in the same instant (cluster.md, "When Redis goes away").
+/// one Redis do not all reconnect in the same instant (docs/replicas.md, "When something fails").
 ///
 /// Thread-safety: a value type; each thread keeps its own.
 public struct ReconnectBackoff: Sendable {

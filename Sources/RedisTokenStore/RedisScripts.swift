@@ -8,7 +8,7 @@
 /// the key: a key that is not a hash, a missing or non-decimal `version`, or a `token` that is
 /// not lowercase hex makes the script fail with an `INVALIDSTATE …` error and write nothing.
 ///
-/// Reconciliation, shared by both (cluster.md, "Redis lost its data"):
+/// Reconciliation, shared by both (docs/replicas.md, "When something fails": Redis lost its data):
 /// - key missing, or stored version below the replica's: the replica's state is written back
 ///   ("highest version wins") and published;
 /// - same version, different token: the stored token wins and the version is bumped by one and

@@ -9,7 +9,7 @@ import ForgePushToken
     import Darwin
 #endif
 
-/// Keeps the token in Redis so that several replicas of the service share it (cluster.md;
+/// Keeps the token in Redis so that several replicas of the service share it (see
 /// docs/replicas.md): the layout is `PREFIX:state` (a hash of `version` and `token`) and the
 /// pub/sub channel `PREFIX:changes`.
 ///
@@ -43,7 +43,7 @@ public final class RedisTokenStore: Sendable {
         public var endpoint: RedisEndpoint
         /// The key namespace.
         public var prefix: RedisKeyPrefix
-        /// Seconds a write (or a connect) may take before it counts as failed (2 s, cluster.md).
+        /// Seconds a write (or a connect) may take before it counts as failed (2 s, docs/replicas.md).
         public var writeTimeout: Double = 2
         /// Pending commits and checks the writer queue holds before refusing more.
         public var queueCapacity: Int = 4096

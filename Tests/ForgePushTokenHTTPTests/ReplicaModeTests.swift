@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ForgePushTokenOwnerTestSupport
 import Foundation
 import Testing
 
@@ -8,8 +9,8 @@ import Testing
 /// The HTTP side of the replica mode (docs/replicas.md): /healthz with the store's field, stale and
 /// not-yet-read token reads, the stream's retry: preamble and Last-Event-ID floor.
 @Suite struct ReplicaModeTests {
-    static func responder(refreshes: Locked<Int> = Locked(0)) -> (Responder, ReportingStore) {
-        let store = ReportingStore()
+    static func responder(refreshes: Locked<Int> = Locked(0)) -> (Responder, ScriptedStore) {
+        let store = ScriptedStore()
         let owner = TokenOwner<TokenSnapshot>(
             store: store, initial: .initial, health: .starting(reason: "unreachable"),
             maxSubscribers: 64)

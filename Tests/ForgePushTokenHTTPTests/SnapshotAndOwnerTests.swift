@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ForgePushTokenOwnerTestSupport
 import ForgePushTokenTestSupport
 import Foundation
 import Testing
@@ -55,27 +56,20 @@ struct SnapshotAndOwnerTests {
         #expect(restored.version == 7)
     }
 
-    /// Commits `token` and returns the outcome (the memory store decides at once).
-    func commit(_ owner: TokenOwner<TokenSnapshot>, _ token: String?) -> CommitOutcome {
-        let result = Locked<CommitOutcome?>(nil)
-        owner.commit(token) { outcome in result.withLock { $0 = outcome } }
-        return result.withLock { $0 }!
-    }
-
     @Test("the version grows by one per change only")
     func versionPerChange() {
         let owner = makeOwner()
-        #expect(commit(owner, "0a") == .applied(TokenState(version: 1, token: "0a")))
-        #expect(commit(owner, "0a") == .unchanged(TokenState(version: 1, token: "0a")))
+        #expect(commitNow(owner, "0a") == .applied(TokenState(version: 1, token: "0a")))
+        #expect(commitNow(owner, "0a") == .unchanged(TokenState(version: 1, token: "0a")))
         #expect(owner.version == 1)
     }
 
     @Test("A → B → A gives versions 1, 2, 3")
     func aba() {
         let owner = makeOwner()
-        #expect(commit(owner, "aa01") == .applied(TokenState(version: 1, token: "aa01")))
-        #expect(commit(owner, "bb02") == .applied(TokenState(version: 2, token: "bb02")))
-        #expect(commit(owner, "aa01") == .applied(TokenState(version: 3, token: "aa01")))
+        #expect(commitNow(owner, "aa01") == .applied(TokenState(version: 1, token: "aa01")))
+        #expect(commitNow(owner, "bb02") == .applied(TokenState(version: 2, token: "bb02")))
+        #expect(commitNow(owner, "aa01") == .applied(TokenState(version: 3, token: "aa01")))
         #expect(owner.current.tokenBody == utf8(#"{"token":"aa01"}"#))
         #expect(owner.current.event == utf8(expectedEvent(3, "aa01")))
     }
@@ -113,11 +107,11 @@ struct SnapshotAndOwnerTests {
             let outcome: CommitOutcome
             if Int.random(in: 0..<4, using: &generator) == 0 {
                 manager.didFailToRegister(error: RegistrationFailure(message: "step \(step)"))
-                outcome = commit(owner, nil)
+                outcome = commitNow(owner, nil)
             } else {
                 let bytes = [UInt8.random(in: 0...2, using: &generator)]
                 manager.didRegister(deviceToken: Data(bytes))
-                outcome = commit(owner, lowerHex(bytes))
+                outcome = commitNow(owner, lowerHex(bytes))
             }
             #expect(owner.current.token == manager.token)
             #expect(outcome.changed == (before != manager.token))
@@ -131,9 +125,7 @@ struct SnapshotAndOwnerTests {
         await runOnThreads(8) { thread in
             for i in 0..<200 {
                 let token = lowerHex([UInt8(thread), UInt8(i)])
-                let result = Locked<CommitOutcome?>(nil)
-                owner.commit(token) { outcome in result.withLock { $0 = outcome } }
-                if case .applied(let state) = result.withLock({ $0 }) { changes.withLock { $0.append(state.version) } }
+                if case .applied(let state) = commitNow(owner, token) { changes.withLock { $0.append(state.version) } }
                 _ = owner.current
             }
         }

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ForgePushTokenOwnerTestSupport
 import ForgePushTokenTestSupport
 import Foundation
 import Testing
@@ -21,13 +22,22 @@ extension TokenOwner where Rendition == TokenSnapshot {
     /// Registers `deviceToken` as `POST /register` would; the snapshot after it.
     @discardableResult
     func register(deviceToken: [UInt8]) -> TokenSnapshot {
-        let state = Locked<TokenState?>(nil)
-        commit(lowerHex(deviceToken)) { outcome in state.withLock { $0 = outcome.state } }
-        return TokenSnapshot(state.withLock { $0 }!)
+        TokenSnapshot(commitNow(self, lowerHex(deviceToken)).state!)
     }
 }
 
 extension Responder {
+    /// `admit(_:)` and `respond(to:)` in one step, for a request whose body came with its head.
+    func respond(to request: HTTPRequest) -> Reply {
+        switch admit(request) {
+        case .answer(let response, _): .response(response)
+        case .proceed(let admitted): respond(to: admitted)
+        }
+    }
+
+    /// Whether `beginShutdown()` was called.
+    var isStopping: Bool { owner.isStopping }
+
     /// `openEventStream(for:wake:)` for a `GET /token/stream` from `origin`.
     func openEventStream(origin: String? = nil, wake: @escaping @Sendable () -> Void) -> (
         HTTPResponse, EventSubscriber?
@@ -67,56 +77,6 @@ func serverLog(_ handler: @escaping PushTokenManager.LogHandler) -> ServerLog {
 /// A fresh responder around a fresh owner, logging to `log`.
 func makeResponder(maxSubscribers: Int = 16, log: @escaping PushTokenManager.LogHandler = quiet) -> Responder {
     Responder(owner: makeOwner(maxSubscribers: maxSubscribers), log: serverLog(log))
-}
-
-/// A store with the memory store's decisions whose "changes from elsewhere" the test makes
-/// (`report`), as another replica's would arrive.
-final class ReportingStore: TokenStore {
-    private let reporter = Locked<(@Sendable (TokenStoreEvent) -> Void)?>(nil)
-    var ordering: CommitOrdering { .ownerSerialized }
-    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        completion(token == base.token ? .unchanged(base) : .applied(base.changed(to: token)))
-    }
-    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) { reporter.withLock { $0 = report } }
-    func stop() {}
-    func report(_ event: TokenStoreEvent) { reporter.withLock { $0 }?(event) }
-}
-
-/// The fan-out as the event-stream tests drive it: a `TokenOwner` over a `ReportingStore`, with
-/// `EventSubscriber`s.
-final class Hub: Sendable {
-    typealias Refusal = TokenOwnerStateMachine<TokenSnapshot>.Refusal
-    let owner: TokenOwner<TokenSnapshot>
-    let store = ReportingStore()
-
-    init(maxSubscribers: Int) {
-        owner = TokenOwner(store: store, initial: .initial, maxSubscribers: maxSubscribers)
-        owner.start()
-    }
-
-    func subscribe(wake: @escaping @Sendable () -> Void = {}) throws(Refusal) -> EventSubscriber {
-        try owner.subscribe { id, first in EventSubscriber(id: id, first: first, wake: wake) } as! EventSubscriber
-    }
-
-    /// A change arriving from the store (another writer): applied when newer, then delivered.
-    func publish(_ snapshot: TokenSnapshot) { store.report(.changed(snapshot.state)) }
-
-    /// `POST /register` of `deviceToken` through the owner; the snapshot after it.
-    @discardableResult
-    func register(_ deviceToken: [UInt8]) -> TokenSnapshot {
-        let state = Locked<TokenState?>(nil)
-        owner.commit(lowerHex(deviceToken)) { outcome in state.withLock { $0 = outcome.state } }
-        return TokenSnapshot(state.withLock { $0 }!)
-    }
-
-    var snapshot: TokenSnapshot { owner.current }
-    var count: Int { owner.subscriberCount }
-    var maxSubscribers: Int { owner.maxSubscribers }
-    func remove(_ id: UInt64) { owner.unsubscribe(id) }
-    func abort(_ id: UInt64) { owner.abort(id) }
-    func abortAll() { owner.abortAll() }
-    func close() { owner.stop() }
-    func heartbeatTick() { owner.heartbeat() }
 }
 
 /// The UTF-8 bytes of `text`.

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ForgePushTokenOwnerTestSupport
 import Testing
 
 @testable import ForgePushTokenOwner
@@ -71,7 +72,10 @@ import Testing
         write(#"{"token":"abcd","version":18446744073709551614}"#, to: file.path)
         let store = StateFileStore(file: file)
         let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        #expect(owner.health == .ok)
         #expect(commitNow(owner, "01") == .applied(TokenState(version: .max, token: "01")))
+        // Every change is refused from now on: health says so (attack finding, issue 21 §6).
+        #expect(owner.health == .degraded(reason: StoreHealth.versionExhausted))
         // No higher version is left: a change is refused (never acknowledged and then not served,
         // never a second value under the same id), and nothing is written.
         #expect(commitNow(owner, "02") == .unavailable(reason: TokenState.versionExhausted))
@@ -80,6 +84,9 @@ import Testing
         #expect(try file.load() == .init(token: "01", version: .max))
         let again = try StateFileStore(file: file).load()
         #expect(again == TokenState(version: .max, token: "01"))
+        // A file already at 2^64 - 1 starts degraded, not ok.
+        let restarted = TokenOwner<TokenState>(store: StateFileStore(file: file), initial: again, maxSubscribers: 1)
+        #expect(restarted.health == .degraded(reason: StoreHealth.versionExhausted))
     }
 
     @Test("a symbolic link at the temporary name is replaced, never written through (attack regression)")

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ForgePushTokenOwnerTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -31,6 +32,30 @@ struct StateMachineTests {
         #expect(first.offered == [TokenState(version: 4, token: "ab")])
         #expect(first.id != second.id)
         #expect(machine.subscriberCount == 2)
+    }
+
+    @Test("at version 2^64 - 1 health is degraded (version_exhausted) unless it already names a problem")
+    func versionExhaustionIsReported() {
+        let exhausted = StoreHealth.degraded(reason: StoreHealth.versionExhausted)
+        #expect(Machine(initial: TokenState(version: .max, token: nil), maxSubscribers: 1).health == exhausted)
+        let starting = StoreHealth.starting(reason: "unreachable")
+        #expect(
+            Machine(initial: TokenState(version: .max, token: nil), health: starting, maxSubscribers: 1).health
+                == starting)
+
+        var machine = Machine(initial: TokenState(version: .max - 1, token: "aa"), maxSubscribers: 1)
+        #expect(machine.health == .ok)
+        _ = machine.committed(.notSaved(TokenState(version: .max, token: "bb"), changed: true, reason: "disk full"))
+        #expect(machine.health == .degraded(reason: StoreHealth.stateNotSaved))
+        // Once saved, the service is not ok either: no change can be made any more.
+        _ = machine.committed(.unchanged(TokenState(version: .max, token: "bb")))
+        #expect(machine.health == exhausted)
+        _ = machine.storeReported(.health(.ok))
+        #expect(machine.health == exhausted)
+
+        var replica = Machine(initial: TokenState(version: 7, token: "aa"), maxSubscribers: 1)
+        _ = replica.storeReported(.changed(TokenState(version: .max, token: "cc")))
+        #expect(replica.health == exhausted)
     }
 
     @Test("at the limit: .full; after stop(): .stopping, even at the limit")
@@ -108,26 +133,9 @@ struct StateMachineTests {
 /// The owner with its lock, over real stores.
 @Suite("TokenOwner")
 struct TokenOwnerTests {
-    /// A store that holds each commit until the test lets it go, on another thread (as a shared
-    /// store answers on its own).
-    final class GatedStore: TokenStore {
-        let gate = Locked<[(String?, TokenState, @Sendable (CommitOutcome) -> Void)]>([])
-        var ordering: CommitOrdering { .storeSerialized }
-        func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-            gate.withLock { $0.append((token, base, completion)) }
-        }
-        func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
-        func stop() {}
-        /// Completes the oldest commit held as the memory store would.
-        func release() {
-            let (token, base, completion) = gate.withLock { $0.removeFirst() }
-            completion(token == base.token ? .unchanged(base) : .applied(base.changed(to: token)))
-        }
-    }
-
     @Test("a reader never waits for a commit in flight")
     func readersDoNotWait() throws {
-        let store = GatedStore()
+        let store = ScriptedStore(answering: .whenReleased)
         let owner = TokenOwner<TokenState>(store: store, initial: .initial, maxSubscribers: 4)
         let outcome = Locked<CommitOutcome?>(nil)
         owner.commit("ab") { result in outcome.withLock { $0 = result } }
@@ -157,13 +165,13 @@ struct TokenOwnerTests {
 
     @Test("after stop(), a write is not proposed to the store: .stopping, nothing changes")
     func noWritesAfterStop() {
-        let store = GatedStore()
+        let store = ScriptedStore(answering: .whenReleased)
         let owner = TokenOwner<TokenState>(store: store, initial: .initial, maxSubscribers: 1)
         owner.stop()
         let outcome = Locked<CommitOutcome?>(nil)
         owner.commit("ab") { result in outcome.withLock { $0 = result } }
         #expect(outcome.withLock { $0 } == .stopping)
-        #expect(store.gate.withLock { $0.isEmpty }, "the store was asked")
+        #expect(store.proposed.isEmpty, "the store was asked")
         let memory = TokenOwner<TokenState>(store: MemoryTokenStore(), initial: .initial, maxSubscribers: 1)
         memory.stop()
         #expect(commitNow(memory, "ab") == .stopping)

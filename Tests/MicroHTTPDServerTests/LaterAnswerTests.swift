@@ -2,6 +2,7 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import ForgePushTokenOwnerTestSupport
 import MicroHTTPDServer
 import Testing
 
@@ -14,28 +15,11 @@ extension LiveServerTests {
     /// until the answer arrives (as a shared store's will be), and nothing else waits for it.
     @Suite("Answers decided later")
     struct LaterAnswerTests {
-        /// Decides as the memory store does, on another thread, after `delay`; or answers `outcome`.
-        final class SlowStore: TokenStore {
-            let delay: DispatchTimeInterval
-            let outcome: CommitOutcome?
-            init(delay: DispatchTimeInterval, outcome: CommitOutcome? = nil) {
-                self.delay = delay
-                self.outcome = outcome
-            }
-            var ordering: CommitOrdering { .storeSerialized }
-            func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-                let outcome = self.outcome
-                DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
-                    completion(outcome ?? (token == base.token ? .unchanged(base) : .applied(base.changed(to: token))))
-                }
-            }
-            func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
-            func stop() {}
-        }
-
         @Test("a write in flight is answered when the store decides; reads and streams go on meanwhile")
         func writeAnsweredLater() throws {
-            let live = try LiveServer(store: SlowStore(delay: .milliseconds(400))) { $0.accessLog = false }
+            let live = try LiveServer(store: ScriptedStore(answering: .after(.milliseconds(400)))) {
+                $0.accessLog = false
+            }
             let subscriber = try live.client()
             defer { subscriber.close() }
             try subscriber.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -59,7 +43,8 @@ extension LiveServerTests {
 
         @Test("a store that cannot decide: 503 store_unavailable with Retry-After, nothing changed")
         func storeUnavailable() throws {
-            let live = try LiveServer(store: SlowStore(delay: .milliseconds(10), outcome: .unavailable(reason: "down")))
+            let live = try LiveServer(
+                store: ScriptedStore(answering: .after(.milliseconds(10)), outcome: .unavailable(reason: "down")))
             let response = try live.request("POST", "/register", body: Array("abcd".utf8))
             #expect(response.status == 503)
             #expect(response.headers["retry-after"] == "1")

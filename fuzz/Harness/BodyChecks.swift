@@ -90,10 +90,11 @@ enum BodyChecks {
         }
     }
 
-    /// `CrossOriginPolicy(origins:)` on a request's `Origin`: an accepted origin is then allowed.
+    /// `CrossOriginPolicy(origins:)` on a request's `Origin`: an accepted origin is then allowed,
+    /// and answered in its configured (lower-case) spelling, whatever the request's case.
     static func originPolicy(_ origin: String, context: Context) {
         guard let policy = try? CrossOriginPolicy(origins: [origin]) else { return }
-        require(policy.allowOriginValue(for: origin) == (origin == "*" ? "*" : origin),
+        require(policy.allowOriginValue(for: origin) == (origin == "*" ? "*" : origin.lowercased()),
                 "an origin the policy accepted is not allowed: \(String(reflecting: origin))", context: context.description)
     }
 
