@@ -100,9 +100,11 @@ let package = Package(
         .target(
             name: "ForgePushTokenOwnerTestSupport", dependencies: ["ForgePushTokenOwner", "ForgePushToken"],
             path: "Tests/OwnerTestSupport", swiftSettings: swiftSettings),
+        // Fixtures/ holds provisioning profiles (scripts/make-profile-fixtures.sh); the tests read
+        // them beside their source file (#filePath), so they are not bundled as resources.
         .testTarget(
             name: "ForgePushTokenTests", dependencies: ["ForgePushToken", "ForgePushTokenTestSupport"],
-            swiftSettings: swiftSettings),
+            exclude: ["Fixtures"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ForgePushTokenOwnerTests",
             dependencies: [

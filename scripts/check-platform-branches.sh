@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Type-checks the UIKit, AppKit and WatchKit branches of the ForgePushToken library on Linux,
+# Type-checks the UIKit, AppKit and WatchKit branches of the ForgePushToken library on Linux
 # where no Apple SDK exists, against the stand-in modules in Tests/PlatformStandIns/ (which
 # declare only the members the library calls, with Apple's signatures, isolation and
 # availability). For each branch, in a folder where only that stand-in can be imported:
@@ -8,7 +8,11 @@
 #      language mode with warnings as errors;
 #   3. a client calling `registerForRemoteNotifications()` from the main actor must compile (so
 #      the branch was taken and the method is public);
-#   4. the same call from a nonisolated function must be refused as main-actor isolated.
+#   4. the same call from a nonisolated function must be refused as main-actor isolated;
+#   5. a @MainActor model with a non-Sendable, main-actor API client must compile calling
+#      uploadTokenChanges (the upload runs in the caller's isolation) and APNsEnvironment.current();
+#   6. without the stand-in's `Bundle` the library must not compile, so the branch's provisioning
+#      profile lookup (APNsEnvironment.swift) was compiled against Apple's `Bundle` signatures.
 # Stand-ins prove signatures and isolation, not availability: platform attributes are not
 # evaluated when compiling for Linux (see the comment in RemoteNotificationRegistration.swift).
 set -euo pipefail
@@ -49,5 +53,53 @@ SWIFT
     cat "$dir/refused.txt" >&2
     exit 1
   fi
-  echo "check-platform-branches: $branch branch type-checks; registerForRemoteNotifications() needs the main actor"
+
+  cat > "$dir/main_actor_model.swift" <<'SWIFT'
+import ForgePushToken
+
+/// An app's API client: main-actor state, not Sendable.
+@MainActor final class APIClient {
+    var devices: [String: APNsEnvironment] = [:]
+    func register(_ token: String, environment: APNsEnvironment) async throws {
+        devices[token] = environment
+    }
+}
+
+@MainActor final class PushModel {
+    let client = APIClient()
+    var lastUpload: PushTokenManager.TokenUpload?
+    var decided: APNsEnvironment?
+
+    func keepServerInStep(_ pushTokens: PushTokenManager) async {
+        decided = try? APNsEnvironment.current()
+        if #available(iOS 16, macOS 13, tvOS 16, watchOS 9, *) {
+            await pushTokens.uploadTokenChanges { upload in
+                lastUpload = upload
+                if let token = upload.token {
+                    try await client.register(token, environment: upload.environment)
+                }
+                return .done
+            }
+        }
+    }
+}
+SWIFT
+  swiftc "${common[@]}" -typecheck -I "$dir" "$dir/main_actor_model.swift"
+
+  sed '/^\/\/ BEGIN Bundle$/,/^\/\/ END Bundle$/d' "Tests/PlatformStandIns/$branch.swift" > "$dir/without-bundle.swift"
+  mkdir -p "$dir/without-bundle"
+  swiftc "${common[@]}" -emit-module -module-name "$branch" \
+    -emit-module-path "$dir/without-bundle/$branch.swiftmodule" "$dir/without-bundle.swift"
+  if swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken \
+    -I "$dir/without-bundle" "${sources[@]}" >"$dir/no-bundle.txt" 2>&1; then
+    echo "check-platform-branches: $branch: the library compiled without Bundle; the branch must read the profile" >&2
+    exit 1
+  fi
+  if ! grep -q "cannot find 'Bundle' in scope" "$dir/no-bundle.txt"; then
+    echo "check-platform-branches: $branch: without Bundle the library failed for another reason:" >&2
+    cat "$dir/no-bundle.txt" >&2
+    exit 1
+  fi
+  echo "check-platform-branches: $branch branch type-checks; registerForRemoteNotifications() needs the main actor;" \
+    "a @MainActor model compiles against uploadTokenChanges; the branch reads the profile through Bundle"
 done

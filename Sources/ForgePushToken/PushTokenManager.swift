@@ -28,13 +28,16 @@
 /// manager.didFailToRegister(error: error)         // failure
 /// ```
 ///
-/// Then read ``token`` or observe ``tokenStream``.
+/// Then read ``token``, observe ``tokenStream``, or let
+/// ``uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)`` keep a server
+/// in step with it, told the token's ``APNsEnvironment``.
 ///
 /// Behaviour (the package's contract, as docs/library.md describes it):
 /// - A token of N bytes becomes exactly 2N lowercase hex digits, byte order kept, whatever N is.
 /// - An empty token is rejected: logged, nothing changes, nothing is emitted.
 /// - Subscribers are told only about actual changes of ``token``, in the order ``token`` took
 ///   them; each subscription first receives the value current when it subscribed.
+/// - A failed registration clears a token that was set, and subscribers receive `nil`.
 ///
 /// Thread safety: every member may be used from any thread or task, concurrently (the two
 /// registration callbacks not from inside a task-cancellation handler). The state is behind a
@@ -67,8 +70,11 @@ public final class PushTokenManager: Sendable {
     /// - ``error``: `"registration failed: <description of the error>"`
     ///   (``didFailToRegister(error:)``).
     /// - ``error``: `"device token upload failed (attempt N): <description of the error>; …"`
-    ///   (``uploadTokenChanges(retryPolicy:clock:randomSource:upload:)``, with the token's text
-    ///   removed from the error's description).
+    ///   (``uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``,
+    ///   with the token's text removed from the error's description), or `"…: the upload gave up;
+    ///   waiting for a new value or a re-send"`.
+    /// - ``error``: `"APNs environment: <description of the error>; assuming production"` (the
+    ///   same call, when ``APNsEnvironment/current()`` throws).
     public enum LogLevel: String, Sendable, Comparable {
         /// Diagnostic detail.
         case debug
@@ -102,6 +108,12 @@ public final class PushTokenManager: Sendable {
         var subscribers: [UInt64: AsyncStream<String?>.Continuation] = [:]
         /// The id the next subscription gets.
         var nextID: UInt64 = 0
+        /// The description of the error of the last failed registration, while no registration
+        /// has succeeded since; why ``token`` is `nil` (see `TokenUpload.registrationError`).
+        var registrationError: String?
+        /// The mailboxes of the running `uploadTokenChanges` calls, by id, which
+        /// `resendToken()` wakes.
+        var uploaders: [UInt64: LatestValueMailbox] = [:]
     }
 
     // Locking. Two locks, always taken in this order: `delivery`, then `state`.
@@ -273,7 +285,7 @@ public final class PushTokenManager: Sendable {
             return
         }
         let hex = DeviceTokenHex.encode(deviceToken)
-        publish(hex)
+        publish(hex, registrationError: nil)
     }
 
     /// Records a failed registration with APNs.
@@ -286,26 +298,29 @@ public final class PushTokenManager: Sendable {
     ///
     /// Logs a ``LogLevel/error`` `"registration failed: <error>"`. If a token was set, ``token``
     /// becomes `nil` and every ``tokenStream`` subscription receives `nil`; if there was none,
-    /// nothing changes and nothing is emitted.
+    /// nothing changes and nothing is emitted. Either way the error's description is kept until
+    /// the next successful registration and given to uploads of `nil`
+    /// (``TokenUpload/registrationError``), so that a server can be told why the app has no token.
     ///
     /// Thread-safe: callable from any thread or task, except from inside a task-cancellation
     /// handler (see ``didRegister(deviceToken:)``).
     public func didFailToRegister(error: any Error) {
         log(.error, "registration failed: \(error)")
-        publish(nil)
+        publish(nil, registrationError: "\(error)")
     }
 
     /// Makes `newToken` the current token and sends it to every subscriber, unless it is the
-    /// current token already.
+    /// current token already; records `registrationError` (why the token is `nil`) either way.
     ///
     /// Under `delivery`, so that concurrent calls deliver in the order they changed `token`; the
     /// subscribers are yielded to outside `state` (see the comment on the stored properties).
     ///
     /// Observers (Observation) are told after both locks are released, so that their `onChange`
     /// handlers may call back into the manager.
-    private func publish(_ newToken: String?) {
+    private func publish(_ newToken: String?, registrationError: String?) {
         let changed = delivery.withLock { recipients in
             let changed = state.withLock { state in
+                state.registrationError = registrationError
                 guard state.token != newToken else { return false }
                 state.token = newToken
                 recipients.append(contentsOf: state.subscribers.values)
@@ -334,6 +349,34 @@ public final class PushTokenManager: Sendable {
                 registrar.didSet(self, keyPath: \.token)
             }
         #endif
+    }
+
+    /// Registers the mailbox of a running `uploadTokenChanges` call, so that `resendToken()`
+    /// reaches it; returns the id that `removeUploader(_:)` takes.
+    func addUploader(_ mailbox: LatestValueMailbox) -> UInt64 {
+        state.withLock { state in
+            let id = state.nextID
+            state.nextID &+= 1
+            state.uploaders[id] = mailbox
+            return id
+        }
+    }
+
+    /// Removes the mailbox registered as `id`.
+    func removeUploader(_ id: UInt64) {
+        // The removed mailbox is released outside the lock.
+        _ = state.withLock { $0.uploaders.removeValue(forKey: id) }
+    }
+
+    /// The mailboxes of the running `uploadTokenChanges` calls.
+    var uploaderMailboxes: [LatestValueMailbox] {
+        state.withLock { Array($0.uploaders.values) }
+    }
+
+    /// Why ``token`` is `nil`, read together with it: the last registration error while the token
+    /// is `nil`, else `nil`.
+    var registrationErrorIfNoToken: String? {
+        state.withLock { $0.token == nil ? $0.registrationError : nil }
     }
 
     /// The number of open ``tokenStream`` subscriptions (for tests).

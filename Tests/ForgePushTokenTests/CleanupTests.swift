@@ -129,12 +129,34 @@ struct CleanupTests {
 
     @Test func streamOutlivingItsManagerCanBeDroppedAndCancelled() async {
         var manager: PushTokenManager? = PushTokenManager(logHandler: silent)
-        let stream = manager!.tokenStream
-        let consumer = Task {
-            for await _ in stream {}
-        }
+        weak let weakManager = manager
+        manager!.didRegister(deviceToken: token(3))
+        let read = manager!.tokenStream
+        let cancelled = manager!.tokenStream
+        var dropped: AsyncStream<String?>? = manager!.tokenStream
         manager = nil
-        consumer.cancel()
-        await consumer.value
+        #expect(weakManager == nil)  // no stream kept it alive
+
+        // Dropped after the manager: its termination handler finds no manager, and nothing traps.
+        dropped = nil
+        #expect(dropped == nil)
+
+        // Read after the manager is gone: the value it had buffered, then the end.
+        var seen: [String?] = []
+        for await value in read {
+            seen.append(value)
+        }
+        #expect(seen == [hex(3)])
+
+        // Iterated by a cancelled task: the loop ends, with at most the buffered value.
+        let consumer = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            var values: [String?] = []
+            for await value in cancelled {
+                values.append(value)
+            }
+            return values
+        }
+        #expect([[], [hex(3)]].contains(await consumer.value))
     }
 }

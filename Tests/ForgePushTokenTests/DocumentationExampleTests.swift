@@ -6,55 +6,106 @@ import Testing
     import FoundationNetworking
 #endif
 
-// The upload examples of docs/library.md, compiled and tested here. The code between each pair of
-// marker lines must appear in docs/library.md character for character; the test
-// `documentationShowsThisCode` checks it. `forgePushTokenServerUpload(baseURL:)` is also the
+// The upload examples of docs/library.md and of the DocC article "Keeping your server in step",
+// compiled and tested here. The code between each pair of marker lines must appear in both
+// character for character; the test `documentationShowsThisCode` checks it. `forgePushTokenServerUpload(baseURL:)` is also the
 // upload function of the end-to-end test (ServerUploadEndToEndTests.swift).
 
 // BEGIN upload on change
 /// Your backend's device-token endpoints.
 protocol DeviceTokenAPI: Sendable {
-    func putDeviceToken(_ token: String) async throws
-    func deleteDeviceToken() async throws
+    func putDeviceToken(_ token: String, environment: APNsEnvironment) async throws
+    func deleteDeviceToken(_ token: String) async throws
 }
 
 /// Keeps the backend in step with the device token until the returned task is cancelled:
-/// uploads each new token, clears it when the app loses its token, retries failures.
+/// uploads each new token with its APNs environment, deletes the token the server holds when
+/// the app loses its token, retries failures (a thrown error is retried with backoff).
 func startUploadingDeviceToken(
     from pushTokens: PushTokenManager,
     to api: some DeviceTokenAPI
 ) -> Task<Void, Never> {
     Task {
-        await pushTokens.uploadTokenChanges { token in
-            if let token {
-                try await api.putDeviceToken(token)
-            } else {
-                try await api.deleteDeviceToken()
+        await pushTokens.uploadTokenChanges { upload in
+            if let token = upload.token {
+                try await api.putDeviceToken(token, environment: upload.environment)
+            } else if let old = upload.serverToken {
+                try await api.deleteDeviceToken(old)
             }
+            return .done
         }
     }
 }
 // END upload on change
 
+// BEGIN main-actor model
+/// An app's API client and model, isolated to the main actor and not `Sendable`: the upload
+/// closure runs on the main actor, so it uses them directly.
+@MainActor final class APIClient {
+    private(set) var devices: [String: APNsEnvironment] = [:]
+
+    func register(_ token: String, environment: APNsEnvironment) async throws {
+        devices[token] = environment  // a real client sends a request here
+    }
+
+    func unregister(_ token: String) async throws {
+        devices[token] = nil
+    }
+}
+
+@MainActor final class PushModel {
+    let pushTokens: PushTokenManager
+    let client: APIClient
+    private(set) var lastUpload: PushTokenManager.TokenUpload?
+
+    init(pushTokens: PushTokenManager, client: APIClient) {
+        self.pushTokens = pushTokens
+        self.client = client
+    }
+
+    /// Keeps the backend in step until the calling task is cancelled.
+    func keepServerInStep() async {
+        await pushTokens.uploadTokenChanges { upload in
+            lastUpload = upload
+            if let token = upload.token {
+                try await client.register(token, environment: upload.environment)
+            } else if let old = upload.serverToken {
+                try await client.unregister(old)
+            }
+            return .done
+        }
+    }
+
+    /// After a log-in: the server should hear about this device again.
+    func userDidLogIn() {
+        pushTokens.resendToken()
+    }
+}
+// END main-actor model
+
 // BEGIN forge-push-token-server upload
 /// An upload function for `uploadTokenChanges` that sends the token to a
-/// forge-push-token-server: `POST /register` with `{"deviceToken":"<hex>"}`, or `POST /fail`
-/// when the app has no token (which clears it on the server). Throws unless the server answers
-/// 2xx.
+/// forge-push-token-server: `POST /register` with `{"deviceToken":"<hex>","environment":"…"}`,
+/// or `POST /fail` with the registration error when the app has no token (which clears it on the
+/// server). The answer decides what happens next: 2xx done; 408, 429 and 5xx retried (after
+/// `Retry-After`, capped by the policy); any other 4xx given up. A network error is thrown, and
+/// retried with backoff.
 func forgePushTokenServerUpload(
     baseURL: URL,
     session: URLSession = .shared
-) -> @Sendable (String?) async throws -> Void {
-    { token in
-        var request = URLRequest(url: baseURL.appendingPathComponent(token == nil ? "fail" : "register"))
+) -> @Sendable (PushTokenManager.TokenUpload) async throws -> PushTokenManager.UploadOutcome {
+    { upload in
+        var request = URLRequest(url: baseURL.appendingPathComponent(upload.token == nil ? "fail" : "register"))
         request.httpMethod = "POST"
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.httpBody = try JSONEncoder().encode(
-            token.map { ["deviceToken": $0] } ?? ["message": "the app has no device token"])
+            upload.token.map { ["deviceToken": $0, "environment": upload.environment.rawValue] }
+                ?? ["message": upload.registrationError ?? "the app has no device token"])
         let (_, response) = try await session.data(for: request)
-        guard let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status) else {
-            throw URLError(.badServerResponse)
-        }
+        guard let response = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
+        return PushTokenManager.UploadOutcome(
+            httpStatusCode: response.statusCode,
+            retryAfter: response.value(forHTTPHeaderField: "Retry-After"))
     }
 }
 // END forge-push-token-server upload
@@ -88,17 +139,17 @@ private final class FakeAPI: DeviceTokenAPI {
         (received, receive) = AsyncStream.makeStream(of: String.self)
     }
 
-    func putDeviceToken(_ token: String) async throws {
-        let call = "put \(token)"
+    func putDeviceToken(_ token: String, environment: APNsEnvironment) async throws {
+        let call = "put \(token) \(environment.rawValue)"
         if calls.append(call) == 0, failFirstPutOf.contains(token) {
             throw TestError(description: "backend unavailable")
         }
         receive.yield(call)
     }
 
-    func deleteDeviceToken() async throws {
-        calls.append("delete")
-        receive.yield("delete")
+    func deleteDeviceToken(_ token: String) async throws {
+        calls.append("delete \(token)")
+        receive.yield("delete \(token)")
     }
 }
 
@@ -110,17 +161,19 @@ struct DocumentationExampleTests {
         let running = startUploadingDeviceToken(from: manager, to: api)
         var received = api.received.makeAsyncIterator()
 
+        // On Linux there is no provisioning profile: production, as for an App Store build.
         manager.didRegister(deviceToken: token(0xa))
-        #expect(await received.next() == "put \(hex(0xa))")
+        #expect(await received.next() == "put \(hex(0xa)) production")
         manager.didRegister(deviceToken: token(0xa))  // no change: nothing
-        manager.didFailToRegister(error: TestError(description: "x"))  // cleared: delete
-        #expect(await received.next() == "delete")
+        manager.didFailToRegister(error: TestError(description: "x"))  // cleared: delete it
+        #expect(await received.next() == "delete \(hex(0xa))")
         manager.didRegister(deviceToken: token(0xb))
-        #expect(await received.next() == "put \(hex(0xb))")
+        #expect(await received.next() == "put \(hex(0xb)) production")
 
         running.cancel()
         await running.value
-        #expect(api.calls.all == ["put \(hex(0xa))", "delete", "put \(hex(0xb))"])
+        #expect(
+            api.calls.all == ["put \(hex(0xa)) production", "delete \(hex(0xa))", "put \(hex(0xb)) production"])
     }
 
     @Test func uploadOnChangeRetriesAFailedUpload() async {
@@ -130,18 +183,44 @@ struct DocumentationExampleTests {
         let running = startUploadingDeviceToken(from: manager, to: api)
         var received = api.received.makeAsyncIterator()
         manager.didRegister(deviceToken: token(0xc))
-        #expect(await received.next() == "put \(hex(0xc))")
+        #expect(await received.next() == "put \(hex(0xc)) production")
         running.cancel()
         await running.value
-        #expect(api.calls.all == ["put \(hex(0xc))", "put \(hex(0xc))"])
+        #expect(api.calls.all == ["put \(hex(0xc)) production", "put \(hex(0xc)) production"])
+    }
+
+    /// The `@MainActor` model compiles (the upload closure uses main-actor state without `await`)
+    /// and runs on the main actor.
+    @Test @MainActor func aMainActorModelKeepsItsServerInStep() async throws {
+        let manager = PushTokenManager(logHandler: silent)
+        let client = APIClient()
+        let model = PushModel(pushTokens: manager, client: client)
+        let running = Task { await model.keepServerInStep() }
+        manager.didRegister(deviceToken: token(0xa))
+        while client.devices.isEmpty { try await yieldUnlessCancelled() }
+        #expect(client.devices == [hex(0xa): .production])
+        #expect(model.lastUpload?.token == hex(0xa))
+
+        model.userDidLogIn()  // the same token is uploaded again
+        while model.lastUpload?.serverToken == nil { try await yieldUnlessCancelled() }
+        #expect(
+            model.lastUpload
+                == .init(token: hex(0xa), serverToken: hex(0xa), environment: .production, registrationError: nil))
+
+        manager.didFailToRegister(error: TestError(description: "revoked"))
+        while !client.devices.isEmpty { try await yieldUnlessCancelled() }
+        #expect(model.lastUpload?.registrationError == "revoked")
+        running.cancel()
+        await running.value
     }
 
     @Test func documentationShowsThisCode() throws {
         let here = URL(fileURLWithPath: #filePath)
         let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let source = try String(contentsOf: here, encoding: .utf8)
-        let docs = try String(contentsOf: root.appendingPathComponent("docs/library.md"), encoding: .utf8)
-        for name in ["upload on change", "forge-push-token-server upload"] {
+        let pages = ["docs/library.md", "Sources/ForgePushToken/ForgePushToken.docc/KeepingYourServerInStep.md"]
+        let texts = try pages.map { try String(contentsOf: root.appendingPathComponent($0), encoding: .utf8) }
+        for name in ["upload on change", "main-actor model", "forge-push-token-server upload"] {
             let begin = "// BEGIN \(name)\n"
             let end = "// END \(name)\n"
             let example = try #require(
@@ -151,7 +230,16 @@ struct DocumentationExampleTests {
                     }
                 })
             #expect(example.count > 200)
-            #expect(docs.contains(example), "docs/library.md does not show the example \(name)")
+            for (page, text) in zip(pages, texts) {
+                #expect(text.contains(example), "\(page) does not show the example \(name)")
+            }
         }
     }
+}
+
+/// Lets other tasks run once; throws once the test is cancelled (as its time limit does), so a
+/// loop waiting for a condition ends.
+private func yieldUnlessCancelled() async throws {
+    try Task.checkCancellation()
+    await Task.yield()
 }

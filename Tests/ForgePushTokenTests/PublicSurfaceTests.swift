@@ -3,14 +3,33 @@ import Foundation
 import Observation
 import Testing
 
-/// The public surface fixed by the contract compiles with these names and shapes.
+// Compile-time checks: each call below type-checks only while the public type meets the
+// constraint, so the test target does not build if one breaks. They run nothing and are not
+// tests; they are never called.
+
+/// Compiles only while `T` is `Sendable`.
+private func compileTimeCheckSendable<T: Sendable>(_: T.Type) {}
+/// Compiles only while `T` is `Sendable` and `Hashable`.
+private func compileTimeCheckSendableHashable<T: Sendable & Hashable>(_: T.Type) {}
+/// Compiles only while `T` is `Observable` and `Sendable`.
+private func compileTimeCheckObservable<T: Observable & Sendable>(_: T.Type) {}
+
+/// The public types keep their conformances (compile-time checks).
+private func compileTimeChecksOfThePublicTypes() {
+    compileTimeCheckSendable(PushTokenManager.self)
+    compileTimeCheckSendable(PushTokenManager.LogLevel.self)
+    compileTimeCheckObservable(PushTokenManager.self)
+    compileTimeCheckSendableHashable(PushTokenManager.UploadRetryPolicy.self)
+    compileTimeCheckSendableHashable(PushTokenManager.TokenUpload.self)
+    compileTimeCheckSendableHashable(PushTokenManager.UploadOutcome.self)
+    compileTimeCheckSendableHashable(APNsEnvironment.self)
+    compileTimeCheckSendableHashable(ProvisioningProfileError.self)
+}
+
+/// The public surface fixed by the contract, with these names and shapes.
 @Suite("Public surface")
 struct PublicSurfaceTests {
     @Test func namesAndShapes() {
-        func requiresSendable<T: Sendable>(_: T.Type) -> Bool { true }
-        #expect(requiresSendable(PushTokenManager.self))
-        #expect(requiresSendable(PushTokenManager.LogLevel.self))
-
         let manager = PushTokenManager(logHandler: { (_: PushTokenManager.LogLevel, _: String) in })
         let token: String? = manager.token
         let stream: AsyncStream<String?> = manager.tokenStream
@@ -21,25 +40,30 @@ struct PublicSurfaceTests {
         withExtendedLifetime((stream, register, fail, makeDefault)) {}
     }
 
-    /// The surface added by issue 12 (uploads, Observation), as an app sees it.
-    @Test func uploadAndObservationShapes() throws {
-        func requires<T: Observable & Sendable>(_: T.Type) -> Bool { true }
-        #expect(requires(PushTokenManager.self))
-        func requiresSendableHashable<T: Sendable & Hashable>(_: T.Type) -> Bool { true }
-        #expect(requiresSendableHashable(PushTokenManager.UploadRetryPolicy.self))
-
+    /// The upload surface (issues 12 and 18), as an app sees it.
+    @Test func uploadShapes() throws {
         let manager = PushTokenManager(logHandler: { _, _ in })
-        let upload: (PushTokenManager, @escaping @Sendable (String?) async throws -> Void) async -> Void = {
-            await $0.uploadTokenChanges(upload: $1)
-        }
+        // The upload need not be @Sendable.
+        let upload:
+            (PushTokenManager, (PushTokenManager.TokenUpload) async throws -> PushTokenManager.UploadOutcome) async ->
+                Void = {
+                    await $0.uploadTokenChanges(upload: $1)
+                }
         let configured: (PushTokenManager, PushTokenManager.UploadRetryPolicy) async -> Void = { manager, policy in
             await manager.uploadTokenChanges(
-                retryPolicy: policy, clock: SuspendingClock(), randomSource: SystemRandomNumberGenerator(),
-                upload: { _ in })
+                retryPolicy: policy, environment: .development, clock: SuspendingClock(),
+                randomSource: SystemRandomNumberGenerator(), isolation: nil, upload: { _ in .retry() })
         }
+        let resend: () -> Void = manager.resendToken
         let policy: PushTokenManager.UploadRetryPolicy = try .init(
             initialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5)
         #expect(policy == .standard)
-        withExtendedLifetime((manager, upload, configured)) {}
+        let daily = try PushTokenManager.UploadRetryPolicy(
+            initialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5, resendInterval: .seconds(86_400))
+        #expect(daily.resendInterval == .seconds(86_400))
+        let decide: (Data?, Bool) throws(ProvisioningProfileError) -> APNsEnvironment =
+            APNsEnvironment.decide(provisioningProfile:isSimulator:)
+        #expect(try decide(nil, false) == .production)
+        withExtendedLifetime((manager, upload, configured, resend)) {}
     }
 }

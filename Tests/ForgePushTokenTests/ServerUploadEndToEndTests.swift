@@ -61,6 +61,31 @@ struct ServerUploadEndToEndTests {
         let messages = log.recorded.map(\.message)
         #expect(messages.allSatisfy { !$0.contains(firstHex) && !$0.contains(secondHex) })
     }
+
+    /// A permanent refusal (`401`: the server wants a bearer token this upload does not send) is
+    /// given up at once, not retried: the next attempt is the next token's.
+    @Test func aRefusedUploadIsGivenUpNotRetried() async throws {
+        let server = try await ServerProcess.start(port: 0, arguments: ["--auth-token", "e2e-secret-0123456789"])
+        defer { server.stop() }
+        let base = try #require(URL(string: "http://127.0.0.1:\(server.port)"))
+        let log = LogRecorder()
+        let manager = PushTokenManager(logHandler: log.handler)
+        let uploads = Task {
+            await manager.uploadTokenChanges(upload: forgePushTokenServerUpload(baseURL: base))
+        }
+        let gaveUp = "device token upload failed (attempt 1): the upload gave up; waiting for a new value or a re-send"
+
+        manager.didRegister(deviceToken: Data((0..<32).map { UInt8($0) }))
+        await waitUntil { log.recorded.count == 1 }
+        manager.didRegister(deviceToken: Data((0..<32).map { UInt8(255 - $0) }))
+        await waitUntil { log.recorded.count == 2 }
+        // Two attempts, one per token, each given up: no retry of the first came between them.
+        #expect(log.recorded.map(\.message) == [gaveUp, gaveUp])
+        #expect(try await serverToken(base) == .some(nil))
+
+        uploads.cancel()
+        await uploads.value
+    }
 }
 
 /// The token the server at `base` holds (`GET /token`): `.some(nil)` when it has none, `nil` when
@@ -106,12 +131,13 @@ struct ServerProcess {
         return bundle.deletingLastPathComponent().appendingPathComponent("forge-push-token-server")
     }
 
-    /// Starts the server on `port` (0: a free port found first) and waits until it answers
+    /// Starts the server on `port` (0: a free port found first), with the extra command-line
+    /// `arguments`, and waits until it answers
     /// `GET /healthz`.
     ///
     /// Readiness is polled rather than read from the server's "listening on" line: the server's
     /// standard output is block-buffered when it is a pipe, so the line arrives late.
-    static func start(port: Int) async throws -> ServerProcess {
+    static func start(port: Int, arguments: [String] = []) async throws -> ServerProcess {
         let binary = binary
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw TestError(description: "no server binary at \(binary.path): run swift build --build-tests first")
@@ -119,7 +145,7 @@ struct ServerProcess {
         let port = port == 0 ? try ForgePushTokenTestSupport.freeLoopbackPort() : port
         let process = Process()
         process.executableURL = binary
-        process.arguments = ["--host", "127.0.0.1", "--port", "\(port)", "--access-log", "off"]
+        process.arguments = ["--host", "127.0.0.1", "--port", "\(port)", "--access-log", "off"] + arguments
         process.standardOutput = FileHandle.nullDevice
         try process.run()
         let server = ServerProcess(process: process, port: port)

@@ -19,45 +19,45 @@ struct StreamSemanticsTests {
     @Test func emitsOnlyActualChanges() async throws {
         let manager = PushTokenManager(logHandler: silent)
         let stream = manager.tokenStream
-        #expect(await next(stream) == .some(nil))
+        var iterator = stream.makeAsyncIterator()
+        #expect(await iterator.next() == .some(nil))
 
         manager.didRegister(deviceToken: a)
         #expect(manager.token == hex(0xa))
-        #expect(await next(stream) == .some(hex(0xa)))
+        #expect(await iterator.next() == .some(hex(0xa)))
 
-        // The same token again: nothing; the pending consumer still gets the later B.
-        try await expectNoEmission(
-            on: stream,
-            from: { manager.didRegister(deviceToken: a) },
-            thenReceives: hex(0xb),
-            from: { manager.didRegister(deviceToken: b) }
-        )
+        manager.didRegister(deviceToken: a)  // the same token: nothing (proved below)
+        manager.didRegister(deviceToken: b)
+        #expect(await iterator.next() == .some(hex(0xb)))
 
         manager.didFailToRegister(error: TestError(description: "first"))
         #expect(manager.token == nil)
-        #expect(await next(stream) == .some(nil))
+        #expect(await iterator.next() == .some(nil))
 
-        // A failure while there is no token: nothing; a later registration after it is seen.
-        try await expectNoEmission(
-            on: stream,
-            from: { manager.didFailToRegister(error: TestError(description: "second")) },
-            thenReceives: hex(0xa),
-            from: { manager.didRegister(deviceToken: a) }
-        )
-        #expect(manager.token == hex(0xa))
+        manager.didRegister(deviceToken: a)
+        #expect(await iterator.next() == .some(hex(0xa)))
+
+        // The same token again: nothing is emitted, and the token stays.
+        let same = await expectNoEmission(
+            setUp: { $0.didRegister(deviceToken: a) },
+            from: { $0.didRegister(deviceToken: token(0xa)) })
+        #expect(same == hex(0xa))
+
+        // A failure while a failure already cleared the token: nothing.
+        let cleared = await expectNoEmission(
+            setUp: {
+                $0.didRegister(deviceToken: a)
+                $0.didFailToRegister(error: TestError(description: "first"))
+            },
+            from: { $0.didFailToRegister(error: TestError(description: "second")) })
+        #expect(cleared == nil)
     }
 
     /// Rule 3: a failure on a fresh manager leaves `nil` and emits nothing.
     @Test func failureWithoutTokenEmitsNothing() async throws {
-        let manager = PushTokenManager(logHandler: silent)
-        let stream = manager.tokenStream
-        #expect(await next(stream) == .some(nil))
-        try await expectNoEmission(
-            on: stream,
-            from: { manager.didFailToRegister(error: TestError(description: "no token yet")) },
-            thenReceives: hex(0xa),
-            from: { manager.didRegister(deviceToken: a) }
-        )
+        let token = await expectNoEmission(
+            from: { $0.didFailToRegister(error: TestError(description: "no token yet")) })
+        #expect(token == nil)
     }
 
     /// Rule 2: an empty token is rejected: logged, no state change, no emission.
@@ -67,15 +67,11 @@ struct StreamSemanticsTests {
         manager.didRegister(deviceToken: Data())
         #expect(manager.token == nil)
 
-        manager.didRegister(deviceToken: a)
-        let stream = manager.tokenStream
-        #expect(await next(stream) == .some(hex(0xa)))
-        try await expectNoEmission(
-            on: stream,
-            from: { manager.didRegister(deviceToken: Data()) },
-            thenReceives: hex(0xb),
-            from: { manager.didRegister(deviceToken: b) }
-        )
+        let token = await expectNoEmission(
+            logHandler: log.handler,
+            setUp: { $0.didRegister(deviceToken: a) },
+            from: { $0.didRegister(deviceToken: Data()) })
+        #expect(token == hex(0xa))
         #expect(
             log.recorded
                 == Array(repeating: .init(level: .warning, message: "rejected an empty device token"), count: 2))

@@ -59,23 +59,34 @@ func waitUntil(
     }
 }
 
-/// Proves that `action` makes `stream` emit nothing.
+/// Proves that `action` makes a subscription emit nothing, by the event that must come next.
 ///
-/// A consumer is parked on `stream`, `action` runs, the consumer is given a grace period in which
-/// a wrong emission would reach it, then `followUp` runs and the consumer must receive `expected`.
-/// A correct implementation always passes; a wrong one is caught unless the consumer task had
-/// not even started within the grace periods.
+/// A manager is made and prepared by `setUp`; a subscription takes its first value; `action` runs;
+/// then the manager is released, which finishes the stream. The next event must be the end of the
+/// stream: an element emitted by `action` would have been buffered and would come before the end
+/// (as `CleanupTests.deinitDeliversTheBufferedValueThenEnds` shows). No waiting on time.
+///
+/// - Returns: The manager's token after `action`.
+@discardableResult
 func expectNoEmission(
-    on stream: AsyncStream<String?>,
-    from action: () -> Void,
-    thenReceives expected: String?,
-    from followUp: () -> Void,
+    logHandler: @escaping PushTokenManager.LogHandler = silent,
+    setUp: (PushTokenManager) -> Void = { _ in },
+    from action: (PushTokenManager) -> Void,
     sourceLocation: SourceLocation = #_sourceLocation
-) async throws {
-    let pending = Task { await next(stream) }
-    try await Task.sleep(for: .milliseconds(20))
-    action()
-    try await Task.sleep(for: .milliseconds(50))
-    followUp()
-    #expect(await value(of: pending) == .some(expected), sourceLocation: sourceLocation)
+) async -> String? {
+    var manager: PushTokenManager? = PushTokenManager(logHandler: logHandler)
+    weak let released = manager
+    setUp(manager!)
+    var iterator = manager!.tokenStream.makeAsyncIterator()
+    _ = await iterator.next()  // the current value
+    action(manager!)
+    let token = manager!.token
+    manager = nil
+    guard released == nil else {
+        Issue.record("the manager outlived its last reference", sourceLocation: sourceLocation)
+        return token
+    }
+    let next = await iterator.next()
+    #expect(next == nil, "emitted \(String(describing: next)) where nothing was due", sourceLocation: sourceLocation)
+    return token
 }

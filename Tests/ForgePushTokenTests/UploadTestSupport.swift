@@ -89,16 +89,23 @@ struct ScriptedRandom: RandomNumberGenerator {
     }
 }
 
+typealias TokenUpload = PushTokenManager.TokenUpload
+typealias UploadOutcome = PushTokenManager.UploadOutcome
+
 /// An upload function whose calls a test answers one by one, recording every call and how many
 /// ran at once.
 final class ScriptedBackend: Sendable {
     /// One call of ``upload(_:)`` waiting for its answer.
     struct Call: Sendable {
         let id: UInt64
-        let value: String?
+        let request: TokenUpload
         fileprivate let backend: ScriptedBackend
 
-        func succeed() { backend.answer(id, with: .success(())) }
+        /// The token the call uploads (`nil`: a clear).
+        var value: String? { request.token }
+
+        func succeed() { answer(.done) }
+        func answer(_ outcome: UploadOutcome) { backend.answer(id, with: .success(outcome)) }
         func fail(_ error: any Error) { backend.answer(id, with: .failure(error)) }
     }
 
@@ -106,8 +113,8 @@ final class ScriptedBackend: Sendable {
         /// Calls not yet handed to the test by `nextCall()`.
         var waiting: [Call] = []
         /// Every call not yet answered, by id.
-        var open: [UInt64: CheckedContinuation<Void, any Error>] = [:]
-        var values: [String?] = []
+        var open: [UInt64: CheckedContinuation<UploadOutcome, any Error>] = [:]
+        var requests: [TokenUpload] = []
         var inFlight = 0
         var maximumInFlight = 0
         var cancelled = 0
@@ -123,7 +130,9 @@ final class ScriptedBackend: Sendable {
     }
 
     /// Every value uploaded (attempted), in order.
-    var values: [String?] { state.withLock { $0.values } }
+    var values: [String?] { state.withLock { $0.requests.map(\.token) } }
+    /// Every request, in order.
+    var requests: [TokenUpload] { state.withLock { $0.requests } }
     /// The most calls that ever ran at once.
     var maximumInFlight: Int { state.withLock { $0.maximumInFlight } }
     /// How many calls are waiting for an answer now.
@@ -131,9 +140,9 @@ final class ScriptedBackend: Sendable {
     /// How many calls ended because their task was cancelled.
     var cancelledCount: Int { state.withLock { $0.cancelled } }
 
-    @Sendable func upload(_ value: String?) async throws {
+    @Sendable func upload(_ request: TokenUpload) async throws -> UploadOutcome {
         let id = state.withLock { state in
-            state.values.append(value)
+            state.requests.append(request)
             state.inFlight += 1
             state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
             defer { state.nextID += 1 }
@@ -142,13 +151,13 @@ final class ScriptedBackend: Sendable {
         defer { state.withLock { $0.inFlight -= 1 } }
         if automatic {
             await Task.yield()
-            return
+            return .done
         }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UploadOutcome, any Error>) in
                 let cancelled = state.withLock { state in
                     if Task.isCancelled { return true }
-                    state.waiting.append(Call(id: id, value: value, backend: self))
+                    state.waiting.append(Call(id: id, request: request, backend: self))
                     state.open[id] = continuation
                     return false
                 }
@@ -165,7 +174,7 @@ final class ScriptedBackend: Sendable {
     }
 
     /// Ends call `id` with `result`, unless it has ended already (cancelled).
-    fileprivate func answer(_ id: UInt64, with result: Result<Void, any Error>) {
+    fileprivate func answer(_ id: UInt64, with result: Result<UploadOutcome, any Error>) {
         state.withLock { $0.open.removeValue(forKey: id) }?.resume(with: result)
     }
 
@@ -175,13 +184,5 @@ final class ScriptedBackend: Sendable {
         return state.withLock { state in
             state.waiting.isEmpty ? nil : state.waiting.removeFirst()
         }
-    }
-}
-
-/// Lets other tasks run for a while (yielding, never sleeping), so that a wrong action they might
-/// take has the chance to happen before the test checks it did not.
-func letOtherTasksRun(_ rounds: Int = 200) async {
-    for _ in 0..<rounds {
-        await Task.yield()
     }
 }

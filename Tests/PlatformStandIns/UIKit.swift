@@ -1,8 +1,10 @@
 // A stand-in for Apple's UIKit, used only by scripts/check-platform-branches.sh to type-check the
-// `#if canImport(UIKit)` branch of Sources/ForgePushToken/RemoteNotificationRegistration.swift on
-// Linux. It declares only the members that branch calls, with the signatures, isolation and
-// availability of Apple's SDK (Swift interface of UIKit.framework, as shown on each page cited).
-// The bodies are never run.
+// `canImport(UIKit)` branches of Sources/ForgePushToken/RemoteNotificationRegistration.swift and
+// APNsEnvironment.swift on Linux. It declares only the members those branches call, with the
+// signatures, isolation and availability of Apple's SDK (Swift interface of UIKit.framework, as
+// shown on each page cited). The bodies are never run.
+
+import FoundationEssentials  // URL, as Apple's Foundation declares it
 
 /// Apple: `@MainActor class UIApplication : UIResponder`, iOS 2.0+, iPadOS 2.0+, Mac Catalyst
 /// 13.1+, tvOS, visionOS 1.0+.
@@ -24,3 +26,28 @@ open class UIApplication {
     @available(iOS 8.0, macCatalyst 13.1, visionOS 1.0, *)
     open func registerForRemoteNotifications() {}
 }
+
+// BEGIN Bundle
+// Apple's `Bundle` belongs to Foundation, which UIKit re-exports (`import UIKit` makes it visible);
+// the stand-in declares it here because FoundationEssentials, which the library imports on Linux,
+// has none. Only what Sources/ForgePushToken/APNsEnvironment.swift calls.
+
+/// Apple (Foundation): `class Bundle : NSObject, @unchecked Sendable`, iOS 2.0+, macOS 10.0+,
+/// tvOS 9.0+, watchOS 2.0+, visionOS 1.0+.
+/// https://developer.apple.com/documentation/foundation/bundle
+// `@unchecked Sendable` as Apple declares it; sound here because the stand-in has no stored state
+// (and is never instantiated: its members are only type-checked).
+open class Bundle: @unchecked Sendable {
+    /// Apple: `class var main: Bundle { get }`.
+    /// https://developer.apple.com/documentation/foundation/bundle/main
+    open class var main: Bundle { fatalError("stand-in: never run") }
+
+    /// Apple: `func url(forResource name: String?, withExtension ext: String?) -> URL?`, iOS 4.0+.
+    /// https://developer.apple.com/documentation/foundation/bundle/url(forresource:withextension:)
+    open func url(forResource name: String?, withExtension ext: String?) -> URL? { nil }
+
+    /// Apple: `var bundleURL: URL { get }`, iOS 4.0+, macOS 10.6+.
+    /// https://developer.apple.com/documentation/foundation/bundle/bundleurl
+    open var bundleURL: URL { fatalError("stand-in: never run") }
+}
+// END Bundle
