@@ -89,8 +89,7 @@ func handleRequest(
         let counts = fpt_count_framing_fields(connection)
         let chunked = counts.transfer_encoding > 0
         let framing = framingRefusal(
-            connection, counts: counts, method: method, url: url, version: version,
-            memoryLimit: server.configuration.connectionMemoryLimit)
+            connection, counts: counts, version: version, budget: server.configuration.headBudget)
         if framing == nil, chunked {
             // A chunked body whose chunk-size line cannot fit in the pool leaves libmicrohttpd
             // unable to advance the connection (see DaemonLoop): a short idle timeout while a
@@ -318,28 +317,29 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
 /// `Content-Length` (400), or a transfer coding other than `chunked` (501). Sent at once, so that
 /// libmicrohttpd closes the connection.
 ///
-/// Also: a header field name that is empty or holds whitespace (400; RFC 9112 §5.1; it may be a
-/// different field to a proxy in front); a request line and fields
-/// that leave less than `responseHeaderReserve` bytes of the pool (431); an HTTP/1.1 request
-/// without exactly one `Host` field (RFC 9112 §3.2: 400; libmicrohttpd's own check,
-/// `MHD_OPTION_STRICT_FOR_CLIENT`, sends its error page's header block twice in 0.9.75).
+/// Also, first: a head over `budget` (431; `RequestHeadBudget`: the answer's header block would
+/// not fit beside it in the connection's pool, so the request would be carried out and get no
+/// answer at all); a header field name that is empty or holds whitespace (400; RFC 9112 §5.1; it
+/// may be a different field to a proxy in front); an HTTP/1.1 request without exactly one `Host`
+/// field (RFC 9112 §3.2: 400; libmicrohttpd's own check, `MHD_OPTION_STRICT_FOR_CLIENT`, sends its
+/// error page's header block twice in 0.9.75).
 private func framingRefusal(
-    _ connection: OpaquePointer, counts: fpt_framing_counts,
-    method: UnsafePointer<CChar>, url: UnsafePointer<CChar>,
-    version: UnsafePointer<CChar>?, memoryLimit: Int
+    _ connection: OpaquePointer, counts: fpt_framing_counts, version: UnsafePointer<CChar>?,
+    budget: RequestHeadBudget
 ) -> HTTPResponse? {
-    if counts.malformed_names > 0 {
-        return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
-    }
-    // The answer's header block is written into the same pool as the request's: a request that
-    // leaves too little room would be carried out and then get no answer at all.
-    let requestBytes = counts.bytes + strlen(method) + strlen(url) + 16
-    if requestBytes > memoryLimit - responseHeaderReserve {
+    if !budget.admits(
+        headBytes: counts.head_bytes, records: Int(counts.records),
+        cookieValueBytes: counts.has_cookie != 0 ? counts.cookie_bytes : nil)
+    {
         return .error(
             431,
             ServiceError(
                 "header_fields_too_large",
-                "the request line and header fields are over \(memoryLimit - responseHeaderReserve) bytes"))
+                "the request line and header fields are over \(budget.maxHeaderBytes) bytes"
+                    + " (each field, query argument and cookie counting 48 more)"))
+    }
+    if counts.malformed_names > 0 {
+        return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
     }
     if counts.host != 1, let version, strcmp(version, "HTTP/1.1") == 0 {
         return .error(400, ServiceError("invalid_request", "an HTTP/1.1 request needs exactly one Host field"))
@@ -373,10 +373,6 @@ private func framingRefusal(
 /// Seconds a chunked request body may pause before libmicrohttpd closes its connection (the
 /// ordinary idle timeout applies again once the body is complete).
 let chunkedBodyIdleSeconds = 5
-
-/// Bytes of a connection's memory pool kept for the answer's header block: a request whose line
-/// and header fields leave less gets 431 from the service before anything is carried out.
-let responseHeaderReserve = 1024
 
 /// The header fields the responder reads, in the order it may need them.
 private let headFields = [

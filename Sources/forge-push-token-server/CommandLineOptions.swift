@@ -80,8 +80,10 @@ struct CommandLineOptions: Equatable {
           --max-connections-per-ip N
                                   most connections open at once from one client address; 0 = no
                                   limit (default 0: behind a proxy every client has one address)
-          --max-header-bytes N    memory per connection for the request line and header fields;
-                                  larger requests get 431 (default 8192, at least 8192)
+          --max-header-bytes N    most bytes of request line and header fields (each field, query
+                                  argument and cookie counts 48 more, the Cookie field twice);
+                                  more get 431; sets the memory per connection (default 7008,
+                                  an 8 KiB pool; 2048 to 15184)
           --max-url-bytes N       longest request target (path and query); longer gets 414
                                   (default 2048)
           --idle-timeout SECONDS  close an idle ordinary connection after SECONDS; event streams
@@ -314,8 +316,8 @@ struct CommandLineOptions: Equatable {
                 unit: "connections")
         }
         if let bytes = values["max-header-bytes"] {
-            server.connectionMemoryLimit = try Self.whole(
-                bytes, flag: "max-header-bytes", in: 8192...(1 << 20), unit: "bytes")
+            server.maxHeaderBytes = try Self.whole(
+                bytes, flag: "max-header-bytes", in: RequestHeadBudget.maxHeaderBytesRange, unit: "bytes")
         }
         if let bytes = values["max-url-bytes"] {
             server.maxURLBytes = try Self.whole(bytes, flag: "max-url-bytes", in: 16...(1 << 20), unit: "bytes")

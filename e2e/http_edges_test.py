@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""End-to-end: what an attacker found at the edges of HTTP (issue 21, points 2 to 5), against the
+release binary over real loopback sockets.
+
+Each check is one function below and prints one TAP line (`ok N - ...` / `not ok N - ...` with the
+reason as `# ...` lines); at the end `# N passed, N failed` and exit status 1 when any failed.
+Servers run on free loopback ports (one per configuration, shared by the checks that need it) and
+are all stopped at the end. Standard library only.
+
+  head     every request head from 3,500 to 8,200 bytes (steps of 10; the padding in a Cookie or
+           an X-Filler field) to GET /token, POST /register, POST /fail and GET /token/stream gets
+           an answer, or changed nothing (§2)
+
+    python3 e2e/http_edges_test.py --server PATH [--only SUBSTRING[,SUBSTRING...]] [--verbose]
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+from e2e_support import HOST, Failure, Server, check, _kill_leftovers
+
+VERBOSE = False
+
+
+def note(message):
+    if VERBOSE:
+        print("#   " + message, flush=True)
+
+
+# -- servers ------------------------------------------------------------------------------------
+class Fixtures:
+    """Servers started on first use, one per configuration, all stopped at the end."""
+
+    def __init__(self, binary, workdir):
+        self.binary = binary
+        self.workdir = workdir
+        self.servers = {}
+        self.all = []
+
+    def get(self, name, args=()):
+        if name not in self.servers:
+            server = Server(self.binary, ["--host", HOST, "--port", "0"] + list(args), workdir=self.workdir)
+            self.all.append(server)
+            self.servers[name] = server.start()
+        return self.servers[name]
+
+    def stop_all(self):
+        for server in self.all:
+            try:
+                server.stop()
+            except Failure:
+                pass
+            server.kill()
+
+
+# -- raw HTTP -----------------------------------------------------------------------------------
+def raw_connect(port, timeout=5):
+    sock = socket.create_connection((HOST, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def head_of(method, path, fields, size=None, pad="X-Filler"):
+    """A request head (request line, `fields`, blank line); with `size`, a `pad` field is added
+    so that the head is exactly `size` bytes."""
+    lines = ["%s %s HTTP/1.1" % (method, path)] + ["%s: %s" % field for field in fields]
+    if size is not None:
+        used = sum(len(line) + 2 for line in lines) + 2
+        prefix = pad + ": " + ("c=" if pad == "Cookie" else "")
+        filler = size - used - len(prefix) - 2
+        check(filler >= 1, "a %d-byte head is too short for its fields" % size)
+        lines.append(prefix + "x" * filler)
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    check(size is None or len(head) == size, "built a %d-byte head, not %r" % (len(head), size))
+    return head
+
+
+def exchange(port, data, timeout=3, until_headers=False):
+    """Sends `data` on a new connection and reads until the server closes it (or, with
+    `until_headers`, until the answer's header block is complete). Returns (status or None, the
+    bytes read)."""
+    sock = raw_connect(port, timeout)
+    received = b""
+    try:
+        try:
+            sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            received += chunk
+            if until_headers and b"\r\n\r\n" in received:
+                break
+    finally:
+        sock.close()
+    if received.startswith(b"HTTP/1.") and len(received.split(b" ", 2)) >= 2:
+        return int(received.split(b" ", 2)[1]), received
+    return None, received
+
+
+def current_token(port):
+    status, data = exchange(port, head_of("GET", "/token", [("Host", HOST), ("Connection", "close")]))
+    check(status == 200, "GET /token answered %r" % data[:200])
+    return json.loads(data.partition(b"\r\n\r\n")[2])["token"]
+
+
+def register(port, hex_text, size=None, pad="X-Filler"):
+    body = hex_text.encode()
+    fields = [("Host", HOST), ("Connection", "close"), ("Content-Type", "application/x-www-form-urlencoded"),
+              ("Content-Length", str(len(body)))]
+    return exchange(port, head_of("POST", "/register", fields, size, pad) + body)
+
+
+def fail(port, size=None, pad="X-Filler"):
+    fields = [("Host", HOST), ("Connection", "close"), ("Content-Length", "0")]
+    return exchange(port, head_of("POST", "/fail", fields, size, pad))
+
+
+def is_json_error(data, code):
+    head, _, body = data.partition(b"\r\n\r\n")
+    try:
+        return b"application/json" in head and json.loads(body)["error"] == code
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+# -- checks -------------------------------------------------------------------------------------
+CHECKS = []
+
+
+def test(description):
+    def register_check(function):
+        CHECKS.append((description, function))
+        return function
+    return register_check
+
+
+HEAD_SIZES = range(3500, 8201, 10)
+
+
+@test("head: heads of 3,500 to 8,200 bytes (Cookie or X-Filler) to GET /token, POST /register, POST /fail, "
+      "GET /token/stream: no write is carried out unanswered, no stream is left open")
+def head_sizes_answered_or_unchanged():
+    s = FIX.get("default")
+    port = s.port
+    problems = []
+    tally = {}
+
+    def count(what, status, data):
+        kind = "none" if status is None else "%d%s" % (status, " json" if b"application/json" in data else "")
+        tally.setdefault(what, {}).setdefault(kind, 0)
+        tally[what][kind] += 1
+
+    for pad in ("Cookie", "X-Filler"):
+        for size in HEAD_SIZES:
+            what = "%s %d" % (pad, size)
+            # GET /token: reads change nothing; an answer is all we ask (any status).
+            status, data = exchange(port, head_of("GET", "/token", [("Host", HOST), ("Connection", "close")],
+                                                  size, pad))
+            count("GET /token", status, data)
+            # POST /register of a new token: answered, or the token is unchanged.
+            before = current_token(port)
+            hex_text = "%08x" % (0x10000000 + size * 4 + (pad == "Cookie"))
+            status, data = register(port, hex_text, size, pad)
+            count("POST /register", status, data)
+            after = current_token(port)
+            if status is None and after != before:
+                problems.append("POST /register with %s: carried out (%s -> %s) and never answered"
+                                % (what, before, after))
+            if status is not None and status != 200 and after != before:
+                problems.append("POST /register with %s: answered %d yet changed the token" % (what, status))
+            if status == 200 and after != hex_text:
+                problems.append("POST /register with %s: answered 200 but the token is %s" % (what, after))
+            # POST /fail with a token set: answered, or the token is still set.
+            if after is None:
+                check(register(port, "%08x" % (0x20000000 + size))[0] == 200, "a plain register failed")
+            status, data = fail(port, size, pad)
+            count("POST /fail", status, data)
+            token = current_token(port)
+            if status is None and token is None:
+                problems.append("POST /fail with %s: carried out and never answered" % what)
+            if status is not None and status != 200 and token is None:
+                problems.append("POST /fail with %s: answered %d yet cleared the token" % (what, status))
+            # The stream: its head (200 text/event-stream) or a refusal.
+            status, data = exchange(port, head_of("GET", "/token/stream", [("Host", HOST)], size, pad),
+                                    until_headers=True)
+            count("GET /token/stream", status, data)
+            if len(problems) > 20:
+                break
+    for what, kinds in sorted(tally.items()):
+        note("%s: %s" % (what, ", ".join("%s x%d" % item for item in sorted(kinds.items()))))
+    check(not problems, "%d problems:\n%s" % (len(problems), "\n".join(problems[:20])))
+    check(exchange(port, head_of("GET", "/healthz", [("Host", HOST), ("Connection", "close")]))[0] == 200,
+          "the server does not answer /healthz afterwards")
+    # No stream, answered or not, is left counted.
+    status, data = exchange(port, head_of("GET", "/metrics", [("Host", HOST), ("Connection", "close")]))
+    lines = [line for line in data.decode().splitlines() if line.startswith("forge_push_token_subscribers ")]
+    check(lines and float(lines[0].split()[1]) == 0, "subscribers left open: %r" % lines)
+
+
+@test("head: a head over --max-header-bytes that fits in the pool gets the service's own JSON 431 before "
+      "anything is carried out")
+def head_over_budget_json_431():
+    s = FIX.get("default")
+    before = current_token(s.port)
+    for size in (7100, 7200, 7300):
+        status, data = register(s.port, "%08x" % (0x30000000 + size), size)
+        check(status == 431 and is_json_error(data, "header_fields_too_large"),
+              "a %d-byte head answered %r, expected a JSON 431" % (size, data[:300]))
+    check(current_token(s.port) == before, "a refused POST changed the token")
+    # Under the budget: served.
+    status, data = register(s.port, "%08x" % 0x30006000, 6000)
+    check(status == 200, "a 6,000-byte head answered %r" % data[:300])
+
+
+# -- runner -------------------------------------------------------------------------------------
+FIX = None
+
+
+def run():
+    global FIX, VERBOSE
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--only", default="", help="comma-separated substrings of check names")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    VERBOSE = args.verbose
+    binary = os.path.abspath(args.server)
+    selected = [(d, f) for d, f in CHECKS
+                if not args.only or any(part in d or part in f.__name__ for part in args.only.split(","))]
+    workdir = tempfile.mkdtemp(prefix="e2e-http-edges-")
+    FIX = Fixtures(binary, workdir)
+    started = time.monotonic()
+    passed = failed = 0
+    print("1..%d" % len(selected), flush=True)
+    try:
+        for number, (description, function) in enumerate(selected, 1):
+            t0 = time.monotonic()
+            try:
+                function()
+            except Failure as error:
+                failed += 1
+                print("not ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
+                for line in str(error).splitlines() or [""]:
+                    print("#   " + line)
+            except Exception:
+                failed += 1
+                print("not ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
+                for line in traceback.format_exc().splitlines():
+                    print("#   " + line)
+            else:
+                passed += 1
+                print("ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
+            sys.stdout.flush()
+    finally:
+        FIX.stop_all()
+        _kill_leftovers()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("# %d passed, %d failed in %.1f s" % (passed, failed, time.monotonic() - started), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())
