@@ -10,6 +10,9 @@ are all stopped at the end. Standard library only.
   head     every request head from 3,500 to 8,200 bytes (steps of 10; the padding in a Cookie or
            an X-Filler field) to GET /token, POST /register, POST /fail and GET /token/stream gets
            an answer, or changed nothing (§2)
+  deadline --header-timeout: a head or body trickled a line at a time gets 408 and is closed
+           within the deadline, also on a kept-alive connection; an idle kept-alive connection and
+           an event stream are not cut; counted in forge_push_token_request_timeouts_total (§3)
 
     python3 e2e/http_edges_test.py --server PATH [--only SUBSTRING[,SUBSTRING...]] [--verbose]
 """
@@ -20,10 +23,11 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
-from e2e_support import HOST, Failure, Server, check, _kill_leftovers
+from e2e_support import HOST, EventStream, Failure, Server, check, _kill_leftovers
 
 VERBOSE = False
 
@@ -225,6 +229,189 @@ def head_over_budget_json_431():
     # Under the budget: served.
     status, data = register(s.port, "%08x" % 0x30006000, 6000)
     check(status == 200, "a 6,000-byte head answered %r" % data[:300])
+
+
+# ---- §3: --header-timeout ----
+DEADLINE_ARGS = ["--header-timeout", "2", "--idle-timeout", "8", "--heartbeat", "1"]
+
+
+def metric(port, series):
+    status, data = exchange(port, head_of("GET", "/metrics", [("Host", HOST), ("Connection", "close")]))
+    check(status == 200, "GET /metrics answered %r" % data[:200])
+    for line in data.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[1])
+    raise Failure("no series %s in /metrics" % series)
+
+
+def trickle(sock, first, pieces, interval, stop):
+    """Sends `first`, then one of `pieces` every `interval` seconds until `stop` is set or the
+    server stops taking them."""
+    try:
+        sock.sendall(first)
+        for piece in pieces:
+            if stop.wait(interval):
+                return
+            sock.sendall(piece)
+    except OSError:
+        pass
+
+
+def read_until_closed(sock, timeout):
+    """Everything the server sends until it closes the connection: (bytes, seconds, 'eof' |
+    'reset' | 'open')."""
+    started = time.monotonic()
+    data = b""
+    sock.settimeout(0.2)
+    while time.monotonic() - started < timeout:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            return data, time.monotonic() - started, "reset"
+        if not chunk:
+            return data, time.monotonic() - started, "eof"
+        data += chunk
+    return data, time.monotonic() - started, "open"
+
+
+def expect_408(data, how, elapsed, low, high, what):
+    check(how in ("eof", "reset"), "%s: still open after %.1f s (got %r)" % (what, elapsed, data[:200]))
+    check(data.startswith(b"HTTP/1.1 408 ") and is_json_error(data, "request_timeout"),
+          "%s: expected a JSON 408 before the close, got %r" % (what, data[:300]))
+    check(low <= elapsed <= high, "%s: closed after %.2f s, expected %.1f to %.1f s" % (what, elapsed, low, high))
+
+
+@test("deadline: a head trickled one header line every 0.5 s gets a JSON 408 and is closed after --header-timeout 2")
+def deadline_slow_head():
+    s = FIX.get("deadline", DEADLINE_ARGS)
+    before = metric(s.port, 'forge_push_token_request_timeouts_total{phase="head"}')
+    fds = s.fds()
+    sock = raw_connect(s.port)
+    stop = threading.Event()
+    sender = threading.Thread(target=trickle, daemon=True, args=(
+        sock, b"GET /token HTTP/1.1\r\nHost: 127.0.0.1\r\n", [b"X-Slow-%d: v\r\n" % i for i in range(40)], 0.5, stop))
+    try:
+        sender.start()
+        data, elapsed, how = read_until_closed(sock, 8)
+        # 408 at 2 s (the loop looks every 0.25 s), closed one linger (1 s) later.
+        expect_408(data, how, elapsed, 1.9, 4.5, "a trickled head")
+        note("trickled head: 408 and %s after %.2f s" % (how, elapsed))
+        # The server closes its socket one linger (1 s) later, though the client keeps sending.
+        deadline = time.monotonic() + 3
+        while s.fds() > fds and time.monotonic() < deadline:
+            time.sleep(0.05)
+        check(s.fds() <= fds, "the server still holds the connection 3 s after its 408 (%d fds, %d before)"
+              % (s.fds(), fds))
+        note("server closed it %.2f s after the 408" % (time.monotonic() - deadline + 3))
+    finally:
+        stop.set()
+        sock.close()
+    check(metric(s.port, 'forge_push_token_request_timeouts_total{phase="head"}') == before + 1,
+          "request_timeouts_total{phase=\"head\"} did not go up by one")
+
+
+@test("deadline: a body trickled one byte every 0.5 s gets a JSON 408, is closed, and changes nothing")
+def deadline_slow_body():
+    s = FIX.get("deadline", DEADLINE_ARGS)
+    before = metric(s.port, 'forge_push_token_request_timeouts_total{phase="body"}')
+    token = current_token(s.port)
+    body = b"ab" * 32
+    sock = raw_connect(s.port)
+    stop = threading.Event()
+    head = ("POST /register HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            "Content-Length: %d\r\n\r\n" % len(body)).encode()
+    sender = threading.Thread(target=trickle, daemon=True, args=(
+        sock, head + body[:4], [body[i:i + 1] for i in range(4, len(body))], 0.5, stop))
+    try:
+        sender.start()
+        data, elapsed, how = read_until_closed(sock, 8)
+        expect_408(data, how, elapsed, 1.9, 4.5, "a trickled body")
+        note("trickled body: 408 and %s after %.2f s" % (how, elapsed))
+    finally:
+        stop.set()
+        sock.close()
+    check(current_token(s.port) == token, "a body cut off by the deadline changed the token")
+    check(metric(s.port, 'forge_push_token_request_timeouts_total{phase="body"}') == before + 1,
+          "request_timeouts_total{phase=\"body\"} did not go up by one")
+
+
+@test("deadline: on a kept-alive connection the next head trickled gets a 408 within two deadlines; "
+      "one idle past the deadline still serves its next request")
+def deadline_keep_alive():
+    s = FIX.get("deadline", DEADLINE_ARGS)
+    request = b"GET /token HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    # Idle 3 s (over --header-timeout 2, under --idle-timeout 8), then a request: served.
+    sock = raw_connect(s.port)
+    try:
+        sock.sendall(request)
+        status, data = read_one(sock)
+        check(status == 200, "first request answered %r" % data[:200])
+        time.sleep(3)
+        sock.sendall(request)
+        status, data = read_one(sock)
+        check(status == 200, "a request after 3 s idle answered %r" % data[:200])
+    finally:
+        sock.close()
+    # A trickled second head: 408 within 2 s + one look (1 s) + the loop's tick, then closed.
+    sock = raw_connect(s.port)
+    stop = threading.Event()
+    try:
+        sock.sendall(request)
+        status, data = read_one(sock)
+        check(status == 200, "first request answered %r" % data[:200])
+        started = time.monotonic()
+        sender = threading.Thread(target=trickle, daemon=True, args=(
+            sock, b"GET /token HTTP/1.1\r\n", [b"X-Slow-%d: v\r\n" % i for i in range(40)], 0.5, stop))
+        sender.start()
+        data, elapsed, how = read_until_closed(sock, 10)
+        expect_408(data, how, elapsed, 1.9, 5.5, "a trickled second head")
+        note("trickled second head: 408 and %s after %.2f s" % (how, time.monotonic() - started))
+    finally:
+        stop.set()
+        sock.close()
+
+
+@test("deadline: an event stream open for 4 s (twice --header-timeout) keeps its heartbeats and gets the next event")
+def deadline_stream_exempt():
+    s = FIX.get("deadline", DEADLINE_ARGS)
+    stream = EventStream(s.port)
+    try:
+        check(stream.status == 200, "stream answered %s" % stream.status)
+        stream.next_event()
+        time.sleep(4)
+        hex_text = "%08x" % 0x40000408
+        status, data = register(s.port, hex_text)
+        check(status == 200, "register answered %r" % data[:200])
+        event_id, _, payload = stream.next_event()
+        check(json.loads(payload)["token"] == hex_text, "the stream got %r" % payload)
+        check(stream.comments >= 3, "only %d heartbeats in 4 s with --heartbeat 1" % stream.comments)
+    finally:
+        stream.conn.close()
+
+
+def read_one(sock, timeout=5):
+    """One answer with Content-Length from a kept-alive socket: (status, bytes)."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None, data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return int(head.split(b" ", 2)[1]), head + b"\r\n\r\n" + rest
 
 
 # -- runner -------------------------------------------------------------------------------------

@@ -62,8 +62,11 @@ final class DaemonLoop: Sendable {
     }
 
     /// Starts the thread that runs `daemon` (started without an internal polling thread).
+    /// `tick` runs on the loop's thread, between two daemon runs, about every `tickInterval`.
     /// - Throws: `ServerError.socket` when the daemon reports no epoll set.
-    func start(daemon: DaemonHandle) throws(ServerError) {
+    func start(
+        daemon: DaemonHandle, tick: @escaping @Sendable (ContinuousClock.Instant) -> Void = { _ in }
+    ) throws(ServerError) {
         // In epoll mode, MHD_get_fdset2 reports the daemon's epoll fd, and only it.
         var readSet = fd_set()
         var writeSet = fd_set()
@@ -76,7 +79,7 @@ final class DaemonLoop: Sendable {
         }
         let epollFD = maxFD
         DispatchQueue(label: "forge-push-token.http").async { [self] in
-            run(daemon, epollFD: epollFD)
+            run(daemon, epollFD: epollFD, tick: tick)
             finished.signal()
         }
     }
@@ -133,7 +136,12 @@ final class DaemonLoop: Sendable {
         _ = write(signal, &one, 8)
     }
 
-    private func run(_ daemon: DaemonHandle, epollFD: Int32) {
+    /// How often the loop's `tick` runs (request deadlines are enforced to about this precision).
+    static let tickInterval: Duration = .milliseconds(250)
+
+    private func run(
+        _ daemon: DaemonHandle, epollFD: Int32, tick: (ContinuousClock.Instant) -> Void
+    ) {
         pthread_setspecific(currentLoopKey, Unmanaged.passUnretained(self).toOpaque())
         defer { pthread_setspecific(currentLoopKey, nil) }
         var fds = [
@@ -141,6 +149,7 @@ final class DaemonLoop: Sendable {
             pollfd(fd: signal, events: Int16(POLLIN), revents: 0),
         ]
         var fruitlessRounds = 0
+        var nextTick = ContinuousClock.now + Self.tickInterval
         while true {
             // Never wait more than `maximumWait`, as a backstop: work that libmicrohttpd leaves for
             // a later round (such as freeing a closed connection) must not wait for an unrelated
@@ -185,6 +194,11 @@ final class DaemonLoop: Sendable {
                 return loops
             }
             for loop in woken { loop.wake() }
+            let now = ContinuousClock.now
+            if now >= nextTick {
+                tick(now)
+                nextTick = now + Self.tickInterval
+            }
         }
     }
 }
@@ -204,6 +218,8 @@ private let currentLoopKey: pthread_key_t = {
 final class DaemonContext: Sendable {
     let server: MicroHTTPDServer
     let loop: DaemonLoop
+    /// The request deadlines of this daemon's connections (used on the loop's thread only).
+    let deadlines = ConnectionDeadlines()
 
     init(server: MicroHTTPDServer, loop: DaemonLoop) {
         self.server = server

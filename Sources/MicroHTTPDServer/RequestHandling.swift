@@ -102,6 +102,12 @@ func handleRequest(
                         server.configuration.idleTimeoutSeconds,
                         chunkedBodyIdleSeconds)))
         }
+        // A head that completes past --header-timeout is not carried out: its connection is
+        // being closed (RequestDeadline).
+        guard
+            daemon.deadlines.headReceived(
+                connection, at: .now, bodyExpected: chunked || (length ?? 0) > 0)
+        else { return .NO }
         server.inFlight.withLock { $0 += 1 }
         if let marker, first == nil, framing == nil, length == nil, !responder.accessLog {
             contextSlot.pointee = marker
@@ -197,6 +203,8 @@ func handleRequest(
     if context.chunked {
         _ = fpt_set_connection_timeout(connection, UInt32(server.configuration.idleTimeoutSeconds))
     }
+    // A body that completes past --header-timeout is not carried out (RequestDeadline).
+    if context.received > 0 || context.chunked, !daemon.deadlines.bodyReceived(connection) { return .NO }
     switch context.progress {
     case .answered:
         return .YES

@@ -52,6 +52,13 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// socket). Default 60.
     public var idleTimeoutSeconds: Int = 60
 
+    /// Seconds a request's head may take to arrive, and then its body (`--header-timeout`;
+    /// `RequestDeadline`): over it, a `408 request_timeout` where one can be sent (plain HTTP) and
+    /// the connection is closed. libmicrohttpd's idle timeout restarts on every byte, so without it
+    /// a client sending a header line every few seconds held a connection forever. Event streams
+    /// are exempt once established. Default 10 (as nginx's `client_header_timeout` is 60).
+    public var headerTimeoutSeconds: Int = RequestDeadline.defaultSeconds
+
     /// Threads serving connections, each running one libmicrohttpd daemon with its own epoll set;
     /// all take connections from the one listening socket (as libmicrohttpd's own thread pool
     /// does). Idle event streams cost no thread (they are suspended); more threads spread request

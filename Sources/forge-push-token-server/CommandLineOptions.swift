@@ -51,6 +51,7 @@ struct CommandLineOptions: Equatable {
                                        [--tls-cert PATH --tls-key PATH] [--cors-origin ORIGIN ...]
                                        [--max-connections N] [--max-connections-per-ip N]
                                        [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
+                                       [--header-timeout SECONDS]
                                        [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]]
                                        [--version] [--help] [--health-check]
 
@@ -88,6 +89,10 @@ struct CommandLineOptions: Equatable {
                                   (default 2048)
           --idle-timeout SECONDS  close an idle ordinary connection after SECONDS; event streams
                                   are exempt (default 60)
+          --header-timeout SECONDS
+                                  a request's head, and then its body, must arrive within
+                                  SECONDS; else 408 and the connection is closed; event streams
+                                  are exempt once open (default 10)
           --redis-url URL         share the token with other replicas through Redis:
                                   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or
                                   unix:///PATH[?db=N] (no TLS; excludes --state-file)
@@ -113,7 +118,7 @@ struct CommandLineOptions: Equatable {
         "host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log", "log-format",
         "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
         "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
-        "max-url-bytes", "idle-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
+        "max-url-bytes", "idle-timeout", "header-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
     ]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]
@@ -324,6 +329,10 @@ struct CommandLineOptions: Equatable {
         }
         if let seconds = values["idle-timeout"] {
             server.idleTimeoutSeconds = try Self.whole(seconds, flag: "idle-timeout", in: 1...86_400, unit: "seconds")
+        }
+        if let seconds = values["header-timeout"] {
+            server.headerTimeoutSeconds = try Self.whole(
+                seconds, flag: "header-timeout", in: 1...3600, unit: "seconds")
         }
     }
 
