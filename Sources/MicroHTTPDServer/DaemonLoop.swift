@@ -62,10 +62,13 @@ final class DaemonLoop: Sendable {
     }
 
     /// Starts the thread that runs `daemon` (started without an internal polling thread).
-    /// `tick` runs on the loop's thread, between two daemon runs, about every `tickInterval`.
+    /// `madeProgress` says, after each daemon run, whether a request began or ended in it (see
+    /// `run`: such a run is never fruitless). `tick` runs on the loop's thread, between two daemon
+    /// runs, about every `tickInterval`.
     /// - Throws: `ServerError.socket` when the daemon reports no epoll set.
     func start(
-        daemon: DaemonHandle, tick: @escaping @Sendable (ContinuousClock.Instant) -> Void = { _ in }
+        daemon: DaemonHandle, madeProgress: @escaping @Sendable () -> Bool = { false },
+        tick: @escaping @Sendable (ContinuousClock.Instant) -> Void = { _ in }
     ) throws(ServerError) {
         // In epoll mode, MHD_get_fdset2 reports the daemon's epoll fd, and only it.
         var readSet = fd_set()
@@ -79,7 +82,7 @@ final class DaemonLoop: Sendable {
         }
         let epollFD = maxFD
         DispatchQueue(label: "forge-push-token.http").async { [self] in
-            run(daemon, epollFD: epollFD, tick: tick)
+            run(daemon, epollFD: epollFD, madeProgress: madeProgress, tick: tick)
             finished.signal()
         }
     }
@@ -140,7 +143,8 @@ final class DaemonLoop: Sendable {
     static let tickInterval: Duration = .milliseconds(250)
 
     private func run(
-        _ daemon: DaemonHandle, epollFD: Int32, tick: (ContinuousClock.Instant) -> Void
+        _ daemon: DaemonHandle, epollFD: Int32, madeProgress: () -> Bool,
+        tick: (ContinuousClock.Instant) -> Void
     ) {
         pthread_setspecific(currentLoopKey, Unmanaged.passUnretained(self).toOpaque())
         defer { pthread_setspecific(currentLoopKey, nil) }
@@ -162,10 +166,14 @@ final class DaemonLoop: Sendable {
             // cannot advance: a chunked body whose chunk-size line does not fit in what is left of
             // the connection's memory pool (the client can send 9 KB once and leave), and every
             // run walks all such connections. After `fruitlessRoundsBeforeBackoff` rounds in a row
-            // without an event, the loop waits instead of spinning: 1 ms, doubling with every
-            // further fruitless round up to `maximumBackoff`. Any socket event or wake-up still
-            // ends the wait at once (and resets it), so other clients are served as before, while
-            // stuck connections cost about 20 runs a second until their idle timeout.
+            // without an event and without a request beginning or ending, the loop waits instead
+            // of spinning: 1 ms, doubling with every further fruitless round up to
+            // `maximumBackoff`. Any socket event or wake-up still ends the wait at once (and resets
+            // it), so other clients are served as before, while stuck connections cost about 20
+            // runs a second until their idle timeout. Pipelined requests already in a
+            // connection's buffer also make libmicrohttpd ask for a run at once without a socket
+            // event, but each such run begins or ends a request (`madeProgress`), so they are
+            // served without waiting (100 pipelined requests took 6.5 s when they were not).
             if wait == 0 && fruitlessRounds >= Self.fruitlessRoundsBeforeBackoff {
                 let doublings = min(fruitlessRounds - Self.fruitlessRoundsBeforeBackoff, 6)
                 wait = min(Self.maximumBackoff, Int32(1) << doublings)
@@ -189,6 +197,7 @@ final class DaemonLoop: Sendable {
             // writes the eventfd again.
             wakePending.withLock { $0 = false }
             _ = MHD_run(daemon.pointer)
+            if madeProgress() { fruitlessRounds = 0 }
             let woken = deferred.withLock { loops in
                 defer { loops.removeAll(keepingCapacity: true) }
                 return loops

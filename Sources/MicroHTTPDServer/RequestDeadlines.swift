@@ -10,7 +10,8 @@ import ForgePushTokenHTTP
 
 /// The `RequestDeadline` of every open connection of one daemon (`--header-timeout`), and the
 /// sweep that enforces them: libmicrohttpd's own idle timeout restarts on every byte, so it cannot
-/// bound a request head that arrives a line every few seconds.
+/// bound a request head that arrives a line every few seconds. Also notes whether requests
+/// advanced during a daemon run (`takeProgress`).
 ///
 /// Thread-safety: every method is called on the daemon's own loop thread (libmicrohttpd's
 /// callbacks and the loop's tick run there), so the lock is uncontended; it is there because the
@@ -21,18 +22,35 @@ final class ConnectionDeadlines: Sendable {
         let fd: Int32
     }
 
-    /// By connection pointer (its bit pattern).
-    private let entries = Locked<[UInt: Entry]>([:])
+    private struct State: Sendable {
+        /// By connection pointer (its bit pattern).
+        var entries: [UInt: Entry] = [:]
+        /// Whether a request began or ended since `takeProgress()` last looked.
+        var progressed = false
+    }
+
+    private let state = Locked(State())
+
+    /// Whether a request's head arrived or a request ended since the last call: the daemon run
+    /// made progress, so the loop must not back off (DaemonLoop). Pipelined requests that are
+    /// already buffered make libmicrohttpd ask for another run at once without any socket event,
+    /// as does a connection it cannot advance; only the first is progress.
+    func takeProgress() -> Bool {
+        state.withLock { state in
+            defer { state.progressed = false }
+            return state.progressed
+        }
+    }
 
     /// A connection was accepted (`MHD_CONNECTION_NOTIFY_STARTED`).
     func connected(_ connection: OpaquePointer, at now: ContinuousClock.Instant) {
         let entry = Entry(deadline: RequestDeadline(connectedAt: now), fd: fpt_connection_fd(connection))
-        entries.withLock { $0[UInt(bitPattern: connection)] = entry }
+        state.withLock { $0.entries[UInt(bitPattern: connection)] = entry }
     }
 
     /// A connection was closed (`MHD_CONNECTION_NOTIFY_CLOSED`).
     func closed(_ connection: OpaquePointer) {
-        entries.withLock { _ = $0.removeValue(forKey: UInt(bitPattern: connection)) }
+        state.withLock { _ = $0.entries.removeValue(forKey: UInt(bitPattern: connection)) }
     }
 
     /// An event stream was opened on `connection`: it has no deadline from now on.
@@ -43,30 +61,35 @@ final class ConnectionDeadlines: Sendable {
     /// A request's head has arrived; false when its connection is past its deadline (the request
     /// must not be carried out). See `RequestDeadline.headReceived`.
     func headReceived(_ connection: OpaquePointer, at now: ContinuousClock.Instant, bodyExpected: Bool) -> Bool {
-        entries.withLock { entries in
-            entries[UInt(bitPattern: connection)]?.deadline.headReceived(at: now, bodyExpected: bodyExpected) ?? true
+        state.withLock { state in
+            state.progressed = true
+            return state.entries[UInt(bitPattern: connection)]?.deadline.headReceived(
+                at: now, bodyExpected: bodyExpected) ?? true
         }
     }
 
     /// A request's body is complete; false when its connection is past its deadline.
     func bodyReceived(_ connection: OpaquePointer) -> Bool {
-        entries.withLock { $0[UInt(bitPattern: connection)]?.deadline.bodyReceived() ?? true }
+        state.withLock { $0.entries[UInt(bitPattern: connection)]?.deadline.bodyReceived() ?? true }
     }
 
     /// A request on `connection` is over (it may stay open for the next).
     func completed(_ connection: OpaquePointer, at now: ContinuousClock.Instant) {
-        entries.withLock { $0[UInt(bitPattern: connection)]?.deadline.completed(at: now) }
+        state.withLock { state in
+            state.progressed = true
+            state.entries[UInt(bitPattern: connection)]?.deadline.completed(at: now)
+        }
     }
 
     /// The connections that must be expired or closed at `now` with a deadline of `timeout`, as
     /// (socket, action) pairs, for the caller to act on after the lock is released. Looking at a
     /// kept-alive connection's socket (`TCP_INFO`) changes nothing, so it is done under the lock.
     func due(at now: ContinuousClock.Instant, timeout: Duration) -> [(fd: Int32, action: RequestDeadline.Action)] {
-        entries.withLock { entries in
+        state.withLock { state in
             var due: [(fd: Int32, action: RequestDeadline.Action)] = []
-            for index in entries.indices {
-                let fd = entries.values[index].fd
-                let action = entries.values[index].deadline.check(at: now, timeout: timeout) { since in
+            for index in state.entries.indices {
+                let fd = state.entries.values[index].fd
+                let action = state.entries.values[index].deadline.check(at: now, timeout: timeout) { since in
                     guard let silent = millisecondsSinceDataReceived(fd) else { return false }
                     return .milliseconds(silent) < now - since
                 }
