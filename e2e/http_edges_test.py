@@ -15,6 +15,9 @@ are all stopped at the end. Standard library only.
            an event stream are not cut; counted in forge_push_token_request_timeouts_total (§3)
   pipeline 100 pipelined GET /token answered in under 100 ms; a client that pipelined 20,000 and
            stopped reading is closed within --idle-timeout of its last byte (§4)
+  framing  a bare CR in a header line, Transfer-Encoding on HTTP/1.0 and a request line with two
+           spaces get 400 and a closed connection (a request smuggled behind them is never
+           carried out), Expect: 200-ok gets 417 (§5)
 
     python3 e2e/http_edges_test.py --server PATH [--only SUBSTRING[,SUBSTRING...]] [--verbose]
 """
@@ -472,6 +475,86 @@ def pipeline_dead_client():
         note("closed %.2f s after the client's last byte" % (time.monotonic() - last_sent))
     finally:
         sock.close()
+
+
+# ---- §5: lenient framing ----
+def smuggled_register(hex_text):
+    body = hex_text.encode()
+    return (b"POST /register HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def expect_refused_and_closed(port, data, status, what, ours=True):
+    """Sends `data`: exactly one answer with `status` and `Connection: close` (the service's own
+    JSON one unless not `ours`), then the close."""
+    got, received = exchange(port, data)
+    check(got == status, "%s: answered %r, expected %d" % (what, received[:300], status))
+    head, _, rest = received.partition(b"\r\n\r\n")
+    check(b"connection: close" in head.lower(), "%s: no Connection: close: %r" % (what, head))
+    check(not ours or b"application/json" in head, "%s: not the service's JSON answer: %r" % (what, head))
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    check(len(rest) == length, "%s: more than one answer: %r" % (what, rest[:300]))
+
+
+@test("framing: a bare CR inside a header line gets 400 and a close; the request behind it is not carried out")
+def framing_bare_cr():
+    s = FIX.get("default")
+    token = current_token(s.port)
+    smuggled = smuggled_register("%08x" % 0x50000001)
+    head = b"GET /token HTTP/1.1\r\nHost: 127.0.0.1\rContent-Length: %d\r\n\r\n" % len(smuggled)
+    expect_refused_and_closed(s.port, head + smuggled, 400, "bare CR in Host")
+    head = b"GET /token HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: b\rc\r\n\r\n"
+    expect_refused_and_closed(s.port, head + smuggled, 400, "bare CR in a value")
+    check(current_token(s.port) == token, "the smuggled POST /register was carried out")
+
+
+@test("framing: Transfer-Encoding: chunked on HTTP/1.0 gets 400 and a close; nothing is carried out")
+def framing_chunked_http10():
+    s = FIX.get("default")
+    token = current_token(s.port)
+    data = (b"POST /register HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n8\r\n50000002\r\n0\r\n\r\n")
+    expect_refused_and_closed(s.port, data, 400, "chunked on HTTP/1.0")
+    check(current_token(s.port) == token, "a chunked HTTP/1.0 POST /register was carried out")
+
+
+@test("framing: Expect: 200-ok gets 417 expectation_failed (GET and POST, nothing carried out); 100-continue still works")
+def framing_expect():
+    s = FIX.get("default")
+    token = current_token(s.port)
+    expect_refused_and_closed(s.port, b"GET /token HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 200-ok\r\n\r\n", 417,
+                              "GET with Expect: 200-ok")
+    body = b"50000003"
+    data = (b"POST /register HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Expect: 200-ok\r\nContent-Length: 8\r\n\r\n") + body
+    got, received = exchange(s.port, data)
+    check(got == 417 and is_json_error(received, "expectation_failed"), "POST with Expect: 200-ok: %r" % received[:300])
+    check(current_token(s.port) == token, "a POST with Expect: 200-ok was carried out")
+    data = (b"POST /register HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Expect: 100-Continue\r\nConnection: close\r\nContent-Length: 8\r\n\r\n") + body
+    got, received = exchange(s.port, data)
+    check(received.startswith(b"HTTP/1.1 100 Continue") and b"HTTP/1.1 200" in received,
+          "Expect: 100-continue answered %r" % received[:300])
+    check(current_token(s.port) == body.decode(), "POST with Expect: 100-continue did not register")
+
+
+@test("framing: a request line with two spaces (before or after the target) or a space after the version gets 400, "
+      "not 404; bare LF line ends are still served")
+def framing_request_line():
+    s = FIX.get("default")
+    for line in (b"GET  /token  HTTP/1.1", b"GET /token  HTTP/1.1", b"GET  /token HTTP/1.1", b"GET /to\x7fken HTTP/1.1"):
+        expect_refused_and_closed(s.port, line + b"\r\nHost: 127.0.0.1\r\n\r\n", 400, repr(line))
+    # A space after the version: libmicrohttpd refuses it itself (its own 400 page).
+    expect_refused_and_closed(s.port, b"GET /token HTTP/1.1 \r\nHost: 127.0.0.1\r\n\r\n", 400,
+                              "a space after the version", ours=False)
+    got, received = exchange(s.port, b"GET /token HTTP/1.1\nHost: 127.0.0.1\nConnection: close\n\n")
+    check(got == 200, "bare LF line ends answered %r" % received[:300])
+    got, received = exchange(s.port, b"GET /token?a=+ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    check(got == 200, "a query ending in + answered %r" % received[:300])
 
 
 def read_one(sock, timeout=5):

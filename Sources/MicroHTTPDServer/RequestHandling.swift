@@ -89,7 +89,8 @@ func handleRequest(
         let counts = fpt_count_framing_fields(connection)
         let chunked = counts.transfer_encoding > 0
         let framing = framingRefusal(
-            connection, counts: counts, version: version, budget: server.configuration.headBudget)
+            connection, counts: counts, method: method, url: url, version: version,
+            budget: server.configuration.headBudget)
         if framing == nil, chunked {
             // A chunked body whose chunk-size line cannot fit in the pool leaves libmicrohttpd
             // unable to advance the connection (see DaemonLoop): a short idle timeout while a
@@ -140,7 +141,7 @@ func handleRequest(
         // then closes the connection), so that an unauthorized client cannot make the service
         // take in bodies. One without a body is answered in the next call, keeping the connection.
         if case .refused(let early) = context.progress,
-            (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 501
+            (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 417 || early.status == 501
         {
             return respond(early, on: connection, context: context)
         }
@@ -314,6 +315,13 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
         .error(400, ServiceError("invalid_request", "the request target's path holds %00, a NUL byte"))
     case SlotMarker.encodedSlash:
         .error(404, ServiceError("not_found", "no route for a path with an encoded slash (%2F)"))
+    case SlotMarker.malformedTarget:
+        RequestFraming.refusal(
+            {
+                var facts = RequestFraming.Facts()
+                facts.malformedTarget = true
+                return facts
+            }())
     default:
         nil
     }
@@ -332,8 +340,8 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
 /// field (RFC 9112 §3.2: 400; libmicrohttpd's own check, `MHD_OPTION_STRICT_FOR_CLIENT`, sends its
 /// error page's header block twice in 0.9.75).
 private func framingRefusal(
-    _ connection: OpaquePointer, counts: fpt_framing_counts, version: UnsafePointer<CChar>?,
-    budget: RequestHeadBudget
+    _ connection: OpaquePointer, counts: fpt_framing_counts, method: UnsafePointer<CChar>,
+    url: UnsafePointer<CChar>, version: UnsafePointer<CChar>?, budget: RequestHeadBudget
 ) -> HTTPResponse? {
     if !budget.admits(
         headBytes: counts.head_bytes, records: Int(counts.records),
@@ -346,6 +354,20 @@ private func framingRefusal(
                 "the request line and header fields are over \(budget.maxHeaderBytes) bytes"
                     + " (each field, query argument and cookie counting 48 more)"))
     }
+    // libmicrohttpd parses in place: the method, the target and the version (and the first field's
+    // name) lie in its read buffer as they were sent, so the gaps between them are the spaces and
+    // line end that it skipped (RequestFraming).
+    var facts = RequestFraming.Facts()
+    facts.malformedRequestLine = !RequestFraming.requestLineIsWellFormed(
+        methodLength: strlen(method), bytesBeforeTarget: method.distance(to: url),
+        bytesAfterVersion: version.flatMap { version in
+            counts.first_name.map { (version + strlen(version)).distance(to: $0) }
+        })
+    facts.bareCR = Int(counts.bare_cr)
+    facts.isHTTP10 = version.map { strcmp($0, "HTTP/1.0") == 0 } ?? false
+    facts.transferEncodings = Int(counts.transfer_encoding)
+    facts.unmetExpectations = Int(counts.unmet_expectations)
+    if let refusal = RequestFraming.refusal(facts) { return refusal }
     if counts.malformed_names > 0 {
         return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
     }
