@@ -139,7 +139,8 @@ final class DaemonLoop: Sendable {
         _ = write(signal, &one, 8)
     }
 
-    /// How often the loop's `tick` runs (request deadlines are enforced to about this precision).
+    /// The least time between two runs of the loop's `tick`; as the loop wakes at least every
+    /// `maximumWait`, ticks come every 250 to 500 ms (the precision of request deadlines).
     static let tickInterval: Duration = .milliseconds(250)
 
     private func run(
