@@ -13,9 +13,11 @@ import ForgePushTokenHTTP
 /// bound a request head that arrives a line every few seconds. Also notes whether requests
 /// advanced during a daemon run (`takeProgress`).
 ///
-/// Thread-safety: every method is called on the daemon's own loop thread (libmicrohttpd's
-/// callbacks and the loop's tick run there), so the lock is uncontended; it is there because the
-/// class is shared with that thread's closures.
+/// Thread-safety: the methods are called on the daemon's own loop thread (libmicrohttpd's
+/// callbacks and the loop's tick run there), so the lock is uncontended, except at shutdown, when
+/// `MHD_stop_daemon` reports the last closes on the stopping thread after the loop has ended; the
+/// one lock makes either safe. Side effects on sockets happen after it is released
+/// (`MicroHTTPDServer.enforce`).
 final class ConnectionDeadlines: Sendable {
     private struct Entry: Sendable {
         var deadline: RequestDeadline
