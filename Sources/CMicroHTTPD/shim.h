@@ -81,34 +81,73 @@ struct fpt_framing_counts {
     /* Fields whose name is empty or holds a space or tab: "Content-Length : 4" is not a
        Content-Length field to libmicrohttpd, but may be one to a proxy in front (RFC 9112 §5.1). */
     unsigned int malformed_names;
-    /* Bytes of the fields as "name: value\r\n" lines. */
-    size_t bytes;
+    /* libmicrohttpd's records of the head: one per header field, query argument and cookie. */
+    unsigned int records;
+    /* Whether a Cookie field came, and the length of the first one's value (which libmicrohttpd
+       copies into the connection's pool to parse it). */
+    unsigned int has_cookie;
+    size_t cookie_bytes;
+    /* MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE: the head's bytes as sent, from the method to the
+       end of the blank line. */
+    size_t head_bytes;
+    /* Fields whose name or value holds a bare CR (libmicrohttpd ends lines at CRLF or LF only, so
+       "Host: x\rContent-Length: 43" is one Host field to it; RFC 9112 §2.2). */
+    unsigned int bare_cr;
+    /* Expect fields asking for anything but 100-continue (RFC 9110 §10.1.1). */
+    unsigned int unmet_expectations;
+    /* The first header field's name as it lies in libmicrohttpd's read buffer (NULL when there is
+       none): where the line after the request line starts. */
+    const char *first_name;
 };
+
+/* Whether value (of value_size bytes) is "100-continue", ASCII case-insensitive, with optional
+   whitespace around it. */
+static inline int fpt_is_100_continue(const char *value, size_t value_size) {
+    while (value_size > 0 && (value[0] == ' ' || value[0] == '\t')) { value++; value_size--; }
+    while (value_size > 0 && (value[value_size - 1] == ' ' || value[value_size - 1] == '\t')) value_size--;
+    return value_size == 12 && strncasecmp(value, "100-continue", 12) == 0;
+}
 
 static enum MHD_Result fpt_framing_iterator(void *cls, enum MHD_ValueKind kind, const char *key,
                                             size_t key_size, const char *value, size_t value_size) {
-    (void)kind;
     struct fpt_framing_counts *counts = (struct fpt_framing_counts *)cls;
-    if (key == NULL) return MHD_YES;
-    counts->bytes += key_size + value_size + 4;
+    counts->records++;
+    if (key == NULL || kind != MHD_HEADER_KIND) return MHD_YES;
+    if (counts->first_name == NULL) counts->first_name = key;
+    if (memchr(key, '\r', key_size) != NULL || (value != NULL && memchr(value, '\r', value_size) != NULL))
+        counts->bare_cr++;
     if (key_size == 0 || strnlen(key, key_size) != key_size || strpbrk(key, " \t") != NULL) counts->malformed_names++;
     if (strcasecmp(key, "Host") == 0) counts->host++;
     else if (strcasecmp(key, "Content-Length") == 0) counts->content_length++;
     else if (strcasecmp(key, "Transfer-Encoding") == 0) counts->transfer_encoding++;
     else if (strcasecmp(key, "Authorization") == 0) counts->authorization++;
+    else if (strcasecmp(key, "Expect") == 0) {
+        if (value == NULL || !fpt_is_100_continue(value, value_size)) counts->unmet_expectations++;
+    }
+    else if (!counts->has_cookie && strcasecmp(key, "Cookie") == 0) {
+        counts->has_cookie = 1;
+        counts->cookie_bytes = value_size;
+    }
     return MHD_YES;
 }
 
 /*
- * Counts, in one pass over a request's header fields, the Host, Content-Length,
- * Transfer-Encoding and Authorization fields (MHD_lookup_connection_value returns only the first of a name; a
- * repeated one must be seen to be refused, RFC 9112 §3.2, §6.3), the malformed names and the
- * fields' bytes. (A raw NUL in a value cannot be seen here: libmicrohttpd has already cut the
- * value there.)
+ * Counts, in one pass over a request's header fields, query arguments and cookies, the Host,
+ * Content-Length, Transfer-Encoding and Authorization fields (MHD_lookup_connection_value returns
+ * only the first of a name; a repeated one must be seen to be refused, RFC 9112 §3.2, §6.3), the
+ * malformed names, bare CRs, unmet expectations, where the first field's name lies,
+ * libmicrohttpd's records and the first Cookie field's length; and reads the head's size (what
+ * RequestHeadBudget needs). (A raw NUL in a value cannot be seen
+ * here: libmicrohttpd has already cut the value there.)
  */
 static inline struct fpt_framing_counts fpt_count_framing_fields(struct MHD_Connection *connection) {
-    struct fpt_framing_counts counts = {0, 0, 0, 0, 0, 0};
-    MHD_get_connection_values_n(connection, MHD_HEADER_KIND, fpt_framing_iterator, &counts);
+    struct fpt_framing_counts counts = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL};
+    MHD_get_connection_values_n(connection,
+                                (enum MHD_ValueKind)(MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND),
+                                fpt_framing_iterator, &counts);
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    counts.head_bytes = info == NULL ? 0 : info->header_size;
     return counts;
 }
 

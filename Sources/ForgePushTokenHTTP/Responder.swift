@@ -401,6 +401,22 @@ public final class Responder: Sendable {
         metrics.increment(limit)
     }
 
+    /// The 408 for a request whose head (or, when `body`, body) was not complete within `seconds`
+    /// (`--header-timeout`; RFC 9110 §15.5.9: `request_timeout`). The engine writes it itself
+    /// (`HTTPResponse.closingMessage`) and closes the connection.
+    public static func requestTimeout(seconds: Int, body: Bool) -> HTTPResponse {
+        .error(
+            408,
+            ServiceError(
+                "request_timeout",
+                "the request \(body ? "body" : "head") was not complete within \(seconds) s (--header-timeout)"))
+    }
+
+    /// Counts a request whose head (or, when `body`, body) took longer than `--header-timeout`.
+    public func recordRequestTimeout(body: Bool) {
+        metrics.increment(body ? .requestTimeoutsBody : .requestTimeoutsHead)
+    }
+
     /// The 414 for a request target over `limit` bytes (RFC 9110 §15.5.15: `uri_too_long`).
     public static func uriTooLong(limit: Int) -> HTTPResponse {
         .error(414, ServiceError("uri_too_long", "the request target is over \(limit) bytes"))

@@ -32,6 +32,10 @@ public final class ServiceMetrics: Sendable {
         case connectionsRefusedTotalLimit
         /// Connections closed at once because their client address had `--max-connections-per-ip`.
         case connectionsRefusedPerAddressLimit
+        /// Requests whose head was not complete within `--header-timeout`.
+        case requestTimeoutsHead
+        /// Requests whose body was not complete within `--header-timeout` of their head.
+        case requestTimeoutsBody
 
         var name: String {
             switch self {
@@ -42,6 +46,8 @@ public final class ServiceMetrics: Sendable {
             case .unauthorizedRequests: "forge_push_token_unauthorized_requests_total"
             case .connectionsRefusedTotalLimit: "forge_push_token_connections_refused_total{limit=\"total\"}"
             case .connectionsRefusedPerAddressLimit: "forge_push_token_connections_refused_total{limit=\"per_ip\"}"
+            case .requestTimeoutsHead: "forge_push_token_request_timeouts_total{phase=\"head\"}"
+            case .requestTimeoutsBody: "forge_push_token_request_timeouts_total{phase=\"body\"}"
             }
         }
 
@@ -54,6 +60,8 @@ public final class ServiceMetrics: Sendable {
             case .unauthorizedRequests: "Requests refused with 401: missing or wrong bearer token."
             case .connectionsRefusedTotalLimit, .connectionsRefusedPerAddressLimit:
                 "Connections closed on accept because a connection limit was reached."
+            case .requestTimeoutsHead, .requestTimeoutsBody:
+                "Requests whose head or body took longer than --header-timeout: answered 408 where possible, closed."
             }
         }
     }

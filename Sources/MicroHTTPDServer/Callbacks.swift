@@ -36,10 +36,12 @@ func mhdRequestCompleted(
     _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
     _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_RequestTerminationCode
 ) {
-    guard let cls, let contextSlot, let raw = contextSlot.pointee else { return }
+    guard let cls else { return }
+    let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
+    if let connection { daemon.deadlines.completed(connection, at: .now) }
+    guard let contextSlot, let raw = contextSlot.pointee else { return }
     contextSlot.pointee = nil
-    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
-    finishRequest(server: server, slot: raw, connection: connection)
+    finishRequest(server: daemon.server, slot: raw, connection: connection)
 }
 
 /// `MHD_AcceptPolicyCallback`: admits a new connection or has libmicrohttpd close it at once,
@@ -59,14 +61,16 @@ func mhdConnectionNotify(
     _ code: MHD_ConnectionNotificationCode
 ) {
     guard let cls, let connection, let socketContext else { return }
-    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
+    let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
     switch code.rawValue {
     case ConnectionNotification.started:
         socketContext.pointee = SlotMarker.admittedConnection
+        daemon.deadlines.connected(connection, at: .now)
     case ConnectionNotification.closed:
         guard socketContext.pointee == SlotMarker.admittedConnection else { return }
         socketContext.pointee = nil
-        server.limiter.release(fpt_connection_address(connection).flatMap(ClientAddress.init))
+        daemon.deadlines.closed(connection)
+        daemon.server.limiter.release(fpt_connection_address(connection).flatMap(ClientAddress.init))
     default:
         return
     }

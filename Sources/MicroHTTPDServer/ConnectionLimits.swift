@@ -130,22 +130,27 @@ extension MicroHTTPDServer {
 }
 
 /// The first `*con_cls` of a request whose target `uri` (path and query, still percent-encoded,
-/// as `mhdURILog` sees it) is over `limit` bytes or holds `%00` or `%2F` in its path: a
-/// `SlotMarker`; else `nil`.
+/// as `mhdURILog` sees it) is over `limit` bytes, holds a space or control character, or holds
+/// `%00` or `%2F` in its path: a `SlotMarker`; else `nil`.
 func targetMarker(_ uri: UnsafePointer<CChar>, limit: Int) -> UnsafeMutableRawPointer? {
     let length = strnlen(uri, limit + 1)
     if length > limit { return SlotMarker.uriTooLong }
     return uri.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
         var index = 0
-        while index < length, bytes[index] != UInt8(ascii: "?") {
-            if bytes[index] == UInt8(ascii: "%"), index + 2 < length {
+        var inPath = true
+        var marker: UnsafeMutableRawPointer?
+        while index < length {
+            let byte = bytes[index]
+            if !RequestFraming.isAllowedInTarget(byte) { return SlotMarker.malformedTarget }
+            if byte == UInt8(ascii: "?") { inPath = false }
+            if inPath, marker == nil, byte == UInt8(ascii: "%"), index + 2 < length {
                 let high = bytes[index + 1]
                 let low = bytes[index + 2] | 0x20
-                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { return SlotMarker.encodedNUL }
-                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { return SlotMarker.encodedSlash }
+                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { marker = SlotMarker.encodedNUL }
+                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { marker = SlotMarker.encodedSlash }
             }
             index += 1
         }
-        return nil
+        return marker
     }
 }

@@ -62,8 +62,14 @@ final class DaemonLoop: Sendable {
     }
 
     /// Starts the thread that runs `daemon` (started without an internal polling thread).
+    /// `madeProgress` says, after each daemon run, whether a request began or ended in it (see
+    /// `run`: such a run is never fruitless). `tick` runs on the loop's thread, between two daemon
+    /// runs, about every `tickInterval`.
     /// - Throws: `ServerError.socket` when the daemon reports no epoll set.
-    func start(daemon: DaemonHandle) throws(ServerError) {
+    func start(
+        daemon: DaemonHandle, madeProgress: @escaping @Sendable () -> Bool = { false },
+        tick: @escaping @Sendable (ContinuousClock.Instant) -> Void = { _ in }
+    ) throws(ServerError) {
         // In epoll mode, MHD_get_fdset2 reports the daemon's epoll fd, and only it.
         var readSet = fd_set()
         var writeSet = fd_set()
@@ -76,7 +82,7 @@ final class DaemonLoop: Sendable {
         }
         let epollFD = maxFD
         DispatchQueue(label: "forge-push-token.http").async { [self] in
-            run(daemon, epollFD: epollFD)
+            run(daemon, epollFD: epollFD, madeProgress: madeProgress, tick: tick)
             finished.signal()
         }
     }
@@ -133,7 +139,14 @@ final class DaemonLoop: Sendable {
         _ = write(signal, &one, 8)
     }
 
-    private func run(_ daemon: DaemonHandle, epollFD: Int32) {
+    /// The least time between two runs of the loop's `tick`; as the loop wakes at least every
+    /// `maximumWait`, ticks come every 250 to 500 ms (the precision of request deadlines).
+    static let tickInterval: Duration = .milliseconds(250)
+
+    private func run(
+        _ daemon: DaemonHandle, epollFD: Int32, madeProgress: () -> Bool,
+        tick: (ContinuousClock.Instant) -> Void
+    ) {
         pthread_setspecific(currentLoopKey, Unmanaged.passUnretained(self).toOpaque())
         defer { pthread_setspecific(currentLoopKey, nil) }
         var fds = [
@@ -141,6 +154,7 @@ final class DaemonLoop: Sendable {
             pollfd(fd: signal, events: Int16(POLLIN), revents: 0),
         ]
         var fruitlessRounds = 0
+        var nextTick = ContinuousClock.now + Self.tickInterval
         while true {
             // Never wait more than `maximumWait`, as a backstop: work that libmicrohttpd leaves for
             // a later round (such as freeing a closed connection) must not wait for an unrelated
@@ -153,10 +167,14 @@ final class DaemonLoop: Sendable {
             // cannot advance: a chunked body whose chunk-size line does not fit in what is left of
             // the connection's memory pool (the client can send 9 KB once and leave), and every
             // run walks all such connections. After `fruitlessRoundsBeforeBackoff` rounds in a row
-            // without an event, the loop waits instead of spinning: 1 ms, doubling with every
-            // further fruitless round up to `maximumBackoff`. Any socket event or wake-up still
-            // ends the wait at once (and resets it), so other clients are served as before, while
-            // stuck connections cost about 20 runs a second until their idle timeout.
+            // without an event and without a request beginning or ending, the loop waits instead
+            // of spinning: 1 ms, doubling with every further fruitless round up to
+            // `maximumBackoff`. Any socket event or wake-up still ends the wait at once (and resets
+            // it), so other clients are served as before, while stuck connections cost about 20
+            // runs a second until their idle timeout. Pipelined requests already in a
+            // connection's buffer also make libmicrohttpd ask for a run at once without a socket
+            // event, but each such run begins or ends a request (`madeProgress`), so they are
+            // served without waiting (100 pipelined requests took 6.5 s when they were not).
             if wait == 0 && fruitlessRounds >= Self.fruitlessRoundsBeforeBackoff {
                 let doublings = min(fruitlessRounds - Self.fruitlessRoundsBeforeBackoff, 6)
                 wait = min(Self.maximumBackoff, Int32(1) << doublings)
@@ -180,11 +198,17 @@ final class DaemonLoop: Sendable {
             // writes the eventfd again.
             wakePending.withLock { $0 = false }
             _ = MHD_run(daemon.pointer)
+            if madeProgress() { fruitlessRounds = 0 }
             let woken = deferred.withLock { loops in
                 defer { loops.removeAll(keepingCapacity: true) }
                 return loops
             }
             for loop in woken { loop.wake() }
+            let now = ContinuousClock.now
+            if now >= nextTick {
+                tick(now)
+                nextTick = now + Self.tickInterval
+            }
         }
     }
 }
@@ -204,6 +228,8 @@ private let currentLoopKey: pthread_key_t = {
 final class DaemonContext: Sendable {
     let server: MicroHTTPDServer
     let loop: DaemonLoop
+    /// The request deadlines of this daemon's connections (used on the loop's thread only).
+    let deadlines = ConnectionDeadlines()
 
     init(server: MicroHTTPDServer, loop: DaemonLoop) {
         self.server = server

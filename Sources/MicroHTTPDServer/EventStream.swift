@@ -97,6 +97,7 @@ func openStream(
     }
     addHeaders(head.headers, to: response)
     if fd >= 0 { server.watcher.watch(fd: fd, id: subscriber.id) }
+    daemon.deadlines.forget(connection)  // an established stream has no deadline
     // A timeout of its own puts the connection on libmicrohttpd's list of connections with custom
     // timeouts, which every run of the daemon walks in full. That walk is what finishes a stream
     // ended with an error (a departed client): libmicrohttpd 0.9.75 marks such a connection closed

@@ -45,6 +45,9 @@ enum SlotMarker {
     /// not a separator (RFC 3986 §2.2): `/token%2Fstream` names no route, though libmicrohttpd
     /// would decode it into `/token/stream`.
     static var encodedSlash: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 5)! }
+    /// `*con_cls` set by `mhdURILog` for a target holding a space or control character
+    /// (`RequestFraming.isAllowedInTarget`): `GET /token  HTTP/1.1` would be served as `/token `.
+    static var malformedTarget: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 8)! }
     /// What `tokenGet` becomes once the request was answered `304 Not Modified`, so that the
     /// completed callback counts the right status.
     static var tokenGetNotModified: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 6)! }
@@ -55,7 +58,7 @@ enum SlotMarker {
 
     /// Whether `pointer` is one of the markers `mhdURILog` sets.
     static func isTargetMarker(_ pointer: UnsafeMutableRawPointer?) -> Bool {
-        pointer == uriTooLong || pointer == encodedNUL || pointer == encodedSlash
+        pointer == uriTooLong || pointer == encodedNUL || pointer == encodedSlash || pointer == malformedTarget
     }
 
     /// Whether `pointer` is a fast-path `GET`/`HEAD /token` answered `304 Not Modified`.

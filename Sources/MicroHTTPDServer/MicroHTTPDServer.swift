@@ -145,7 +145,10 @@ public final class MicroHTTPDServer: Sendable {
                 }
                 daemons.append(DaemonHandle(pointer: daemon))
                 contexts.append(context)
-                try context.loop.start(daemon: daemons[daemons.count - 1])
+                try context.loop.start(
+                    daemon: daemons[daemons.count - 1],
+                    madeProgress: { context.deadlines.takeProgress() },
+                    tick: { [self] now in enforce(context.deadlines, at: now) })
             }
         } catch {
             for (index, daemon) in daemons.enumerated() {

@@ -90,7 +90,7 @@ func handleRequest(
         let chunked = counts.transfer_encoding > 0
         let framing = framingRefusal(
             connection, counts: counts, method: method, url: url, version: version,
-            memoryLimit: server.configuration.connectionMemoryLimit)
+            budget: server.configuration.headBudget)
         if framing == nil, chunked {
             // A chunked body whose chunk-size line cannot fit in the pool leaves libmicrohttpd
             // unable to advance the connection (see DaemonLoop): a short idle timeout while a
@@ -103,6 +103,12 @@ func handleRequest(
                         server.configuration.idleTimeoutSeconds,
                         chunkedBodyIdleSeconds)))
         }
+        // A head that completes past --header-timeout is not carried out: its connection is
+        // being closed (RequestDeadline).
+        guard
+            daemon.deadlines.headReceived(
+                connection, at: .now, bodyExpected: chunked || (length ?? 0) > 0)
+        else { return .NO }
         server.inFlight.withLock { $0 += 1 }
         if let marker, first == nil, framing == nil, length == nil, !responder.accessLog {
             contextSlot.pointee = marker
@@ -135,7 +141,7 @@ func handleRequest(
         // then closes the connection), so that an unauthorized client cannot make the service
         // take in bodies. One without a body is answered in the next call, keeping the connection.
         if case .refused(let early) = context.progress,
-            (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 501
+            (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 417 || early.status == 501
         {
             return respond(early, on: connection, context: context)
         }
@@ -198,6 +204,8 @@ func handleRequest(
     if context.chunked {
         _ = fpt_set_connection_timeout(connection, UInt32(server.configuration.idleTimeoutSeconds))
     }
+    // A body that completes past --header-timeout is not carried out (RequestDeadline).
+    if context.received > 0 || context.chunked, !daemon.deadlines.bodyReceived(connection) { return .NO }
     switch context.progress {
     case .answered:
         return .YES
@@ -307,6 +315,13 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
         .error(400, ServiceError("invalid_request", "the request target's path holds %00, a NUL byte"))
     case SlotMarker.encodedSlash:
         .error(404, ServiceError("not_found", "no route for a path with an encoded slash (%2F)"))
+    case SlotMarker.malformedTarget:
+        RequestFraming.refusal(
+            {
+                var facts = RequestFraming.Facts()
+                facts.malformedTarget = true
+                return facts
+            }())
     default:
         nil
     }
@@ -318,28 +333,43 @@ private func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, lim
 /// `Content-Length` (400), or a transfer coding other than `chunked` (501). Sent at once, so that
 /// libmicrohttpd closes the connection.
 ///
-/// Also: a header field name that is empty or holds whitespace (400; RFC 9112 §5.1; it may be a
-/// different field to a proxy in front); a request line and fields
-/// that leave less than `responseHeaderReserve` bytes of the pool (431); an HTTP/1.1 request
-/// without exactly one `Host` field (RFC 9112 §3.2: 400; libmicrohttpd's own check,
-/// `MHD_OPTION_STRICT_FOR_CLIENT`, sends its error page's header block twice in 0.9.75).
+/// Also, first: a head over `budget` (431; `RequestHeadBudget`: the answer's header block would
+/// not fit beside it in the connection's pool, so the request would be carried out and get no
+/// answer at all); a header field name that is empty or holds whitespace (400; RFC 9112 §5.1; it
+/// may be a different field to a proxy in front); an HTTP/1.1 request without exactly one `Host`
+/// field (RFC 9112 §3.2: 400; libmicrohttpd's own check, `MHD_OPTION_STRICT_FOR_CLIENT`, sends its
+/// error page's header block twice in 0.9.75).
 private func framingRefusal(
-    _ connection: OpaquePointer, counts: fpt_framing_counts,
-    method: UnsafePointer<CChar>, url: UnsafePointer<CChar>,
-    version: UnsafePointer<CChar>?, memoryLimit: Int
+    _ connection: OpaquePointer, counts: fpt_framing_counts, method: UnsafePointer<CChar>,
+    url: UnsafePointer<CChar>, version: UnsafePointer<CChar>?, budget: RequestHeadBudget
 ) -> HTTPResponse? {
-    if counts.malformed_names > 0 {
-        return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
-    }
-    // The answer's header block is written into the same pool as the request's: a request that
-    // leaves too little room would be carried out and then get no answer at all.
-    let requestBytes = counts.bytes + strlen(method) + strlen(url) + 16
-    if requestBytes > memoryLimit - responseHeaderReserve {
+    if !budget.admits(
+        headBytes: counts.head_bytes, records: Int(counts.records),
+        cookieValueBytes: counts.has_cookie != 0 ? counts.cookie_bytes : nil)
+    {
         return .error(
             431,
             ServiceError(
                 "header_fields_too_large",
-                "the request line and header fields are over \(memoryLimit - responseHeaderReserve) bytes"))
+                "the request line and header fields are over \(budget.maxHeaderBytes) bytes"
+                    + " (each field, query argument and cookie counting 48 more)"))
+    }
+    // libmicrohttpd parses in place: the method, the target and the version (and the first field's
+    // name) lie in its read buffer as they were sent, so the gaps between them are the spaces and
+    // line end that it skipped (RequestFraming).
+    var facts = RequestFraming.Facts()
+    facts.malformedRequestLine = !RequestFraming.requestLineIsWellFormed(
+        methodLength: strlen(method), bytesBeforeTarget: method.distance(to: url),
+        bytesAfterVersion: version.flatMap { version in
+            counts.first_name.map { (version + strlen(version)).distance(to: $0) }
+        })
+    facts.bareCR = Int(counts.bare_cr)
+    facts.isHTTP10 = version.map { strcmp($0, "HTTP/1.0") == 0 } ?? false
+    facts.transferEncodings = Int(counts.transfer_encoding)
+    facts.unmetExpectations = Int(counts.unmet_expectations)
+    if let refusal = RequestFraming.refusal(facts) { return refusal }
+    if counts.malformed_names > 0 {
+        return .error(400, ServiceError("invalid_request", "a header field name is empty or holds whitespace"))
     }
     if counts.host != 1, let version, strcmp(version, "HTTP/1.1") == 0 {
         return .error(400, ServiceError("invalid_request", "an HTTP/1.1 request needs exactly one Host field"))
@@ -373,10 +403,6 @@ private func framingRefusal(
 /// Seconds a chunked request body may pause before libmicrohttpd closes its connection (the
 /// ordinary idle timeout applies again once the body is complete).
 let chunkedBodyIdleSeconds = 5
-
-/// Bytes of a connection's memory pool kept for the answer's header block: a request whose line
-/// and header fields leave less gets 431 from the service before anything is carried out.
-let responseHeaderReserve = 1024
 
 /// The header fields the responder reads, in the order it may need them.
 private let headFields = [

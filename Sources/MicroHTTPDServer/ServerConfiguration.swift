@@ -1,3 +1,5 @@
+import ForgePushTokenHTTP
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
@@ -22,21 +24,38 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// Seconds that graceful shutdown gives requests in flight before closing them. Default 3.
     public var shutdownGraceSeconds: Double = 3
 
+    /// The most bytes a request head may cost (`--max-header-bytes`; `RequestHeadBudget`): its
+    /// line, header fields and blank line as sent, plus 48 bytes per field, query argument and
+    /// cookie (libmicrohttpd's record of each) and the `Cookie` field's copy. A head over it gets
+    /// `431 header_fields_too_large` before anything is carried out. Within
+    /// `RequestHeadBudget.maxHeaderBytesRange` (clamped otherwise). Default 7,008, which makes the
+    /// 8 KiB pool of earlier releases (`connectionMemoryLimit`).
+    public var maxHeaderBytes: Int = RequestHeadBudget.defaultMaxHeaderBytes
+
+    /// The budget `maxHeaderBytes` sets.
+    public var headBudget: RequestHeadBudget { RequestHeadBudget(maxHeaderBytes: maxHeaderBytes) }
+
     /// Bytes of libmicrohttpd's per-connection memory pool (`MHD_OPTION_CONNECTION_MEMORY_LIMIT`),
-    /// which holds a request's line and header fields and the response's header block and chunk
-    /// buffer. libmicrohttpd touches all of it for every connection, so it is most of the memory of
-    /// an idle subscriber, and it zeroes all of it between two requests on one connection. A request
-    /// whose line and header fields do not fit is answered by libmicrohttpd itself (431 or 414).
-    /// Default 8192 (libmicrohttpd's own default is 32768). Not smaller: the response's header block
-    /// must fit beside the request's, and at 4096 a request with about 3.7 KB of header fields
-    /// (ordinary cookies) was carried out but its connection closed without an answer.
-    public var connectionMemoryLimit: Int = 8192
+    /// derived from `maxHeaderBytes` so that every answer fits beside any head within it
+    /// (`RequestHeadBudget.poolBytes`; 8192 by default). The pool holds a request's line and
+    /// header fields and the response's header block and chunk buffer; libmicrohttpd touches all of
+    /// it for every connection, so it is most of the memory of an idle subscriber, and it zeroes all
+    /// of it between two requests on one connection. A head that does not even fit in the pool is
+    /// answered by libmicrohttpd itself (431 or 414, HTML).
+    public var connectionMemoryLimit: Int { headBudget.poolBytes }
 
     /// Seconds an ordinary connection may stay idle before libmicrohttpd closes it
     /// (`MHD_OPTION_CONNECTION_TIMEOUT`), so idle sockets cannot hold the connection limit forever.
     /// Event streams are exempt (they stay open while idle; a departed client is noticed by its
     /// socket). Default 60.
     public var idleTimeoutSeconds: Int = 60
+
+    /// Seconds a request's head may take to arrive, and then its body (`--header-timeout`;
+    /// `RequestDeadline`): over it, a `408 request_timeout` where one can be sent (plain HTTP) and
+    /// the connection is closed. libmicrohttpd's idle timeout restarts on every byte, so without it
+    /// a client sending a header line every few seconds held a connection forever. Event streams
+    /// are exempt once established. Default 10 (as nginx's `client_header_timeout` is 60).
+    public var headerTimeoutSeconds: Int = RequestDeadline.defaultSeconds
 
     /// Threads serving connections, each running one libmicrohttpd daemon with its own epoll set;
     /// all take connections from the one listening socket (as libmicrohttpd's own thread pool

@@ -53,6 +53,7 @@ struct CommandLineOptions: Equatable {
                                        [--tls-cert PATH --tls-key PATH] [--cors-origin ORIGIN ...]
                                        [--max-connections N] [--max-connections-per-ip N]
                                        [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
+                                       [--header-timeout SECONDS]
                                        [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]]
                                        [--version] [--help] [--health-check]
 
@@ -82,12 +83,18 @@ struct CommandLineOptions: Equatable {
           --max-connections-per-ip N
                                   most connections open at once from one client address; 0 = no
                                   limit (default 0: behind a proxy every client has one address)
-          --max-header-bytes N    memory per connection for the request line and header fields;
-                                  larger requests get 431 (default 8192, at least 8192)
+          --max-header-bytes N    most bytes of request line and header fields (each field, query
+                                  argument and cookie counts 48 more, the Cookie field twice);
+                                  more get 431; sets the memory per connection (default 7008,
+                                  an 8 KiB pool; 2048 to 15184)
           --max-url-bytes N       longest request target (path and query); longer gets 414
                                   (default 2048)
           --idle-timeout SECONDS  close an idle ordinary connection after SECONDS; event streams
                                   are exempt (default 60)
+          --header-timeout SECONDS
+                                  a request's head, and then its body, must arrive within
+                                  SECONDS; else 408 and the connection is closed; event streams
+                                  are exempt once open (default 10)
           --redis-url URL         share the token with other replicas through Redis:
                                   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or
                                   unix:///PATH[?db=N] (no TLS; excludes --state-file)
@@ -113,7 +120,7 @@ struct CommandLineOptions: Equatable {
         "host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log", "log-format",
         "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
         "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
-        "max-url-bytes", "idle-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
+        "max-url-bytes", "idle-timeout", "header-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
     ]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]
@@ -316,14 +323,18 @@ struct CommandLineOptions: Equatable {
                 unit: "connections")
         }
         if let bytes = values["max-header-bytes"] {
-            server.connectionMemoryLimit = try Self.whole(
-                bytes, flag: "max-header-bytes", in: 8192...(1 << 20), unit: "bytes")
+            server.maxHeaderBytes = try Self.whole(
+                bytes, flag: "max-header-bytes", in: RequestHeadBudget.maxHeaderBytesRange, unit: "bytes")
         }
         if let bytes = values["max-url-bytes"] {
             server.maxURLBytes = try Self.whole(bytes, flag: "max-url-bytes", in: 16...(1 << 20), unit: "bytes")
         }
         if let seconds = values["idle-timeout"] {
             server.idleTimeoutSeconds = try Self.whole(seconds, flag: "idle-timeout", in: 1...86_400, unit: "seconds")
+        }
+        if let seconds = values["header-timeout"] {
+            server.headerTimeoutSeconds = try Self.whole(
+                seconds, flag: "header-timeout", in: 1...3600, unit: "seconds")
         }
     }
 

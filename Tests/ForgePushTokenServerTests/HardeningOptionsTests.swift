@@ -39,7 +39,8 @@ import Testing
         #expect(options.authToken == nil && options.authentication == nil && options.authScope == .writes)
         #expect(options.server.tls == nil && options.crossOrigin.origins.isEmpty)
         #expect(options.server.connectionLimit == 10_000 + 1024 && options.server.maxConnectionsPerAddress == 0)
-        #expect(options.server.connectionMemoryLimit == 8192 && options.server.maxURLBytes == 2048)
+        #expect(options.server.maxHeaderBytes == 7008 && options.server.connectionMemoryLimit == 8192)
+        #expect(options.server.maxURLBytes == 2048)
         #expect(options.server.idleTimeoutSeconds == 60)
         #expect(options.startupWarnings.isEmpty)
     }
@@ -121,18 +122,27 @@ import Testing
 
     @Test func limits() throws {
         let options = try parse([
-            "--max-connections", "50", "--max-connections-per-ip", "4", "--max-header-bytes", "16384",
+            "--max-connections", "50", "--max-connections-per-ip", "4", "--max-header-bytes", "15184",
             "--max-url-bytes", "512", "--idle-timeout", "5",
         ])
         #expect(options.server.connectionLimit == 50 && options.server.maxConnectionsPerAddress == 4)
-        #expect(options.server.connectionMemoryLimit == 16384 && options.server.maxURLBytes == 512)
+        #expect(options.server.maxHeaderBytes == 15184 && options.server.connectionMemoryLimit == 16368)
+        #expect(options.server.maxURLBytes == 512)
         #expect(options.server.idleTimeoutSeconds == 5)
-        let environment = ["FORGE_PUSH_TOKEN_MAX_CONNECTIONS_PER_IP": "2", "FORGE_PUSH_TOKEN_IDLE_TIMEOUT": "9"]
+        #expect(try parse([]).server.headerTimeoutSeconds == 10)
+        #expect(try parse(["--header-timeout", "3"]).server.headerTimeoutSeconds == 3)
+        let environment = [
+            "FORGE_PUSH_TOKEN_MAX_CONNECTIONS_PER_IP": "2", "FORGE_PUSH_TOKEN_IDLE_TIMEOUT": "9",
+            "FORGE_PUSH_TOKEN_HEADER_TIMEOUT": "7",
+        ]
         let fromEnvironment = try parse([], environment)
         #expect(fromEnvironment.server.maxConnectionsPerAddress == 2 && fromEnvironment.server.idleTimeoutSeconds == 9)
+        #expect(fromEnvironment.server.headerTimeoutSeconds == 7)
         for (flag, value) in [
-            ("max-connections", "0"), ("max-connections-per-ip", "-1"), ("max-header-bytes", "4096"),
+            ("max-connections", "0"), ("max-connections-per-ip", "-1"), ("max-header-bytes", "2047"),
+            ("max-header-bytes", "15185"),
             ("max-url-bytes", "8"), ("idle-timeout", "0"), ("max-connections", "many"),
+            ("header-timeout", "0"), ("header-timeout", "3601"),
         ] {
             let message = usageError(["--\(flag)", value])
             #expect(

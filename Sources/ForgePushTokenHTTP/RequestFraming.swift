@@ -1,0 +1,90 @@
+/// Checks of a request's line and header fields that libmicrohttpd 0.9.75 lets through though RFC
+/// 9112 says otherwise, and which a permissive proxy in front could turn into request smuggling
+/// (issue 21 §5). The engine reads the facts from what libmicrohttpd exposes (the raw request
+/// target, the method, target and version as they lie in its read buffer, the header fields);
+/// the decisions are here, on plain values.
+///
+/// A stateless namespace; thread-safe.
+public enum RequestFraming {
+    /// Whether `byte` may appear in a request-target as sent: not a space, tab, CR, LF or other
+    /// control character (RFC 9112 §3.2, RFC 3986 §2). libmicrohttpd takes a target ending in a
+    /// space (`GET /token  HTTP/1.1` is a request for `/token `).
+    public static func isAllowedInTarget(_ byte: UInt8) -> Bool {
+        byte > 0x20 && byte != 0x7F
+    }
+
+    /// Whether a request line is method, one space, target, one space, version, and its end
+    /// (RFC 9112 §3). libmicrohttpd skips any number of spaces before the target and after the
+    /// version, so the engine measures them in its read buffer:
+    /// - `bytesBeforeTarget`: from the method's start to the target's, which must be the method's
+    ///   length plus one;
+    /// - `bytesAfterVersion`: from the version's end to the first header field's name, `nil`
+    ///   without header fields; 2 for CRLF, or 1 for a bare LF, which RFC 9112 §2.2 lets a
+    ///   recipient accept.
+    public static func requestLineIsWellFormed(methodLength: Int, bytesBeforeTarget: Int, bytesAfterVersion: Int?)
+        -> Bool
+    {
+        guard bytesBeforeTarget == methodLength + 1 else { return false }
+        guard let bytesAfterVersion else { return true }
+        return bytesAfterVersion == 1 || bytesAfterVersion == 2
+    }
+
+    /// What libmicrohttpd saw of a request's framing, for `refusal(_:)`.
+    public struct Facts: Sendable, Equatable {
+        /// The raw request-target holds a space or control character (`isAllowedInTarget`).
+        public var malformedTarget = false
+        /// The request line is not exactly method SP target SP version (`requestLineIsWellFormed`).
+        public var malformedRequestLine = false
+        /// Header fields whose name or value holds a bare CR.
+        public var bareCR = 0
+        /// The request is HTTP/1.0.
+        public var isHTTP10 = false
+        /// `Transfer-Encoding` fields.
+        public var transferEncodings = 0
+        /// `Expect` fields asking for anything but `100-continue`.
+        public var unmetExpectations = 0
+
+        /// No finding: a well-framed request.
+        public init() {}
+    }
+
+    /// The answer to a request whose framing `facts` refuse, or `nil`. Each refusal carries
+    /// `Connection: close`: after a framing error the rest of the connection cannot be trusted to
+    /// be the next request.
+    /// - a space or control character in the target, or a request line with more than one space
+    ///   between its parts: `400` (RFC 9112 §3, §3.2; libmicrohttpd would serve `/token `);
+    /// - a bare CR in a header field: `400` (RFC 9112 §2.2: "a recipient of such a bare CR MUST
+    ///   consider that element to be invalid or replace each bare CR with SP"; a proxy that ends
+    ///   lines at a bare CR would see another field, such as a `Content-Length`);
+    /// - `Transfer-Encoding` in an HTTP/1.0 request: `400` (RFC 9112 §6.1: "MUST treat the message
+    ///   as if the framing is faulty ... and close the connection");
+    /// - an expectation other than `100-continue`: `417` (RFC 9110 §10.1.1).
+    public static func refusal(_ facts: Facts) -> HTTPResponse? {
+        let close: HTTPHeaders = ["Connection": "close"]
+        if facts.malformedTarget || facts.malformedRequestLine {
+            return .error(
+                400,
+                ServiceError(
+                    "invalid_request",
+                    "the request line must be a method, one space, a target without spaces or control characters,"
+                        + " one space and the version (RFC 9112 §3)"), headers: close)
+        }
+        if facts.bareCR > 0 {
+            return .error(
+                400, ServiceError("invalid_request", "a header field holds a bare CR (RFC 9112 §2.2)"), headers: close)
+        }
+        if facts.isHTTP10 && facts.transferEncodings > 0 {
+            return .error(
+                400,
+                ServiceError("invalid_request", "Transfer-Encoding in an HTTP/1.0 request (RFC 9112 §6.1)"),
+                headers: close)
+        }
+        if facts.unmetExpectations > 0 {
+            return .error(
+                417,
+                ServiceError("expectation_failed", "the only expectation this service meets is 100-continue"),
+                headers: close)
+        }
+        return nil
+    }
+}

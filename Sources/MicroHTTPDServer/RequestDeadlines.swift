@@ -1,0 +1,160 @@
+import CMicroHTTPD
+import ForgePushToken
+import ForgePushTokenHTTP
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// The `RequestDeadline` of every open connection of one daemon (`--header-timeout`), and the
+/// sweep that enforces them: libmicrohttpd's own idle timeout restarts on every byte, so it cannot
+/// bound a request head that arrives a line every few seconds. Also notes whether requests
+/// advanced during a daemon run (`takeProgress`).
+///
+/// Thread-safety: the methods are called on the daemon's own loop thread (libmicrohttpd's
+/// callbacks and the loop's tick run there), so the lock is uncontended, except at shutdown, when
+/// `MHD_stop_daemon` reports the last closes on the stopping thread after the loop has ended; the
+/// one lock makes either safe. Side effects on sockets happen after it is released
+/// (`MicroHTTPDServer.enforce`).
+final class ConnectionDeadlines: Sendable {
+    private struct Entry: Sendable {
+        var deadline: RequestDeadline
+        let fd: Int32
+    }
+
+    private struct State: Sendable {
+        /// By connection pointer (its bit pattern).
+        var entries: [UInt: Entry] = [:]
+        /// Whether a request began or ended since `takeProgress()` last looked.
+        var progressed = false
+    }
+
+    private let state = Locked(State())
+
+    /// Whether a request's head arrived or a request ended since the last call: the daemon run
+    /// made progress, so the loop must not back off (DaemonLoop). Pipelined requests that are
+    /// already buffered make libmicrohttpd ask for another run at once without any socket event,
+    /// as does a connection it cannot advance; only the first is progress.
+    func takeProgress() -> Bool {
+        state.withLock { state in
+            defer { state.progressed = false }
+            return state.progressed
+        }
+    }
+
+    /// A connection was accepted (`MHD_CONNECTION_NOTIFY_STARTED`).
+    func connected(_ connection: OpaquePointer, at now: ContinuousClock.Instant) {
+        let entry = Entry(deadline: RequestDeadline(connectedAt: now), fd: fpt_connection_fd(connection))
+        state.withLock { $0.entries[UInt(bitPattern: connection)] = entry }
+    }
+
+    /// A connection was closed (`MHD_CONNECTION_NOTIFY_CLOSED`).
+    func closed(_ connection: OpaquePointer) {
+        state.withLock { _ = $0.entries.removeValue(forKey: UInt(bitPattern: connection)) }
+    }
+
+    /// An event stream was opened on `connection`: it has no deadline from now on.
+    func forget(_ connection: OpaquePointer) {
+        closed(connection)
+    }
+
+    /// A request's head has arrived; false when its connection is past its deadline (the request
+    /// must not be carried out). See `RequestDeadline.headReceived`.
+    func headReceived(_ connection: OpaquePointer, at now: ContinuousClock.Instant, bodyExpected: Bool) -> Bool {
+        state.withLock { state in
+            state.progressed = true
+            return state.entries[UInt(bitPattern: connection)]?.deadline.headReceived(
+                at: now, bodyExpected: bodyExpected) ?? true
+        }
+    }
+
+    /// A request's body is complete; false when its connection is past its deadline.
+    func bodyReceived(_ connection: OpaquePointer) -> Bool {
+        state.withLock { $0.entries[UInt(bitPattern: connection)]?.deadline.bodyReceived() ?? true }
+    }
+
+    /// A request on `connection` is over (it may stay open for the next).
+    func completed(_ connection: OpaquePointer, at now: ContinuousClock.Instant) {
+        state.withLock { state in
+            state.progressed = true
+            state.entries[UInt(bitPattern: connection)]?.deadline.completed(at: now)
+        }
+    }
+
+    /// The connections that must be expired or closed at `now` with a deadline of `timeout`, as
+    /// (socket, action) pairs, for the caller to act on after the lock is released. Looking at a
+    /// kept-alive connection's socket (`TCP_INFO`) changes nothing, so it is done under the lock.
+    func due(at now: ContinuousClock.Instant, timeout: Duration) -> [(fd: Int32, action: RequestDeadline.Action)] {
+        state.withLock { state in
+            var due: [(fd: Int32, action: RequestDeadline.Action)] = []
+            for index in state.entries.indices {
+                let fd = state.entries.values[index].fd
+                let action = state.entries.values[index].deadline.check(at: now, timeout: timeout) { since in
+                    guard let silent = millisecondsSinceDataReceived(fd) else { return false }
+                    return .milliseconds(silent) < now - since
+                }
+                if action != .none { due.append((fd, action)) }
+            }
+            return due
+        }
+    }
+}
+
+extension MicroHTTPDServer {
+    /// Enforces `deadlines` at `now` (the loop's tick): a connection past `--header-timeout` is
+    /// answered `408` when it is plain HTTP (nothing of an answer has been sent while a request is
+    /// still arriving, so the bytes cannot interleave with libmicrohttpd's; over TLS they cannot be
+    /// written beside GnuTLS), closed for writing, counted and logged at debug level; a second
+    /// later it is closed for reading, which libmicrohttpd takes as the client's departure and
+    /// closes the connection.
+    func enforce(_ deadlines: ConnectionDeadlines, at now: ContinuousClock.Instant) {
+        let seconds = configuration.headerTimeoutSeconds
+        for (fd, action) in deadlines.due(at: now, timeout: .seconds(seconds)) where fd >= 0 {
+            switch action {
+            case .expire(let body):
+                if configuration.tls == nil {
+                    let message = Responder.requestTimeout(seconds: seconds, body: body)
+                        .closingMessage(reason: "Request Timeout", date: httpDate())
+                    _ = message.withUnsafeBytes {
+                        send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+                    }
+                }
+                closeSide(of: fd, Int32(SHUT_WR))
+                responder.recordRequestTimeout(body: body)
+                log.log(.debug, "closing a connection whose request \(body ? "body" : "head") took over \(seconds) s")
+            case .close:
+                closeSide(of: fd, Int32(SHUT_RD))
+            case .none:
+                break
+            }
+        }
+    }
+}
+
+/// Milliseconds since the socket last received data (`TCP_INFO`'s `tcpi_last_data_recv`, Linux
+/// tcp(7)), or `nil` when it cannot be read: whether a kept-alive connection between two requests
+/// has begun sending the next (libmicrohttpd keeps what it has read to itself).
+private func millisecondsSinceDataReceived(_ fd: Int32) -> Int? {
+    var info = tcp_info()
+    var length = socklen_t(MemoryLayout<tcp_info>.size)
+    guard getsockopt(fd, Int32(IPPROTO_TCP), Int32(TCP_INFO), &info, &length) == 0 else { return nil }
+    return Int(info.tcpi_last_data_recv)
+}
+
+/// `shutdown(2)` of one side of a socket (a free function: `MicroHTTPDServer.shutdown()` hides
+/// the C one inside the class).
+private func closeSide(of fd: Int32, _ how: Int32) {
+    _ = shutdown(fd, how)
+}
+
+/// The current time as an IMF-fixdate (RFC 9110 §5.6.7), for a `Date` field.
+func httpDate() -> String {
+    var now = time(nil)
+    var parts = tm()
+    gmtime_r(&now, &parts)
+    var buffer = [CChar](repeating: 0, count: 40)
+    let count = strftime(&buffer, buffer.count, "%a, %d %b %Y %H:%M:%S GMT", &parts)
+    return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
