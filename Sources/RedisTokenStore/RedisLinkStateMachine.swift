@@ -31,6 +31,9 @@ struct RedisLinkStateMachine: Sendable {
         case authFailed = "auth_failed"
         /// `PREFIX:state` holds something this service did not write: `invalid_state`.
         case invalidState = "invalid_state"
+
+        /// The health reason the owner and `/healthz` carry for it.
+        var reason: HealthReason { HealthReason(rawValue: rawValue) }
     }
 
     /// What to do after an event.
@@ -92,7 +95,7 @@ struct RedisLinkStateMachine: Sendable {
     private var lastRefresh = -Double.infinity
 
     /// The owner's health before the store reported anything: `.starting`, `unreachable`.
-    static let healthAtStart = StoreHealth.starting(reason: Health.unreachable.rawValue)
+    static let healthAtStart = StoreHealth.starting(reason: Health.unreachable.reason)
 
     /// A link that is not connected yet.
     init(endpoint: String, prefix: String, timings: Timings = Timings()) {
@@ -106,7 +109,7 @@ struct RedisLinkStateMachine: Sendable {
     /// is served, possibly stale) or `.starting` (no state yet), with the reason.
     static func storeHealth(_ health: Health, stateRead: Bool) -> StoreHealth {
         if health == .connected { return .ok }
-        return stateRead ? .degraded(reason: health.rawValue) : .starting(reason: health.rawValue)
+        return stateRead ? .degraded(reason: health.reason) : .starting(reason: health.reason)
     }
 
     /// Whether a write is refused at once, without queueing it: Redis is known to be down (the

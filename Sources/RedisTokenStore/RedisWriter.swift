@@ -43,8 +43,8 @@ final class RedisWriter: Sendable {
         case unavailable(RedisLinkStateMachine.Health, detail: String)
         /// Sent, but no reply in time: it may or may not have been applied.
         case unknown(detail: String)
-        /// Refused by the script for `reason` (not a problem of the link): nothing was written.
-        case refused(String)
+        /// Refused by the script: no version is left above 2^53 - 1. Nothing was written.
+        case versionExhausted
     }
 
     /// Runs until the store stops, then fails what is left.
@@ -205,7 +205,7 @@ final class RedisWriter: Sendable {
                     "a change was refused: \(detail); no higher version can be kept in Redis (Lua numbers are exact "
                         + "up to 2^53 - 1): stop every replica, DEL \(configuration.prefix.stateKey), and start them again"
                 )
-                finish([job], failing: .refused(Self.versionExhausted))
+                finish([job], failing: .versionExhausted)
                 return true
             }
             if let connectionError = RedisConnectionError.classify(errorReply: message) {
@@ -253,7 +253,7 @@ final class RedisWriter: Sendable {
         return true
     }
 
-    /// The reason of `.unavailable` when a change would pass the largest version Redis keeps.
+    /// Why a check failed when the script found no version left above 2^53 - 1 (log text).
     static let versionExhausted = "Redis: version_exhausted (the version is 2^53 - 1, the largest one kept)"
 
     /// The reason of `.unavailable` for `health`.
@@ -268,7 +268,7 @@ final class RedisWriter: Sendable {
                 switch failure {
                 case .unavailable(let health, _): completion(.unavailable(reason: Self.reason(health)))
                 case .unknown: completion(.unknown(reason: "Redis did not answer the write in time"))
-                case .refused(let reason): completion(.unavailable(reason: reason))
+                case .versionExhausted: completion(.versionExhausted)
                 }
             case .check:
                 switch failure {
@@ -276,8 +276,8 @@ final class RedisWriter: Sendable {
                     link.handle { $0.checkFailed(health, detail: detail, at: monotonicSeconds()) }
                 case .unknown(let detail):
                     link.handle { $0.checkFailed(.unreachable, detail: detail, at: monotonicSeconds()) }
-                case .refused(let reason):
-                    link.handle { $0.checkFailed(.unreachable, detail: reason, at: monotonicSeconds()) }
+                case .versionExhausted:
+                    link.handle { $0.checkFailed(.unreachable, detail: Self.versionExhausted, at: monotonicSeconds()) }
                 }
             }
         }

@@ -37,7 +37,7 @@ import Testing
         #expect(
             link.subscriptionFailed(.unreachable, detail: "closed", at: 10) == [
                 .log(.warning, "Redis lost at redis://127.0.0.1:6379/0 (closed); retrying in the background"),
-                .report(.degraded(reason: "unreachable")),
+                .report(.degraded(reason: HealthReason(rawValue: "unreachable"))),
             ])
         #expect(link.subscriptionFailed(.unreachable, detail: "refused", at: 10.5) == [])
         #expect(link.subscribed(at: 12) == [.requestCheck])
@@ -57,12 +57,12 @@ import Testing
                 .log(
                     .warning,
                     "Redis at redis://127.0.0.1:6379/0 refused the credentials (WRONGPASS); retrying in the background"),
-                .report(.starting(reason: "auth_failed")),
+                .report(.starting(reason: HealthReason(rawValue: "auth_failed"))),
             ])
         var invalid = Self.machine()
         _ = invalid.subscribed(at: 0)
         let actions = invalid.invalidState(detail: "p:state is a string, not a hash", at: 0.1)
-        #expect(actions.last == .report(.starting(reason: "invalid_state")))
+        #expect(actions.last == .report(.starting(reason: HealthReason(rawValue: "invalid_state"))))
         guard case .log(.error, let line) = actions.first else {
             Issue.record("no error line: \(actions)")
             return
@@ -79,7 +79,8 @@ import Testing
         _ = link.subscribed(at: 0)
         _ = link.checkSucceeded(at: 0)
         #expect(
-            link.checkFailed(.unreachable, detail: "timeout", at: 1).last == .report(.degraded(reason: "unreachable")))
+            link.checkFailed(.unreachable, detail: "timeout", at: 1).last
+                == .report(.degraded(reason: HealthReason(rawValue: "unreachable"))))
         // Not connected: a failed check says nothing more.
         #expect(link.checkFailed(.unreachable, detail: "timeout", at: 2) == [])
     }
@@ -137,15 +138,20 @@ import Testing
         #expect(!link.refusesWrites)
         // Refused credentials on the writer are the link's reason.
         #expect(
-            link.writerFailed(.authFailed, detail: "WRONGPASS", at: 3).last == .report(.degraded(reason: "auth_failed"))
+            link.writerFailed(.authFailed, detail: "WRONGPASS", at: 3).last
+                == .report(.degraded(reason: HealthReason(rawValue: "auth_failed")))
         )
         #expect(link.refusesWrites)
     }
 
     @Test func storeHealthFromTheLink() {
         #expect(Machine.storeHealth(.connected, stateRead: true) == .ok)
-        #expect(Machine.storeHealth(.unreachable, stateRead: true) == .degraded(reason: "unreachable"))
-        #expect(Machine.storeHealth(.invalidState, stateRead: false) == .starting(reason: "invalid_state"))
-        #expect(Machine.healthAtStart == .starting(reason: "unreachable"))
+        #expect(
+            Machine.storeHealth(.unreachable, stateRead: true)
+                == .degraded(reason: HealthReason(rawValue: "unreachable")))
+        #expect(
+            Machine.storeHealth(.invalidState, stateRead: false)
+                == .starting(reason: HealthReason(rawValue: "invalid_state")))
+        #expect(Machine.healthAtStart == .starting(reason: HealthReason(rawValue: "unreachable")))
     }
 }
