@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.parse
 
-from e2e_support import run_tap_checks, HOST, EventStream, Failure, Server, check, token_hex
+from e2e_support import run_tap_checks, HOST, EventStream, Failure, Server, check, token_hex, wait_until
 
 REALM = 'Bearer realm="forge-push-token"'
 INVALID = 'Bearer realm="forge-push-token", error="invalid_token"'
@@ -199,6 +199,9 @@ class Fixtures:
             return self.start(base + ["--max-url-bytes", "100", "--max-header-bytes", "15184"])
         if name == "default":
             return self.start(base)
+        if name == "text_log":
+            # The flag wins over FORGE_PUSH_TOKEN_LOG_FORMAT, which e2e/run.sh sets to json.
+            return self.start(base + ["--log-format", "text"])
         if name == "max_conn":
             return self.start(base + ["--max-connections", "20"])
         if name == "per_ip":
@@ -849,6 +852,35 @@ def cors_errors():
         check(r.status == expected, "%s %s answered %r, expected %d" % (method, path, r, expected))
         check(r.get("access-control-allow-origin") == ORIGIN, "%d to a listed origin: ACAO %r"
               % (expected, r.get("access-control-allow-origin")))
+
+
+@test("cors: an Origin in other case is allowed and answered in the configured spelling, never the request's")
+def cors_configured_spelling():
+    # Issue 21: HTTPS://APP.EXAMPLE used to be echoed as sent.
+    s = FIX.get("cors")
+    for sent in ("HTTPS://APP.EXAMPLE", "https://App.Example", "HTTPS://SECOND.EXAMPLE:8443"):
+        r = s.req("GET", "/token", headers={"Origin": sent})
+        expected = ORIGIN if "APP" in sent.upper() and ":8443" not in sent else ORIGIN2
+        check(r.status == 200 and r.get("access-control-allow-origin") == expected,
+              "Origin %s: answered %s with ACAO %r, expected %r"
+              % (sent, r.status, r.get("access-control-allow-origin"), expected))
+
+
+@test("log: the text log writes bidirectional and line-separator characters as \\u{...}, never raw")
+def text_log_escapes_spoofing_characters():
+    # Issue 21: a POST /fail message with U+202E (right-to-left override) or U+2028 (line
+    # separator) was written raw to the text log, where it can change what a terminal shows.
+    s = FIX.get("text_log")
+    message = "revoked \u202egnp.exe \u2028forged line \u2066x\u2069 \u200fend"
+    r = s.req("POST", "/fail", headers={"Content-Type": "text/plain; charset=utf-8"},
+              body=message.encode("utf-8"))
+    check(r.status == 200, "POST /fail answered %r" % r)
+    wait_until(lambda: "gnp.exe" in s.stderr(), 5, what="the log line of the failure")
+    line = next(l for l in s.stderr().splitlines() if "gnp.exe" in l)
+    for raw, escaped in (("\u202e", "\\u{202e}"), ("\u2028", "\\u{2028}"), ("\u2066", "\\u{2066}"),
+                         ("\u2069", "\\u{2069}"), ("\u200f", "\\u{200f}")):
+        check(raw not in line, "the text log holds U+%04X raw: %r" % (ord(raw), line))
+        check(escaped in line, "the text log does not show %s: %r" % (escaped, line))
 
 
 @test("cors: plain OPTIONS -> 204 with Allow (same list as the 405's), Origin-less and nothing CORS")
