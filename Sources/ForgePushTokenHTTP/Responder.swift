@@ -334,7 +334,7 @@ public final class Responder: Sendable {
         } catch .full {
             let error = ServiceError(
                 "too_many_subscribers",
-                "the service has \(owner.maxSubscribers) subscribers already; retry later")
+                "the service is at its limit of \(owner.maxSubscribers) subscribers; retry later")
             return (
                 refuse(.error(503, error, headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil
             )
