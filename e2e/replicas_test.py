@@ -31,7 +31,8 @@ balancer; each is stopped by its pid. Checks, in order (each bounded to seconds)
   (l) 300 streams opening with a Last-Event-ID above the replica's version (issue 21 §6) cost Redis
       a bounded number of script calls (INFO commandstats): one check in flight and one per 100 ms,
       plus the periodic checks, never one per stream;
-  (i) bad input: rediss://, --state-file with --redis-url, a bad prefix (exit 64 with a clear
+  (i) bad input: an unreadable --redis-tls-ca-file, a TLS flag without rediss://, --state-file
+      with --redis-url, a bad prefix (exit 64 with a clear
       message); a wrong password (auth_failed), PREFIX:state of the wrong type or with garbage
       (invalid_state, never overwritten), a server that does not speak Redis (unreachable):
       the replica keeps running.
@@ -661,7 +662,10 @@ def bad_input(binary, redis):
         check(code == 64, "%r exited with %r: %s" % (args, code, text[-300:]))
         check(want in text, "%r: message lacks %r: %s" % (args, want, text[-300:]))
         check("hunter2" not in text, "the password was printed: %s" % text)
-    exits(["--redis-url", "rediss://:hunter2@127.0.0.1:6380"], want="TLS")
+    exits(["--redis-url", "rediss://:hunter2@127.0.0.1:6380", "--redis-tls-ca-file", "/nonexistent/ca.pem"],
+          want="--redis-tls-ca-file: cannot read")
+    exits(["--redis-url", "redis://:hunter2@127.0.0.1:6380", "--redis-tls-ca-file", "/etc/hostname"],
+          want="needs a rediss://")
     exits(["--redis-url", "redis://127.0.0.1:1", "--state-file", "/tmp/x"], want="Redis keeps the state")
     exits([], env={"FORGE_PUSH_TOKEN_REDIS_URL": "redis://:hunter2@h:99999"}, want="FORGE_PUSH_TOKEN_REDIS_URL")
     exits(["--redis-url", "redis://127.0.0.1:1", "--redis-key-prefix", "a b"], want="--redis-key-prefix")
@@ -720,7 +724,7 @@ def bad_input(binary, redis):
         stop.set()
         thread.join(2)
         listener.close()
-    log("(i) bad input: exit 64 for rediss://, --state-file, a bad URL and prefix; auth_failed, invalid_state "
+    log("(i) bad input: exit 64 for TLS flags, --state-file, a bad URL and prefix; auth_failed, invalid_state "
         "(never overwritten) and unreachable reported without a crash")
 
 

@@ -5,10 +5,11 @@
 ///   host in brackets, user and password percent-encoded (RFC 3986 section 2.1). With a user name
 ///   the service authenticates with `AUTH USER PASSWORD` (Redis 6 ACLs), without one with
 ///   `AUTH PASSWORD`.
+/// - `rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB]`: the same over TLS (port 6379 by default, as
+///   with `redis://`); the server's certificate is always verified against the host.
 /// - `unix:///PATH/TO/SOCKET[?db=N]`: a Unix domain socket, database 0 by default.
 ///
-/// `rediss://` (TLS) is refused: hiredis 0.14 has no TLS. The description of an endpoint never
-/// contains the password.
+/// The description of an endpoint never contains the password.
 ///
 /// Thread-safety: a value type, `Sendable`.
 public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
@@ -28,19 +29,20 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var password: [UInt8]?
     /// The logical database selected with `SELECT` (0 by default).
     public var database: Int
+    /// Whether the connection uses TLS (`rediss://`; TCP only).
+    public var tls: Bool
 
     /// Creates an endpoint from its parts.
-    public init(address: Address, user: String? = nil, password: [UInt8]? = nil, database: Int = 0) {
+    public init(address: Address, user: String? = nil, password: [UInt8]? = nil, database: Int = 0, tls: Bool = false) {
         self.address = address
         self.user = user
         self.password = password
         self.database = database
+        self.tls = tls
     }
 
     /// Why a URL was refused. The messages never contain the password (nor the URL, which may).
     public enum ParseError: Error, Equatable, CustomStringConvertible {
-        /// `rediss://`: TLS to Redis is not supported by this build.
-        case tlsNotSupported
         /// A scheme other than `redis` or `unix`.
         case unknownScheme(String)
         /// The URL is malformed; the string says which part.
@@ -49,26 +51,22 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         /// One sentence for an exit message (the caller prefixes the flag or variable).
         public var description: String {
             switch self {
-            case .tlsNotSupported:
-                return "rediss:// (TLS) is not supported by this build (hiredis 0.14 has no TLS); "
-                    + "run a local TLS tunnel (for example stunnel or spiped) next to the service "
-                    + "and point a redis:// URL at its local end"
             case .unknownScheme(let scheme):
-                return "unknown scheme \"\(scheme)\" (expected redis:// or unix://)"
+                return "unknown scheme \"\(scheme)\" (expected redis://, rediss:// or unix://)"
             case .malformed(let why):
                 return "malformed URL: \(why)"
             }
         }
     }
 
-    /// The endpoint without its password, for log lines: `redis://HOST:PORT/DB` (with `USER@`
-    /// when there is a user) or `unix:///PATH?db=N`.
+    /// The endpoint without its password, for log lines: `redis://HOST:PORT/DB` (`rediss://` with
+    /// TLS, with `USER@` when there is a user) or `unix:///PATH?db=N`.
     public var description: String {
         switch address {
         case .tcp(let host, let port):
             let shownHost = host.contains(":") ? "[\(host)]" : host
             let userPart = user.map { "\($0)@" } ?? ""
-            return "redis://\(userPart)\(shownHost):\(port)/\(database)"
+            return "\(tls ? "rediss" : "redis")://\(userPart)\(shownHost):\(port)/\(database)"
         case .unix(let path):
             return "unix://\(path)?db=\(database)"
         }
@@ -78,14 +76,17 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     /// - Throws: `ParseError` saying what is wrong, never echoing the URL.
     public static func parse(_ text: String) throws(ParseError) -> RedisEndpoint {
         guard let colon = text.firstIndex(of: ":"), text[colon...].hasPrefix("://") else {
-            throw .malformed("expected redis://HOST[:PORT][/DB] or unix:///PATH")
+            throw .malformed("expected redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB] or unix:///PATH")
         }
         let scheme = text[..<colon].lowercased()
         let rest = String(text[text.index(colon, offsetBy: 3)...])
         switch scheme {
         case "redis": return try parseTCP(rest)
         case "unix": return try parseUnix(rest)
-        case "rediss": throw .tlsNotSupported
+        case "rediss":
+            var endpoint = try parseTCP(rest)
+            endpoint.tls = true
+            return endpoint
         default:
             // Only letters, digits, '+', '-', '.' are shown, so that nothing secret leaks.
             let shown = scheme.filter { $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) }
@@ -95,7 +96,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
 
     private static func parseTCP(_ rest: String) throws(ParseError) -> RedisEndpoint {
         if rest.contains("?") || rest.contains("#") {
-            throw .malformed("a redis:// URL takes no query or fragment")
+            throw .malformed("a redis:// or rediss:// URL takes no query or fragment")
         }
         let authority: Substring
         let path: Substring

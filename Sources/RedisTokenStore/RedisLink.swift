@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import GnuTLSClient
 
 /// What the writer and the subscription share: the one place that connects to Redis, the link's
 /// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the way to
@@ -21,6 +22,8 @@ final class RedisLink: Sendable {
     /// The work queue of the writer.
     let queue: RedisJobQueue
     private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
+    /// The TLS credentials of a `rediss://` endpoint, loaded once (`nil` for other endpoints).
+    private let credentials: Result<TLSClientCredentials, TLSError>?
     private let machine: Locked<RedisLinkStateMachine>
     private let metrics = Locked(RedisMetrics())
     /// Reads the owner's state (`TokenStore.start(reporting:current:)`): in replica mode every
@@ -41,6 +44,15 @@ final class RedisLink: Sendable {
         self.logger = log
         self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
         self.writerID = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        if configuration.endpoint.tls {
+            do throws(TLSError) {
+                credentials = .success(try configuration.tls.credentials())
+            } catch {
+                credentials = .failure(error)
+            }
+        } else {
+            credentials = nil
+        }
         var timings = RedisLinkStateMachine.Timings()
         timings.heartbeatInterval = configuration.heartbeatInterval
         timings.heartbeatTimeout = configuration.heartbeatTimeout
@@ -68,10 +80,18 @@ final class RedisLink: Sendable {
         queue.stop()
     }
 
-    /// The one place that connects to Redis: connect, `AUTH`, `SELECT`, bounded by the write
-    /// timeout (docs/replicas.md, "Starting it").
+    /// The one place that connects to Redis: connect (and the TLS handshake for `rediss://`),
+    /// `AUTH`, `SELECT`, bounded by the write timeout (docs/replicas.md, "Starting it").
     func connect() throws(RedisConnectionError) -> RedisConnection {
-        try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+        switch credentials {
+        case .failure(let error):
+            throw .tlsFailed(error.description)
+        case .success(let loaded):
+            return try RedisConnection(
+                endpoint: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
+        case nil:
+            return try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+        }
     }
 
     // MARK: Events

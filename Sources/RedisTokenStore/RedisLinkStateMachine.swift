@@ -29,6 +29,9 @@ struct RedisLinkStateMachine: Sendable {
         case unreachable
         /// Wrong password or user: `auth_failed`.
         case authFailed = "auth_failed"
+        /// The TLS handshake or the verification of the server's certificate failed:
+        /// `tls_failed`.
+        case tlsFailed = "tls_failed"
         /// `PREFIX:state` holds something this service did not write: `invalid_state`.
         case invalidState = "invalid_state"
     }
@@ -125,7 +128,8 @@ struct RedisLinkStateMachine: Sendable {
         return check()
     }
 
-    /// The subscription could not be made, or broke: `health` (`unreachable` or `auth_failed`)
+    /// The subscription could not be made, or broke: `health` (`unreachable`, `auth_failed` or
+    /// `tls_failed`)
     /// says why, `detail` in words.
     mutating func subscriptionFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         subscribed = false
@@ -202,12 +206,12 @@ struct RedisLinkStateMachine: Sendable {
         return actions
     }
 
-    /// A check failed: `health` says why (`invalid_state` and `auth_failed` as they are, else a
-    /// connected link counts as `unreachable`).
+    /// A check failed: `health` says why (`invalid_state`, `auth_failed` and `tls_failed` as they
+    /// are, else a connected link counts as `unreachable`).
     mutating func checkFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         checkPending = false
         switch health {
-        case .invalidState, .authFailed:
+        case .invalidState, .authFailed, .tlsFailed:
             return become(health, detail: detail, at: now)
         case .unreachable, .connected:
             return self.health == .connected ? become(.unreachable, detail: "a state check failed", at: now) : []
@@ -230,7 +234,7 @@ struct RedisLinkStateMachine: Sendable {
     /// The writer's connect, send or read failed.
     mutating func writerFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         writerFailed = true
-        return health == .authFailed ? become(.authFailed, detail: detail, at: now) : []
+        return health == .authFailed || health == .tlsFailed ? become(health, detail: detail, at: now) : []
     }
 
     /// A write was refused because `PREFIX:state` is invalid.
@@ -292,6 +296,8 @@ struct RedisLinkStateMachine: Sendable {
                 + "replicas write their state back"
         case .authFailed:
             return "Redis at \(endpoint) refused the credentials (\(detail)); retrying in the background"
+        case .tlsFailed:
+            return "Redis at \(endpoint): \(detail); retrying in the background"
         case .unreachable, .connected:
             let when = everConnected ? "lost" : "unreachable at start"
             return "Redis \(when) at \(endpoint) (\(detail)); retrying in the background"

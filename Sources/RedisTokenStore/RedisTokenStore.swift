@@ -59,6 +59,9 @@ public final class RedisTokenStore: TokenStore {
         public var checkInterval: Double = 2
         /// The least seconds between two checks asked for by `refresh()` (0.1).
         public var refreshInterval: Double = 0.1
+        /// What a `rediss://` endpoint trusts and presents (unused by other endpoints): the system's
+        /// trust store and no client certificate by default.
+        public var tls = RedisTLSSettings()
 
         /// Creates a configuration with the contract's timings.
         public init(endpoint: RedisEndpoint, prefix: RedisKeyPrefix = .standard) {

@@ -285,9 +285,13 @@ final class RedisWriter: Sendable {
 }
 
 extension RedisLinkStateMachine.Health {
-    /// The health a connection error means: `auth_failed` for refused credentials, else
-    /// `unreachable`.
+    /// The health a connection error means: `auth_failed` for refused credentials, `tls_failed`
+    /// for a failed TLS handshake or certificate, else `unreachable`.
     init(_ error: RedisConnectionError) {
-        if case .authFailed = error { self = .authFailed } else { self = .unreachable }
+        switch error {
+        case .authFailed: self = .authFailed
+        case .tlsFailed: self = .tlsFailed
+        case .unreachable, .timedOut, .refused: self = .unreachable
+        }
     }
 }

@@ -51,7 +51,8 @@ struct CommandLineOptions: Equatable {
                                        [--tls-cert PATH --tls-key PATH] [--cors-origin ORIGIN ...]
                                        [--max-connections N] [--max-connections-per-ip N]
                                        [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
-                                       [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]]
+                                       [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]
+                                        [--redis-tls-ca-file PATH] [--redis-tls-cert-file PATH --redis-tls-key-file PATH]]
                                        [--version] [--help] [--health-check]
 
           --host ADDR             IPv4 or IPv6 literal, or localhost (default 127.0.0.1)
@@ -87,14 +88,23 @@ struct CommandLineOptions: Equatable {
           --idle-timeout SECONDS  close an idle ordinary connection after SECONDS; event streams
                                   are exempt (default 60)
           --redis-url URL         share the token with other replicas through Redis:
-                                  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or
-                                  unix:///PATH[?db=N] (no TLS; excludes --state-file)
+                                  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], the same with
+                                  rediss:// for TLS (the certificate is always verified), or
+                                  unix:///PATH[?db=N] (excludes --state-file)
           --redis-password-file PATH
                                   the Redis password, read from PATH (a container secret);
                                   whitespace at either end is ignored; wins over the URL's
           --redis-key-prefix PREFIX
                                   namespace of the Redis keys, 1 to 64 of A-Z a-z 0-9 : _ . -
                                   (default forge-push-token)
+          --redis-tls-ca-file PATH
+                                  rediss://: PEM CA certificates that may sign Redis' certificate
+                                  (default: the system's trust store)
+          --redis-tls-cert-file PATH
+                                  rediss://: PEM client certificate (chain allowed) for a Redis
+                                  that requires one; needs --redis-tls-key-file
+          --redis-tls-key-file PATH
+                                  the client certificate's PEM private key, unencrypted
           --version               print the version and exit
           --help                  print this help and exit
           --health-check          ask GET /healthz of the service at --host/--port (a wildcard
@@ -112,6 +122,7 @@ struct CommandLineOptions: Equatable {
         "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
         "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
         "max-url-bytes", "idle-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
+        "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file",
     ]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]

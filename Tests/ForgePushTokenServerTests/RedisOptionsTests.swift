@@ -50,12 +50,32 @@ import Testing
         #expect(fromEnvironment.redis?.prefix == .standard)
     }
 
-    @Test func refusals() {
+    @Test func refusals() throws {
         #expect(message(["--redis-url", "redis://h", "--state-file", "/s"]).contains("Redis keeps the state"))
         #expect(
             message(["--state-file", "/s"], ["FORGE_PUSH_TOKEN_REDIS_URL": "redis://h"]).contains("exclude each other"))
-        #expect(message(["--redis-url", "rediss://h"]).hasPrefix("--redis-url: rediss:// (TLS) is not supported"))
-        #expect(message(["--redis-url", "rediss://h"]).contains("tunnel"))
+        #expect(try parse(["--redis-url", "rediss://h"]).redis?.endpoint.tls == true)
+        #expect(
+            message(["--redis-url", "redis://h", "--redis-tls-ca-file", "/ca"])
+                == "--redis-tls-ca-file needs a rediss:// --redis-url (TLS to Redis)")
+        #expect(message(["--redis-tls-ca-file", "/ca"]) == "--redis-tls-ca-file needs --redis-url")
+        #expect(
+            message(["--redis-url", "rediss://h", "--redis-tls-cert-file", "/c"]).contains("give both or neither"))
+        #expect(
+            message(["--redis-url", "rediss://h", "--redis-tls-ca-file", "/missing"]).hasPrefix(
+                "--redis-tls-ca-file: cannot read /missing"))
+        #expect(
+            message(["--redis-url", "rediss://h", "--redis-tls-ca-file", "/ca"], files: ["/ca": "not a PEM\n"])
+                .hasPrefix("--redis-tls-ca-file: "))
+        let badKey = "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWtleS1ieXRlcw==\n-----END PRIVATE KEY-----\n"
+        let keyMessage = message(
+            ["--redis-url", "rediss://h", "--redis-tls-cert-file", "/c", "--redis-tls-key-file", "/k"],
+            files: ["/c": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "/k": badKey])
+        #expect(keyMessage.hasPrefix("--redis-tls-cert-file/--redis-tls-key-file: "))
+        #expect(!keyMessage.contains("c2VjcmV0") && !keyMessage.contains("BEGIN"))
+        #expect(
+            message([], ["FORGE_PUSH_TOKEN_REDIS_URL": "redis://h", "FORGE_PUSH_TOKEN_REDIS_TLS_KEY_FILE": "/k"])
+                .hasSuffix("(set by FORGE_PUSH_TOKEN_REDIS_TLS_KEY_FILE)"))
         #expect(
             message([], ["FORGE_PUSH_TOKEN_REDIS_URL": "http://h"]).hasSuffix("(set by FORGE_PUSH_TOKEN_REDIS_URL)"))
         #expect(

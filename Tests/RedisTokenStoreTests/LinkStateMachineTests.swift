@@ -59,6 +59,19 @@ import Testing
                     "Redis at redis://127.0.0.1:6379/0 refused the credentials (WRONGPASS); retrying in the background"),
                 .report(.starting(reason: "auth_failed")),
             ])
+        // A TLS failure is its own reason, with its own line; the same failure again says nothing.
+        var tls = Self.machine()
+        let detail = "TLS failed (certificate CN=r of 127.0.0.1: expired)"
+        #expect(
+            tls.subscriptionFailed(.tlsFailed, detail: detail, at: 0) == [
+                .log(.warning, "Redis at redis://127.0.0.1:6379/0: \(detail); retrying in the background"),
+                .report(.starting(reason: "tls_failed")),
+            ])
+        #expect(tls.writerFailed(.tlsFailed, detail: detail, at: 0.1) == [])
+        #expect(tls.checkFailed(.tlsFailed, detail: detail, at: 0.2) == [])
+        #expect(tls.refusesWrites)
+        #expect(Machine.Health(RedisConnectionError.tlsFailed("x")) == .tlsFailed)
+        #expect(Machine.Health(RedisConnectionError.timedOut) == .unreachable)
         var invalid = Self.machine()
         _ = invalid.subscribed(at: 0)
         let actions = invalid.invalidState(detail: "p:state is a string, not a hash", at: 0.1)

@@ -28,8 +28,17 @@ import Testing
         #expect(throws: RedisEndpoint.ParseError.self) { try RedisEndpoint.parse("unix:///tmp/r.sock?database=1") }
     }
 
+    @Test func tlsURL() throws {
+        let tls = try RedisEndpoint.parse("rediss://default:s%40cret@cache.example.com:6380/1")
+        #expect(tls.tls && tls.address == .tcp(host: "cache.example.com", port: 6380) && tls.database == 1)
+        #expect(tls.user == "default" && tls.password == Array("s@cret".utf8))
+        #expect(tls.description == "rediss://default@cache.example.com:6380/1")
+        #expect(try RedisEndpoint.parse("rediss://h").address == .tcp(host: "h", port: 6379))
+        #expect(try !RedisEndpoint.parse("redis://h").tls)
+    }
+
     @Test func refusals() {
-        #expect(throws: RedisEndpoint.ParseError.tlsNotSupported) { try RedisEndpoint.parse("rediss://h:6379") }
+        #expect(throws: RedisEndpoint.ParseError.self) { try RedisEndpoint.parse("rediss://h?x=1") }
         #expect(throws: RedisEndpoint.ParseError.unknownScheme("http")) { try RedisEndpoint.parse("http://h") }
         for bad in [
             "redis://", "redis://h:0", "redis://h:65536", "redis://h:x", "redis://h/db", "redis://h/-1",
