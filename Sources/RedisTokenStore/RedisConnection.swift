@@ -29,6 +29,10 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
     /// The TLS handshake or the verification of the server's certificate failed, or the TLS
     /// session broke; the string says what failed (never key material).
     case tlsFailed(String)
+    /// No sentinel of a sentinel URL answered; the string says why, per sentinel.
+    case sentinelsUnreachable(String)
+    /// The sentinels answered but name no master, or the node they name is not a master.
+    case noMaster(String)
 
     /// One phrase for a log line.
     public var description: String {
@@ -38,6 +42,8 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
         case .authFailed(let why): return "authentication failed (\(why))"
         case .refused(let why): return "refused (\(why))"
         case .tlsFailed(let why): return "TLS failed (\(why))"
+        case .sentinelsUnreachable(let why): return "no sentinel answered (\(why))"
+        case .noMaster(let why): return "no master (\(why))"
         }
     }
 
@@ -99,13 +105,17 @@ final class RedisConnection {
     /// Whether any reply arrived (a connection closed before the first one may be a TLS port
     /// behind a `redis://` URL).
     private var answered = false
+    /// With a sentinel URL, the sentinels' generation when the connection was made
+    /// (`RedisLink.hasMoved`).
+    var generation: UInt64 = 0
 
     /// Connects (with TLS for a `rediss://` endpoint, verifying the server's certificate against
     /// `credentials`), authenticates and selects the database, each step bounded by `timeout`
     /// seconds.
     /// - Throws: `RedisConnectionError` (`.tlsFailed` when the handshake or the verification
     ///   fails); the socket is closed.
-    init(endpoint: RedisEndpoint, timeout: Double, credentials: TLSClientCredentials? = nil)
+    /// - Parameter select: whether to send `SELECT` (a sentinel has no databases).
+    init(endpoint: RedisEndpoint, timeout: Double, credentials: TLSClientCredentials? = nil, select: Bool = true)
         throws(RedisConnectionError)
     {
         ioTimeout = timeout
@@ -158,9 +168,11 @@ final class RedisConnection {
                     throw RedisConnectionError.classify(errorReply: message) ?? .authFailed(String(message.prefix(120)))
                 }
             }
-            let reply = try command(["SELECT", String(endpoint.database)], timeout: timeout)
-            if case .error(let message) = reply {
-                throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
+            if select {
+                let reply = try command(["SELECT", String(endpoint.database)], timeout: timeout)
+                if case .error(let message) = reply {
+                    throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
+                }
             }
         } catch {
             // Every stored property is set, so `deinit` runs and closes the socket.

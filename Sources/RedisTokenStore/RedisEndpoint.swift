@@ -7,6 +7,10 @@
 ///   `AUTH PASSWORD`.
 /// - `rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB]`: the same over TLS (port 6379 by default, as
 ///   with `redis://`); the server's certificate is always verified against the host.
+/// - `redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[/DB]` and
+///   `rediss+sentinel://...` (TLS to the sentinels and the master): the master named
+///   `MASTER_NAME` as the sentinels report it (port 26379 by default for a sentinel); USER and
+///   PASSWORD authenticate to the master.
 /// - `unix:///PATH/TO/SOCKET[?db=N]`: a Unix domain socket, database 0 by default.
 ///
 /// The description of an endpoint never contains the password.
@@ -29,8 +33,44 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var password: [UInt8]?
     /// The logical database selected with `SELECT` (0 by default).
     public var database: Int
-    /// Whether the connection uses TLS (`rediss://`; TCP only).
+    /// Whether the connection uses TLS (`rediss://`, `rediss+sentinel://`; TCP only).
     public var tls: Bool
+    /// With a `redis+sentinel://` or `rediss+sentinel://` URL, the sentinels that name the master
+    /// (then `address` is where the master was last found, the first sentinel at first); `nil`
+    /// otherwise.
+    public var sentinel: Sentinel?
+
+    /// A host name or IP address (without brackets) and a TCP port.
+    public struct Host: Sendable, Equatable, CustomStringConvertible {
+        /// The name or address.
+        public var host: String
+        /// The port.
+        public var port: Int
+        /// Creates a host.
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+        /// `HOST:PORT` (`[V6]:PORT`).
+        public var description: String { (host.contains(":") ? "[\(host)]" : host) + ":\(port)" }
+    }
+
+    /// The sentinels of a sentinel URL (Redis Sentinel documentation, "Sentinel clients
+    /// implementation guidelines").
+    public struct Sentinel: Sendable, Equatable {
+        /// The sentinels, in the URL's order (port 26379 by default); at least one.
+        public var hosts: [Host]
+        /// The master's name as in `sentinel monitor`: 1 to 64 of `A-Z a-z 0-9 . _ -`.
+        public var masterName: String
+        /// The sentinels' own password (`requirepass` in sentinel.conf), or `nil` for none.
+        public var password: [UInt8]?
+        /// Creates the sentinels of a URL.
+        public init(hosts: [Host], masterName: String, password: [UInt8]? = nil) {
+            self.hosts = hosts
+            self.masterName = masterName
+            self.password = password
+        }
+    }
 
     /// Creates an endpoint from its parts.
     public init(address: Address, user: String? = nil, password: [UInt8]? = nil, database: Int = 0, tls: Bool = false) {
@@ -52,7 +92,8 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         public var description: String {
             switch self {
             case .unknownScheme(let scheme):
-                return "unknown scheme \"\(scheme)\" (expected redis://, rediss:// or unix://)"
+                return
+                    "unknown scheme \"\(scheme)\" (expected redis://, rediss://, redis+sentinel://, rediss+sentinel:// or unix://)"
             case .malformed(let why):
                 return "malformed URL: \(why)"
             }
@@ -62,6 +103,11 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     /// The endpoint without its password, for log lines: `redis://HOST:PORT/DB` (`rediss://` with
     /// TLS, with `USER@` when there is a user) or `unix:///PATH?db=N`.
     public var description: String {
+        if let sentinel {
+            let userPart = user.map { "\($0)@" } ?? ""
+            let hosts = sentinel.hosts.map(\.description).joined(separator: ",")
+            return "\(tls ? "rediss" : "redis")+sentinel://\(userPart)\(hosts)/\(sentinel.masterName)/\(database)"
+        }
         switch address {
         case .tcp(let host, let port):
             let shownHost = host.contains(":") ? "[\(host)]" : host
@@ -76,16 +122,18 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     /// - Throws: `ParseError` saying what is wrong, never echoing the URL.
     public static func parse(_ text: String) throws(ParseError) -> RedisEndpoint {
         guard let colon = text.firstIndex(of: ":"), text[colon...].hasPrefix("://") else {
-            throw .malformed("expected redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB] or unix:///PATH")
+            throw .malformed(
+                "expected redis://HOST[:PORT][/DB], rediss://..., redis+sentinel://HOST[:PORT],.../MASTER[/DB] or unix:///PATH"
+            )
         }
         let scheme = text[..<colon].lowercased()
         let rest = String(text[text.index(colon, offsetBy: 3)...])
         switch scheme {
         case "redis": return try parseTCP(rest)
         case "unix": return try parseUnix(rest)
-        case "rediss":
-            var endpoint = try parseTCP(rest)
-            endpoint.tls = true
+        case "rediss", "redis+sentinel", "rediss+sentinel":
+            var endpoint = try parseTCP(rest, sentinel: scheme.hasSuffix("+sentinel"))
+            endpoint.tls = scheme.hasPrefix("rediss")
             return endpoint
         default:
             // Only letters, digits, '+', '-', '.' are shown, so that nothing secret leaks.
@@ -94,12 +142,12 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    private static func parseTCP(_ rest: String) throws(ParseError) -> RedisEndpoint {
+    private static func parseTCP(_ rest: String, sentinel: Bool = false) throws(ParseError) -> RedisEndpoint {
         if rest.contains("?") || rest.contains("#") {
-            throw .malformed("a redis:// or rediss:// URL takes no query or fragment")
+            throw .malformed("a Redis URL with a host takes no query or fragment")
         }
         let authority: Substring
-        let path: Substring
+        var path: Substring
         if let slash = rest.firstIndex(of: "/") {
             authority = rest[..<slash]
             path = rest[rest.index(after: slash)...]
@@ -131,6 +179,46 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
                 throw .malformed("a user name needs a password (USER:PASSWORD@)")
             }
         }
+        var sentinels: Sentinel?
+        let address: Address
+        if sentinel {
+            var hosts: [Host] = []
+            for part in hostPort.split(separator: ",", omittingEmptySubsequences: false) {
+                hosts.append(try parseHostPort(part, defaultPort: 26379))
+            }
+            let name: Substring
+            if let slash = path.firstIndex(of: "/") {
+                name = path[..<slash]
+                path = path[path.index(after: slash)...]
+            } else {
+                name = path
+                path = ""
+            }
+            guard (1...64).contains(name.utf8.count),
+                name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "_" || $0 == "-") })
+            else {
+                throw .malformed("the master name (after the sentinels) must be 1 to 64 of A-Z a-z 0-9 . _ -")
+            }
+            sentinels = Sentinel(hosts: hosts, masterName: String(name))
+            address = .tcp(host: hosts[0].host, port: hosts[0].port)
+        } else {
+            let host = try parseHostPort(hostPort, defaultPort: 6379)
+            address = .tcp(host: host.host, port: host.port)
+        }
+        var database = 0
+        if !path.isEmpty {
+            guard let value = decimal(path, max: Int(Int32.max)) else {
+                throw .malformed("the path must be a database number (/0, /1, ...)")
+            }
+            database = value
+        }
+        var endpoint = RedisEndpoint(address: address, user: user, password: password, database: database)
+        endpoint.sentinel = sentinels
+        return endpoint
+    }
+
+    /// `HOST[:PORT]`, with an IPv6 host in brackets.
+    private static func parseHostPort(_ hostPort: Substring, defaultPort: Int) throws(ParseError) -> Host {
         var host: Substring
         var portText: Substring?
         if hostPort.hasPrefix("[") {
@@ -159,23 +247,14 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             }
         }
         guard !host.isEmpty else { throw .malformed("the host is missing") }
-        var port = 6379
+        var port = defaultPort
         if let portText {
             guard let value = decimal(portText, max: 65535), value >= 1 else {
                 throw .malformed("the port must be a number from 1 to 65535")
             }
             port = value
         }
-        var database = 0
-        if !path.isEmpty {
-            guard let value = decimal(path, max: Int(Int32.max)) else {
-                throw .malformed("the path must be a database number (/0, /1, ...)")
-            }
-            database = value
-        }
-        return RedisEndpoint(
-            address: .tcp(host: String(host), port: port), user: user,
-            password: password, database: database)
+        return Host(host: String(host), port: port)
     }
 
     private static func parseUnix(_ rest: String) throws(ParseError) -> RedisEndpoint {

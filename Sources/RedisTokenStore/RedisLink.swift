@@ -53,6 +53,7 @@ final class RedisLink: Sendable {
         } else {
             credentials = nil
         }
+        directory = configuration.endpoint.sentinel.map(RedisSentinelDirectory.init)
         var timings = RedisLinkStateMachine.Timings()
         timings.heartbeatInterval = configuration.heartbeatInterval
         timings.heartbeatTimeout = configuration.heartbeatTimeout
@@ -80,17 +81,53 @@ final class RedisLink: Sendable {
         queue.stop()
     }
 
+    /// With a sentinel URL, the sentinels and the master in use; `nil` otherwise.
+    let directory: RedisSentinelDirectory?
+
     /// The one place that connects to Redis: connect (and the TLS handshake for `rediss://`),
-    /// `AUTH`, `SELECT`, bounded by the write timeout (docs/replicas.md, "Starting it").
+    /// `AUTH`, `SELECT`, bounded by the write timeout (docs/replicas.md, "Starting it"). With a
+    /// sentinel URL, the master is found through the sentinels first and checked with `ROLE`
+    /// (`RedisSentinelDirectory`); the connection remembers the directory's generation, so that
+    /// a `+switch-master` makes its owner leave it (`hasMoved`).
     func connect() throws(RedisConnectionError) -> RedisConnection {
-        switch credentials {
-        case .failure(let error):
-            throw .tlsFailed(error.description)
-        case .success(let loaded):
+        let loaded = try tlsCredentials()
+        guard let directory else {
             return try RedisConnection(
                 endpoint: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
-        case nil:
-            return try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+        }
+        let generation = directory.generation
+        let master = try directory.findMaster(
+            like: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
+        var endpoint = configuration.endpoint
+        endpoint.address = .tcp(host: master.host, port: master.port)
+        endpoint.sentinel = nil
+        let connection = try RedisConnection(
+            endpoint: endpoint, timeout: configuration.writeTimeout, credentials: loaded)
+        try directory.checkRole(of: connection, at: master, timeout: configuration.writeTimeout)
+        directory.using(master)
+        connection.generation = generation
+        return connection
+    }
+
+    /// A connection to the sentinel at `host` (its password, no database).
+    func connectSentinel(_ host: RedisEndpoint.Host) throws(RedisConnectionError) -> RedisConnection {
+        guard let directory else { throw .sentinelsUnreachable("no sentinel URL") }
+        return try RedisConnection(
+            endpoint: directory.endpoint(of: host, like: configuration.endpoint), timeout: configuration.writeTimeout,
+            credentials: try tlsCredentials(), select: false)
+    }
+
+    /// Whether the sentinels announced a new master since `connection` was made.
+    func hasMoved(_ connection: RedisConnection) -> Bool {
+        guard let directory else { return false }
+        return directory.generation != connection.generation
+    }
+
+    private func tlsCredentials() throws(RedisConnectionError) -> TLSClientCredentials? {
+        switch credentials {
+        case .failure(let error): throw .tlsFailed(error.description)
+        case .success(let loaded): return loaded
+        case nil: return nil
         }
     }
 
@@ -196,7 +233,10 @@ final class RedisLink: Sendable {
     /// The metrics text (`RedisMetrics.render`).
     func renderMetrics() -> String {
         let up = health == .connected
-        return metrics.withLock { $0 }.render(up: up)
+        let master = directory?.master
+        return metrics.withLock { $0 }.render(
+            up: up, masterChanges: master?.changes ?? 0, sentinel: directory != nil,
+            master: master?.host?.description)
     }
 
     /// Writes a log line.

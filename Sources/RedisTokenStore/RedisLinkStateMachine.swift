@@ -32,6 +32,12 @@ struct RedisLinkStateMachine: Sendable {
         /// The TLS handshake or the verification of the server's certificate failed:
         /// `tls_failed`.
         case tlsFailed = "tls_failed"
+        /// With a sentinel URL: no sentinel answers, and no master is connected:
+        /// `sentinels_unreachable`.
+        case sentinelsUnreachable = "sentinels_unreachable"
+        /// With a sentinel URL: the sentinels name no master, or the node they name is not a
+        /// master: `no_master`.
+        case noMaster = "no_master"
         /// `PREFIX:state` holds something this service did not write: `invalid_state`.
         case invalidState = "invalid_state"
     }
@@ -206,12 +212,13 @@ struct RedisLinkStateMachine: Sendable {
         return actions
     }
 
-    /// A check failed: `health` says why (`invalid_state`, `auth_failed` and `tls_failed` as they
-    /// are, else a connected link counts as `unreachable`).
+    /// A check failed: `health` says why (`invalid_state`, `auth_failed`, `tls_failed`,
+    /// `sentinels_unreachable` and `no_master` as they are, else a connected link counts as
+    /// `unreachable`).
     mutating func checkFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         checkPending = false
         switch health {
-        case .invalidState, .authFailed, .tlsFailed:
+        case .invalidState, .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster:
             return become(health, detail: detail, at: now)
         case .unreachable, .connected:
             return self.health == .connected ? become(.unreachable, detail: "a state check failed", at: now) : []
@@ -234,7 +241,10 @@ struct RedisLinkStateMachine: Sendable {
     /// The writer's connect, send or read failed.
     mutating func writerFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         writerFailed = true
-        return health == .authFailed || health == .tlsFailed ? become(health, detail: detail, at: now) : []
+        switch health {
+        case .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster: return become(health, detail: detail, at: now)
+        case .unreachable, .connected, .invalidState: return []
+        }
     }
 
     /// A write was refused because `PREFIX:state` is invalid.
@@ -296,7 +306,7 @@ struct RedisLinkStateMachine: Sendable {
                 + "replicas write their state back"
         case .authFailed:
             return "Redis at \(endpoint) refused the credentials (\(detail)); retrying in the background"
-        case .tlsFailed:
+        case .tlsFailed, .sentinelsUnreachable, .noMaster:
             return "Redis at \(endpoint): \(detail); retrying in the background"
         case .unreachable, .connected:
             let when = everConnected ? "lost" : "unreachable at start"

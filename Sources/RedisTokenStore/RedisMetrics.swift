@@ -1,8 +1,9 @@
 /// The store's counters, and their Prometheus text (version 0.0.4) for `/metrics`
 /// (docs/operations.md lists the series): the gauge `forge_push_token_redis_up` (0 or 1), the
 /// counters `forge_push_token_redis_reconnects_total` and `forge_push_token_redis_errors_total`,
-/// and the histogram `forge_push_token_redis_write_seconds` (the round trip of each commit, from
-/// enqueue to reply).
+/// the histogram `forge_push_token_redis_write_seconds` (the round trip of each commit, from
+/// enqueue to reply), the counter `forge_push_token_redis_master_changes_total` and, with a
+/// sentinel URL, the info gauge `forge_push_token_redis_master_info{address="HOST:PORT"}`.
 ///
 /// Thread-safety: a value type; `RedisLink` keeps it behind a lock.
 struct RedisMetrics: Sendable, Equatable {
@@ -35,8 +36,10 @@ struct RedisMetrics: Sendable, Equatable {
         writeSum += seconds
     }
 
-    /// The text of every series; `up` is whether the link is connected.
-    func render(up: Bool) -> String {
+    /// The text of every series; `up` is whether the link is connected, `masterChanges` how often
+    /// the master's address changed, and with a sentinel URL (`sentinel`) `master` the master in
+    /// use (`HOST:PORT`, never a password).
+    func render(up: Bool, masterChanges: UInt64 = 0, sentinel: Bool = false, master: String? = nil) -> String {
         var out = ""
         out +=
             "# HELP forge_push_token_redis_up Whether the subscription to Redis is live and the state was read (1) or not (0).\n"
@@ -56,6 +59,18 @@ struct RedisMetrics: Sendable, Equatable {
         out += "forge_push_token_redis_write_seconds_bucket{le=\"+Inf\"} \(writeCount)\n"
         out += "forge_push_token_redis_write_seconds_sum \(writeSum)\n"
         out += "forge_push_token_redis_write_seconds_count \(writeCount)\n"
+        out += "# HELP forge_push_token_redis_master_changes_total Times the Redis master's address changed.\n"
+        out += "# TYPE forge_push_token_redis_master_changes_total counter\n"
+        out += "forge_push_token_redis_master_changes_total \(masterChanges)\n"
+        if sentinel {
+            out += "# HELP forge_push_token_redis_master_info The Redis master in use, found through the sentinels.\n"
+            out += "# TYPE forge_push_token_redis_master_info gauge\n"
+            if let master {
+                // A host name or IP address and a port (RedisSentinelDirectory refuses anything
+                // else), so nothing needs escaping in the label.
+                out += "forge_push_token_redis_master_info{address=\"\(master)\"} 1\n"
+            }
+        }
         return out
     }
 }

@@ -57,33 +57,52 @@ final class RedisSubscription: Sendable {
             if !first { link.countReconnect() }
             first = false
             link.handle { $0.subscribed(at: monotonicSeconds()) }
-            if let why = listen(on: connection, channel: channel) {
+            switch listen(on: connection, channel: channel) {
+            case .failed(let why):
                 link.countError()
                 link.handle { $0.subscriptionFailed(.unreachable, detail: why, at: monotonicSeconds()) }
                 sleep(seconds: backoff.next())
-            } else {
+            case .moved:
+                // Subscribe on the new master at once, then read the state there (a change
+                // acknowledged but lost in the failover is written back by that check).
+                link.note { $0.unsubscribed() }
+            case .stopped:
                 link.note { $0.unsubscribed() }
             }
         }
     }
 
+    /// Waits `seconds` before connecting again, or less when the sentinels announce a new master
+    /// meanwhile (then the new one is tried at once).
     private func sleep(seconds: Double) {
         let end = monotonicSeconds() + seconds
-        while !link.isStopping {
+        let generation = link.directory?.generation
+        while !link.isStopping, link.directory?.generation == generation {
             let left = end - monotonicSeconds()
             if left <= 0 { return }
             usleep(useconds_t(min(left, 0.05) * 1_000_000))
         }
     }
 
-    /// Reads messages until the connection fails (returns why) or the store stops (nil).
-    private func listen(on connection: RedisConnection, channel: String) -> String? {
+    /// How listening ended.
+    private enum End {
+        /// The connection failed, for this reason.
+        case failed(String)
+        /// The sentinels announced a new master.
+        case moved
+        /// The store is stopping.
+        case stopped
+    }
+
+    /// Reads messages until the connection fails, the master moves or the store stops.
+    private func listen(on connection: RedisConnection, channel: String) -> End {
         while !link.isStopping {
+            if link.hasMoved(connection) { return .moved }
             let reply: RedisReply?
             do throws(RedisConnectionError) {
                 reply = try connection.pollReply(milliseconds: 100)
             } catch {
-                return error.description
+                return .failed(error.description)
             }
             if let reply {
                 switch reply {
@@ -94,7 +113,7 @@ final class RedisSubscription: Sendable {
                 case .status(let text) where text == "PONG":
                     link.note { $0.pong() }
                 case .error(let message):
-                    return "error on the subscription: \(message.prefix(120))"
+                    return .failed("error on the subscription: \(message.prefix(120))")
                 default:
                     break
                 }
@@ -103,15 +122,17 @@ final class RedisSubscription: Sendable {
                 switch action {
                 case .ping:
                     connection.append(["PING"])
-                    do throws(RedisConnectionError) { try connection.flush() } catch { return error.description }
+                    do throws(RedisConnectionError) { try connection.flush() } catch {
+                        return .failed(error.description)
+                    }
                 case .reconnect(let reason):
-                    return reason
+                    return .failed(reason)
                 case .report, .log, .requestCheck:
                     break
                 }
             }
         }
-        return nil
+        return .stopped
     }
 
     private func received(_ payload: [UInt8], channel: String) {

@@ -59,6 +59,8 @@ final class RedisWriter: Sendable {
             var pending = batch
             var mayRetry = true
             while !pending.isEmpty {
+                // The sentinels announced a new master: leave the old one before writing.
+                if let live = connection, link.hasMoved(live) { connection = nil }
                 let reused = connection != nil
                 if connection == nil {
                     do throws(RedisConnectionError) {
@@ -286,11 +288,14 @@ final class RedisWriter: Sendable {
 
 extension RedisLinkStateMachine.Health {
     /// The health a connection error means: `auth_failed` for refused credentials, `tls_failed`
-    /// for a failed TLS handshake or certificate, else `unreachable`.
+    /// for a failed TLS handshake or certificate, `sentinels_unreachable` and `no_master` for a
+    /// master the sentinels could not give, else `unreachable`.
     init(_ error: RedisConnectionError) {
         switch error {
         case .authFailed: self = .authFailed
         case .tlsFailed: self = .tlsFailed
+        case .sentinelsUnreachable: self = .sentinelsUnreachable
+        case .noMaster: self = .noMaster
         case .unreachable, .timedOut, .refused: self = .unreachable
         }
     }

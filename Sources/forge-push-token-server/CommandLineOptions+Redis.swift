@@ -4,12 +4,14 @@ extension CommandLineOptions {
     /// The flags of TLS to Redis, which need a `rediss://` URL.
     static let redisTLSFlags = ["redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file"]
 
-    /// `--redis-url`, `--redis-password-file`, `--redis-key-prefix` and the `--redis-tls-*` flags
-    /// (docs/replicas.md, "Starting it" and "TLS to Redis"). No message ever holds the password,
+    /// `--redis-url`, `--redis-password-file`, `--redis-key-prefix`, `--redis-sentinel-password-file`
+    /// and the `--redis-tls-*` flags (docs/replicas.md, "Starting it", "TLS to Redis" and "Redis
+    /// Sentinel"). No message ever holds the password,
     /// the URL (which may hold it) or a key's contents.
     mutating func applyRedis(_ values: [String: String], readFile: (String) throws -> String) throws(UsageError) {
         guard let url = values["redis-url"] else {
-            for flag in ["redis-password-file", "redis-key-prefix"] + Self.redisTLSFlags where values[flag] != nil {
+            for flag in ["redis-password-file", "redis-key-prefix", "redis-sentinel-password-file"] + Self.redisTLSFlags
+            where values[flag] != nil {
                 throw UsageError(description: "--\(flag) needs --redis-url")
             }
             return
@@ -33,6 +35,19 @@ extension CommandLineOptions {
             }
             endpoint.password = Array(password.utf8)
         }
+        if let path = values["redis-sentinel-password-file"] {
+            guard endpoint.sentinel != nil else {
+                throw UsageError(
+                    description:
+                        "--redis-sentinel-password-file needs a redis+sentinel:// or rediss+sentinel:// --redis-url")
+            }
+            let password = try Self.readFlagFile(path, flag: "redis-sentinel-password-file", readFile: readFile)
+                .trimmingASCIIWhitespace()
+            guard !password.isEmpty else {
+                throw UsageError(description: "--redis-sentinel-password-file: \(path) holds no password")
+            }
+            endpoint.sentinel?.password = Array(password.utf8)
+        }
         var prefix = RedisKeyPrefix.standard
         if let text = values["redis-key-prefix"] {
             guard let parsed = RedisKeyPrefix(text) else {
@@ -51,7 +66,8 @@ extension CommandLineOptions {
     ) throws(UsageError) -> RedisTLSSettings {
         guard tls else {
             for flag in redisTLSFlags where values[flag] != nil {
-                throw UsageError(description: "--\(flag) needs a rediss:// --redis-url (TLS to Redis)")
+                throw UsageError(
+                    description: "--\(flag) needs a rediss:// or rediss+sentinel:// --redis-url (TLS to Redis)")
             }
             return RedisTLSSettings()
         }

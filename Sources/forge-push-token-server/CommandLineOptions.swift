@@ -52,7 +52,8 @@ struct CommandLineOptions: Equatable {
                                        [--max-connections N] [--max-connections-per-ip N]
                                        [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
                                        [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]
-                                        [--redis-tls-ca-file PATH] [--redis-tls-cert-file PATH --redis-tls-key-file PATH]]
+                                        [--redis-tls-ca-file PATH] [--redis-tls-cert-file PATH --redis-tls-key-file PATH]
+                                        [--redis-sentinel-password-file PATH]]
                                        [--version] [--help] [--health-check]
 
           --host ADDR             IPv4 or IPv6 literal, or localhost (default 127.0.0.1)
@@ -89,8 +90,10 @@ struct CommandLineOptions: Equatable {
                                   are exempt (default 60)
           --redis-url URL         share the token with other replicas through Redis:
                                   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], the same with
-                                  rediss:// for TLS (the certificate is always verified), or
-                                  unix:///PATH[?db=N] (excludes --state-file)
+                                  rediss:// for TLS (the certificate is always verified),
+                                  redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB]
+                                  (or rediss+sentinel://) to follow the master Redis Sentinel
+                                  names, or unix:///PATH[?db=N] (excludes --state-file)
           --redis-password-file PATH
                                   the Redis password, read from PATH (a container secret);
                                   whitespace at either end is ignored; wins over the URL's
@@ -105,6 +108,9 @@ struct CommandLineOptions: Equatable {
                                   that requires one; needs --redis-tls-key-file
           --redis-tls-key-file PATH
                                   the client certificate's PEM private key, unencrypted
+          --redis-sentinel-password-file PATH
+                                  the sentinels' own password (requirepass in sentinel.conf),
+                                  read from PATH; needs a sentinel --redis-url
           --version               print the version and exit
           --help                  print this help and exit
           --health-check          ask GET /healthz of the service at --host/--port (a wildcard
@@ -122,7 +128,7 @@ struct CommandLineOptions: Equatable {
         "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
         "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
         "max-url-bytes", "idle-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
-        "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file",
+        "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file", "redis-sentinel-password-file",
     ]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]

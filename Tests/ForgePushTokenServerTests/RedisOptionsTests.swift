@@ -57,7 +57,16 @@ import Testing
         #expect(try parse(["--redis-url", "rediss://h"]).redis?.endpoint.tls == true)
         #expect(
             message(["--redis-url", "redis://h", "--redis-tls-ca-file", "/ca"])
-                == "--redis-tls-ca-file needs a rediss:// --redis-url (TLS to Redis)")
+                == "--redis-tls-ca-file needs a rediss:// or rediss+sentinel:// --redis-url (TLS to Redis)")
+        #expect(
+            message(["--redis-url", "redis://h", "--redis-sentinel-password-file", "/s"], files: ["/s": "x"])
+                .hasPrefix("--redis-sentinel-password-file needs a redis+sentinel://"))
+        let sentinel = try parse(
+            ["--redis-url", "redis+sentinel://:pw@s1,s2:26380/mymaster/2", "--redis-sentinel-password-file", "/s"],
+            files: ["/s": " sentinel-pw\n"])
+        #expect(sentinel.redis?.endpoint.sentinel?.hosts.map(\.description) == ["s1:26379", "s2:26380"])
+        #expect(sentinel.redis?.endpoint.sentinel?.password == Array("sentinel-pw".utf8))
+        #expect(sentinel.redis?.endpoint.database == 2 && sentinel.redis?.endpoint.tls == false)
         #expect(message(["--redis-tls-ca-file", "/ca"]) == "--redis-tls-ca-file needs --redis-url")
         #expect(
             message(["--redis-url", "rediss://h", "--redis-tls-cert-file", "/c"]).contains("give both or neither"))

@@ -71,6 +71,17 @@ import Testing
         #expect(tls.checkFailed(.tlsFailed, detail: detail, at: 0.2) == [])
         #expect(tls.refusesWrites)
         #expect(Machine.Health(RedisConnectionError.tlsFailed("x")) == .tlsFailed)
+        #expect(Machine.Health(RedisConnectionError.sentinelsUnreachable("x")) == .sentinelsUnreachable)
+        #expect(Machine.Health(RedisConnectionError.noMaster("x")) == .noMaster)
+        // Sentinel reasons: the writer's own failure to find a master is the link's reason, and
+        // a change of reason says so once.
+        var sentinel = Self.machine()
+        #expect(
+            sentinel.writerFailed(.sentinelsUnreachable, detail: "no sentinel answered", at: 0).last
+                == .report(.starting(reason: "sentinels_unreachable")))
+        let moved = sentinel.subscriptionFailed(.noMaster, detail: "no master (x)", at: 1)
+        #expect(moved.count == 2 && moved.last == .report(.starting(reason: "no_master")))
+        #expect(sentinel.subscriptionFailed(.noMaster, detail: "no master (x)", at: 2) == [])
         #expect(Machine.Health(RedisConnectionError.timedOut) == .unreachable)
         var invalid = Self.machine()
         _ = invalid.subscribed(at: 0)

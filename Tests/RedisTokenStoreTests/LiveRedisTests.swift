@@ -118,10 +118,11 @@ final class ReplicaModel: Sendable {
 
     init(
         port: Int, password: String? = nil, user: String? = nil, prefix: String = "test", queueCapacity: Int = 4096,
-        checkInterval: Double = 0.5, host: String = "127.0.0.1", tls: RedisTLSSettings? = nil,
+        checkInterval: Double = 0.5, host: String = "127.0.0.1", tls: RedisTLSSettings? = nil, url: String? = nil,
         log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void = { _, _ in }
     ) {
         var endpoint = RedisEndpoint(address: .tcp(host: host, port: port), tls: tls != nil)
+        if let url { endpoint = try! RedisEndpoint.parse(url) }
         endpoint.password = password.map { Array($0.utf8) }
         endpoint.user = user
         var configuration = RedisTokenStore.Configuration(endpoint: endpoint, prefix: RedisKeyPrefix(prefix)!)

@@ -37,6 +37,28 @@ import Testing
         #expect(try !RedisEndpoint.parse("redis://h").tls)
     }
 
+    @Test func sentinelURLs() throws {
+        let plain = try RedisEndpoint.parse("redis+sentinel://u:p%40ss@10.0.0.1,10.0.0.2:26380,[::1]/my-master.1/3")
+        #expect(
+            plain.sentinel
+                == RedisEndpoint.Sentinel(
+                    hosts: [
+                        .init(host: "10.0.0.1", port: 26379), .init(host: "10.0.0.2", port: 26380),
+                        .init(host: "::1", port: 26379),
+                    ], masterName: "my-master.1"))
+        #expect(plain.user == "u" && plain.password == Array("p@ss".utf8) && plain.database == 3 && !plain.tls)
+        #expect(plain.description == "redis+sentinel://u@10.0.0.1:26379,10.0.0.2:26380,[::1]:26379/my-master.1/3")
+        let tls = try RedisEndpoint.parse("rediss+sentinel://s1/m")
+        #expect(tls.tls && tls.database == 0 && tls.sentinel?.masterName == "m")
+        for bad in [
+            "redis+sentinel://s1", "redis+sentinel://s1/", "redis+sentinel://s1,/m", "redis+sentinel://s1/m/x",
+            "redis+sentinel://s1/bad name", "redis+sentinel://s1:0/m",
+            "redis+sentinel://s1/" + String(repeating: "m", count: 65),
+        ] {
+            #expect(throws: RedisEndpoint.ParseError.self, "\(bad)") { try RedisEndpoint.parse(bad) }
+        }
+    }
+
     @Test func refusals() {
         #expect(throws: RedisEndpoint.ParseError.self) { try RedisEndpoint.parse("rediss://h?x=1") }
         #expect(throws: RedisEndpoint.ParseError.unknownScheme("http")) { try RedisEndpoint.parse("http://h") }
