@@ -18,13 +18,17 @@ with a subscriber. One writer thread per replica posts a new token every 20 ms. 
     the lost write's version, which the promoted replica lacked (the write-back rule restored it);
   - /metrics shows the master change and the new master in use.
 
-    python3 e2e/sentinel_test.py --server PATH
+Then the same once more over `rediss+sentinel://`: every Redis and sentinel with `port 0`,
+`tls-port`, `tls-replication yes` and a certificate made here with `openssl` for 127.0.0.1, the
+replicas with `--redis-tls-ca-file`.
+
+    python3 e2e/sentinel_test.py --server PATH [--only plain|tls]
 """
 import argparse
-import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -38,15 +42,69 @@ PREFIX = "forge-push-token"
 MASTER = "mymaster"
 
 
+class Certificates:
+    """A CA and a certificate it signs for 127.0.0.1, made with openssl in a temporary folder."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="e2e-sentinel-tls-")
+        key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+        run = lambda *args: subprocess.run(list(args), cwd=self.dir, check=True, capture_output=True)
+        run("openssl", "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=e2e-ca",
+            "-days", "2")
+        run("openssl", "req", *key, "-keyout", "redis.key", "-out", "redis.csr", "-subj", "/CN=redis")
+        with open(os.path.join(self.dir, "redis.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\n")
+        run("openssl", "x509", "-req", "-in", "redis.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial", "1",
+            "-days", "2", "-extfile", "redis.ext", "-out", "redis.crt")
+        self.ca = os.path.join(self.dir, "ca.crt")
+
+    def server_settings(self):
+        """The TLS settings of every Redis and sentinel, as (name, value) pairs."""
+        return [("tls-cert-file", os.path.join(self.dir, "redis.crt")),
+                ("tls-key-file", os.path.join(self.dir, "redis.key")),
+                ("tls-ca-cert-file", self.ca), ("tls-auth-clients", "no"), ("tls-replication", "yes")]
+
+
+def cli_arguments(port, certificates):
+    base = ["redis-cli", "-h", HOST, "-p", str(port)]
+    return base + (["--tls", "--cacert", certificates.ca] if certificates else [])
+
+
+class TLSRedis(Redis):
+    """A redis-server on its TLS port only (`port 0`), replicating over TLS."""
+
+    def __init__(self, certificates, extra=()):
+        super().__init__(extra=extra)
+        self.certificates = certificates
+
+    def start(self):
+        settings = [item for name, value in self.certificates.server_settings() for item in ("--" + name, value)]
+        self.proc = subprocess.Popen(["redis-server", "--port", "0", "--tls-port", str(self.port), "--bind", HOST,
+                                      "--save", "", "--appendonly", "no"] + settings + self.extra,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: self.cli("PING") == "PONG", 5, what="TLS redis-server on port %d" % self.port)
+        return self
+
+    def cli(self, *args):
+        out = subprocess.run(cli_arguments(self.port, self.certificates) + [str(a) for a in args],
+                             capture_output=True, timeout=5, text=True)
+        return out.stdout.strip()
+
+
 class Sentinel:
     """A `redis-server --sentinel` with its own configuration file, stopped by its pid."""
 
-    def __init__(self, master_port):
+    def __init__(self, master_port, certificates=None):
         self.port = free_port()
+        self.certificates = certificates
         self.dir = tempfile.mkdtemp(prefix="e2e-sentinel-")
         self.conf = os.path.join(self.dir, "sentinel.conf")
+        ports = "port %d\n" % self.port
+        if certificates:
+            ports = "port 0\ntls-port %d\n" % self.port + "".join(
+                "%s %s\n" % item for item in certificates.server_settings())
         with open(self.conf, "w") as f:
-            f.write("port %d\nbind %s\ndir %s\n" % (self.port, HOST, self.dir)
+            f.write(ports + "bind %s\ndir %s\n" % (HOST, self.dir)
                     + "sentinel monitor %s %s %d 2\n" % (MASTER, HOST, master_port)
                     + "sentinel down-after-milliseconds %s 1000\n" % MASTER
                     + "sentinel failover-timeout %s 5000\n" % MASTER)
@@ -59,7 +117,7 @@ class Sentinel:
         return self
 
     def cli(self, *args):
-        out = subprocess.run(["redis-cli", "-h", HOST, "-p", str(self.port)] + [str(a) for a in args],
+        out = subprocess.run(cli_arguments(self.port, self.certificates) + [str(a) for a in args],
                              capture_output=True, timeout=5, text=True)
         return out.stdout.strip()
 
@@ -73,9 +131,12 @@ class SwitchListener(threading.Thread):
     """Subscribes to +switch-master on one sentinel; `switched_at` is the monotonic time the
     message arrived."""
 
-    def __init__(self, port):
+    def __init__(self, port, certificates=None):
         super().__init__(daemon=True)
         self.sock = socket.create_connection((HOST, port), timeout=30)
+        if certificates:
+            context = ssl.create_default_context(cafile=certificates.ca)
+            self.sock = context.wrap_socket(self.sock, server_hostname=HOST)
         self.sock.sendall(b"SUBSCRIBE +switch-master\r\n")
         self.switched_at = None
         self.message = None
@@ -95,10 +156,15 @@ class SwitchListener(threading.Thread):
             return
 
 
-def run(binary):
-    master = Redis().start()
-    replica = Redis(extra=["--replicaof", HOST, str(master.port)]).start()
-    sentinels = [Sentinel(master.port).start() for _ in range(3)]
+def failover(binary, certificates=None):
+    """The whole scenario; over TLS with `certificates`."""
+    make = (lambda extra: TLSRedis(certificates, extra=extra)) if certificates else (lambda extra: Redis(extra=extra))
+    # A folder of their own: a replica's full sync writes an RDB file into its working folder.
+    master = make(["--dir", tempfile.mkdtemp(prefix="e2e-redis-")]).start()
+    replica = make(["--dir", tempfile.mkdtemp(prefix="e2e-redis-"), "--replicaof", HOST, str(master.port)]).start()
+    sentinels = [Sentinel(master.port, certificates).start() for _ in range(3)]
+    scheme = "rediss+sentinel" if certificates else "redis+sentinel"
+    tls_args = ["--redis-tls-ca-file", certificates.ca] if certificates else []
     servers = []
     try:
         # Every sentinel knows the Redis replica and the two other sentinels before the test starts.
@@ -114,8 +180,8 @@ def run(binary):
         wait_until(ready, 20, interval=0.2, what="the sentinels to find the replica and each other")
         wait_until(lambda: "master_link_status:up" in replica.cli("INFO", "replication"), 10,
                    what="the Redis replica in sync")
-        url = "redis+sentinel://%s/%s" % (",".join("%s:%d" % (HOST, s.port) for s in sentinels), MASTER)
-        servers = [Server(binary, REPLICA_ARGS + ["--redis-url", url]).start() for _ in range(3)]
+        url = "%s://%s/%s" % (scheme, ",".join("%s:%d" % (HOST, s.port) for s in sentinels), MASTER)
+        servers = [Server(binary, REPLICA_ARGS + ["--redis-url", url] + tls_args).start() for _ in range(3)]
         ports = [s.port for s in servers]
         wait_until(lambda: all(health(p) == (200, {"status": "ok", "redis": "connected"}) for p in ports), 10,
                    what="every replica connected through the sentinels")
@@ -124,7 +190,7 @@ def run(binary):
             text = body.decode()
             check('forge_push_token_redis_master_info{address="%s:%d"} 1' % (HOST, master.port) in text,
                   "metrics do not name the master: %s" % text[-600:])
-        log("three replicas found master %d through three sentinels" % master.port)
+        log("%s: three replicas found master %d through three sentinels" % (scheme, master.port))
 
         streams = [EventStream(port, timeout=10) for port in ports]
         for stream in streams:
@@ -169,7 +235,7 @@ def run(binary):
         for thread in writers:
             thread.start()
         time.sleep(1)
-        listener = SwitchListener(sentinels[0].port)
+        listener = SwitchListener(sentinels[0].port, certificates)
         listener.start()
 
         # The lost-write case: the Redis replica stops applying writes, one more write is
@@ -255,8 +321,16 @@ def run(binary):
         replica.kill()
 
 
+def run(binary, only):
+    if "plain" in only:
+        failover(binary)
+    if "tls" in only:
+        failover(binary, Certificates())
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
+    parser.add_argument("--only", default="plain,tls")
     arguments = parser.parse_args()
-    main(lambda: run(os.path.abspath(arguments.server)))
+    main(lambda: run(os.path.abspath(arguments.server), arguments.only.split(",")))
