@@ -318,7 +318,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// The namespace of the keys in Redis: `PREFIX:state` and `PREFIX:changes`.
+/// The namespace of the keys in Redis: `PREFIX:state`, `PREFIX:changes` and `PREFIX:probe`.
 ///
 /// Thread-safety: a value type, `Sendable`.
 public struct RedisKeyPrefix: Sendable, Equatable, CustomStringConvertible {
@@ -349,6 +349,8 @@ public struct RedisKeyPrefix: Sendable, Equatable, CustomStringConvertible {
     public var stateKey: String { value + ":state" }
     /// `PREFIX:changes`, the pub/sub channel of changes.
     public var changesChannel: String { value + ":changes" }
+    /// `PREFIX:probe`, the pub/sub channel of the replicas' delivery probes.
+    public var probeChannel: String { value + ":probe" }
     /// The prefix itself.
     public var description: String { value }
 }

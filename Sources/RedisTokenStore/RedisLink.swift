@@ -59,6 +59,7 @@ final class RedisLink: Sendable {
         timings.heartbeatTimeout = configuration.heartbeatTimeout
         timings.checkInterval = configuration.checkInterval
         timings.refreshInterval = configuration.refreshInterval
+        timings.probeInterval = configuration.probeInterval
         self.machine = Locked(
             RedisLinkStateMachine(
                 endpoint: configuration.endpoint.description, prefix: configuration.prefix.value, timings: timings))
@@ -141,6 +142,7 @@ final class RedisLink: Sendable {
     {
         var rest: [RedisLinkStateMachine.Action] = []
         var checks = 0
+        var probes: [UInt64] = []
         reports.withLock { count in
             count &+= 1
             let actions = machine.withLock { event(&$0) }
@@ -150,13 +152,17 @@ final class RedisLink: Sendable {
                 case .report(let health): report?(.health(health))
                 case .log(let level, let line): logger(level, line)
                 case .requestCheck: checks += 1
-                case .ping, .reconnect: rest.append(action)
+                case .probe(let sequence): probes.append(sequence)
+                case .ping, .reconnect, .resubscribe: rest.append(action)
                 }
             }
         }
         // Outside `reports`: a check refused by a full queue runs the machine again.
         for _ in 0..<checks where !queue.push(.check) {
             machine.withLock { $0.checkNotQueued() }
+        }
+        for sequence in probes where !queue.push(.probe(sequence: sequence)) {
+            machine.withLock { $0.probeNotSent(sequence: sequence) }
         }
         return rest
     }
@@ -173,7 +179,7 @@ final class RedisLink: Sendable {
                 if !queue.push(.check) { machine.withLock { $0.checkNotQueued() } }
             case .log(let level, let line):
                 logger(level, line)
-            case .report, .ping, .reconnect:
+            case .report, .ping, .reconnect, .probe, .resubscribe:
                 // Not an outcome of these events (see `RedisLinkStateMachine.refreshRequested`).
                 break
             }
@@ -230,6 +236,18 @@ final class RedisLink: Sendable {
     /// Records a commit's round trip.
     func recordWrite(seconds: Double) { metrics.withLock { $0.recordWrite(seconds: seconds) } }
 
+    /// This replica's probe number `sequence` was heard on the subscription: its round trip goes
+    /// into the histogram, and a link that was not delivering is connected again.
+    func probeHeard(sequence: UInt64) {
+        var seconds: Double?
+        handle { machine in
+            let heard = machine.probeHeard(sequence: sequence, at: monotonicSeconds())
+            seconds = heard.seconds
+            return heard.actions
+        }
+        if let seconds { metrics.withLock { $0.recordProbe(seconds: seconds) } }
+    }
+
     /// The metrics text (`RedisMetrics.render`).
     func renderMetrics() -> String {
         let up = health == .connected
@@ -253,6 +271,8 @@ final class RedisJobQueue: Sendable {
         case change(token: String?, enqueued: Double, completion: @Sendable (CommitOutcome) -> Void)
         /// Read and reconcile `PREFIX:state`.
         case check
+        /// Publish delivery probe number `sequence` on `PREFIX:probe`.
+        case probe(sequence: UInt64)
     }
 
     private let capacity: Int

@@ -17,7 +17,11 @@ import ForgePushTokenOwner
 ///   message that this service did not write, and on `refresh` (at most one check in flight, and
 ///   at most one refresh per `refreshInterval`);
 /// - the subscription's heartbeat: a `PING` every `heartbeatInterval`, and a reconnect when one is
-///   not answered within `heartbeatTimeout`.
+///   not answered within `heartbeatTimeout`;
+/// - the delivery probe: every `probeInterval` a probe published on `PREFIX:probe` through the
+///   writer, which the subscription must hear within `probeTimeout`, or it is subscribed again
+///   and the link is `not_delivering` until a probe is heard (a `PING` proves the connection,
+///   not delivery).
 ///
 /// Thread-safety: a value type, `Sendable`.
 struct RedisLinkStateMachine: Sendable {
@@ -38,6 +42,9 @@ struct RedisLinkStateMachine: Sendable {
         /// With a sentinel URL: the sentinels name no master, or the node they name is not a
         /// master: `no_master`.
         case noMaster = "no_master"
+        /// The subscription stays connected but did not hear this replica's own probe within
+        /// `probeTimeout`: `not_delivering` (until a probe is heard again).
+        case notDelivering = "not_delivering"
         /// `PREFIX:state` holds something this service did not write: `invalid_state`.
         case invalidState = "invalid_state"
     }
@@ -55,6 +62,12 @@ struct RedisLinkStateMachine: Sendable {
         case ping
         /// Drop the subscription and connect again (`subscriptionFailed` follows).
         case reconnect(reason: String)
+        /// Publish probe number `sequence` on `PREFIX:probe` through the writer
+        /// (`probeHeard` or `probeNotSent` follows).
+        case probe(sequence: UInt64)
+        /// The subscription hears nothing: drop it and subscribe again at once, without counting
+        /// it as a failure (`subscribed` follows; the health stays `not_delivering`).
+        case resubscribe(reason: String)
     }
 
     /// The timings, in seconds.
@@ -68,6 +81,10 @@ struct RedisLinkStateMachine: Sendable {
         /// The least time between two checks asked for by `refresh` (a `Last-Event-ID` above the
         /// replica's version): 100 ms.
         var refreshInterval: Double = 0.1
+        /// Between delivery probes (`--redis-probe-interval`, 5 s by default).
+        var probeInterval: Double = 5
+        /// Without hearing a probe before the subscription counts as not delivering: 2 s.
+        var probeTimeout: Double = 2
     }
 
     /// Where Redis is, for log lines (never with the password).
@@ -98,6 +115,12 @@ struct RedisLinkStateMachine: Sendable {
     private var pingSent: Double?
     private var lastCheck = 0.0
     private var refreshWanted = false
+    /// The probe in flight: its number and when it was asked for.
+    private var probeOut: (sequence: UInt64, at: Double)?
+    private var lastProbe = 0.0
+    private var probeSequence: UInt64 = 0
+    /// Whether a probe went unheard, and none was heard since.
+    private(set) var notDelivering = false
     private var lastRefresh = -Double.infinity
 
     /// The owner's health before the store reported anything: `.starting`, `unreachable`.
@@ -131,6 +154,9 @@ struct RedisLinkStateMachine: Sendable {
         lastPing = now
         pingSent = nil
         lastCheck = now
+        // A subscription that just went unheard is probed again at once.
+        probeOut = nil
+        lastProbe = notDelivering ? -Double.infinity : now
         return check()
     }
 
@@ -180,9 +206,51 @@ struct RedisLinkStateMachine: Sendable {
                 lastCheck = now
                 actions += check()
             }
+            if let out = probeOut {
+                if now - out.at > timings.probeTimeout {
+                    subscribed = false
+                    pingSent = nil
+                    probeOut = nil
+                    notDelivering = true
+                    let seconds = Int(timings.probeTimeout)
+                    let why = "the subscription did not hear this replica's probe within \(seconds) s"
+                    return become(.notDelivering, detail: why, at: now) + [.resubscribe(reason: why)]
+                }
+            } else if now - lastProbe >= timings.probeInterval {
+                probeSequence &+= 1
+                probeOut = (probeSequence, now)
+                lastProbe = now
+                actions.append(.probe(sequence: probeSequence))
+            }
         }
         actions += refreshIfDue(at: now)
         return actions
+    }
+
+    // MARK: The delivery probe
+
+    /// This replica's probe number `sequence` came back on the subscription: returns its round
+    /// trip in seconds (`nil` for a probe not in flight, which changes nothing). A subscription
+    /// that was not delivering is connected again.
+    mutating func probeHeard(sequence: UInt64, at now: Double) -> (seconds: Double?, actions: [Action]) {
+        guard let out = probeOut, out.sequence == sequence else { return (nil, []) }
+        probeOut = nil
+        var actions: [Action] = []
+        if notDelivering {
+            notDelivering = false
+            if subscribed && health == .notDelivering && stateRead {
+                actions = become(.connected, detail: "", at: now)
+            } else if subscribed && health == .notDelivering {
+                actions = check()
+            }
+        }
+        return (now - out.at, actions)
+    }
+
+    /// The probe could not be published (the writer failed: that is `unreachable`, reported by
+    /// the writer, not `not_delivering`).
+    mutating func probeNotSent(sequence: UInt64) {
+        if probeOut?.sequence == sequence { probeOut = nil }
     }
 
     // MARK: Checks and refreshes
@@ -207,7 +275,8 @@ struct RedisLinkStateMachine: Sendable {
         checkPending = false
         stateRead = true
         writerFailed = false
-        var actions = subscribed ? become(.connected, detail: "", at: now) : reportIfChanged()
+        // A subscription that went unheard stays `not_delivering` until a probe is heard.
+        var actions = subscribed && !notDelivering ? become(.connected, detail: "", at: now) : reportIfChanged()
         actions += refreshIfDue(at: now)
         return actions
     }
@@ -218,7 +287,7 @@ struct RedisLinkStateMachine: Sendable {
     mutating func checkFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         checkPending = false
         switch health {
-        case .invalidState, .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster:
+        case .invalidState, .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster, .notDelivering:
             return become(health, detail: detail, at: now)
         case .unreachable, .connected:
             return self.health == .connected ? become(.unreachable, detail: "a state check failed", at: now) : []
@@ -243,7 +312,7 @@ struct RedisLinkStateMachine: Sendable {
         writerFailed = true
         switch health {
         case .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster: return become(health, detail: detail, at: now)
-        case .unreachable, .connected, .invalidState: return []
+        case .unreachable, .connected, .invalidState, .notDelivering: return []
         }
     }
 
@@ -308,6 +377,8 @@ struct RedisLinkStateMachine: Sendable {
             return "Redis at \(endpoint) refused the credentials (\(detail)); retrying in the background"
         case .tlsFailed, .sentinelsUnreachable, .noMaster:
             return "Redis at \(endpoint): \(detail); retrying in the background"
+        case .notDelivering:
+            return "Redis at \(endpoint): \(detail); subscribing again"
         case .unreachable, .connected:
             let when = everConnected ? "lost" : "unreachable at start"
             return "Redis \(when) at \(endpoint) (\(detail)); retrying in the background"

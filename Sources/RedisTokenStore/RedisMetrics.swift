@@ -2,13 +2,21 @@
 /// (docs/operations.md lists the series): the gauge `forge_push_token_redis_up` (0 or 1), the
 /// counters `forge_push_token_redis_reconnects_total` and `forge_push_token_redis_errors_total`,
 /// the histogram `forge_push_token_redis_write_seconds` (the round trip of each commit, from
-/// enqueue to reply), the counter `forge_push_token_redis_master_changes_total` and, with a
+/// enqueue to reply), the histogram `forge_push_token_redis_probe_seconds` (a delivery probe's
+/// round trip), the counter `forge_push_token_redis_master_changes_total` and, with a
 /// sentinel URL, the info gauge `forge_push_token_redis_master_info{address="HOST:PORT"}`.
 ///
 /// Thread-safety: a value type; `RedisLink` keeps it behind a lock.
 struct RedisMetrics: Sendable, Equatable {
     /// Upper bounds, in seconds, of the `forge_push_token_redis_write_seconds` buckets.
     static let writeBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+
+    /// Upper bounds, in seconds, of the `forge_push_token_redis_probe_seconds` buckets.
+    static let probeBuckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2]
+    /// Probes per bucket (cumulative), their count and summed round trips.
+    private(set) var probeBuckets = [UInt64](repeating: 0, count: RedisMetrics.probeBuckets.count)
+    private(set) var probeCount: UInt64 = 0
+    private(set) var probeSum = 0.0
 
     /// Subscriptions made again after one was lost.
     private(set) var reconnects: UInt64 = 0
@@ -36,6 +44,15 @@ struct RedisMetrics: Sendable, Equatable {
         writeSum += seconds
     }
 
+    /// A delivery probe came back after `seconds`.
+    mutating func recordProbe(seconds: Double) {
+        for (index, bound) in Self.probeBuckets.enumerated() where seconds <= bound {
+            probeBuckets[index] &+= 1
+        }
+        probeCount &+= 1
+        probeSum += seconds
+    }
+
     /// The text of every series; `up` is whether the link is connected, `masterChanges` how often
     /// the master's address changed, and with a sentinel URL (`sentinel`) `master` the master in
     /// use (`HOST:PORT`, never a password).
@@ -59,6 +76,15 @@ struct RedisMetrics: Sendable, Equatable {
         out += "forge_push_token_redis_write_seconds_bucket{le=\"+Inf\"} \(writeCount)\n"
         out += "forge_push_token_redis_write_seconds_sum \(writeSum)\n"
         out += "forge_push_token_redis_write_seconds_count \(writeCount)\n"
+        out +=
+            "# HELP forge_push_token_redis_probe_seconds Round trip of a delivery probe, from publish to hearing it.\n"
+        out += "# TYPE forge_push_token_redis_probe_seconds histogram\n"
+        for (index, bound) in Self.probeBuckets.enumerated() {
+            out += "forge_push_token_redis_probe_seconds_bucket{le=\"\(bound)\"} \(probeBuckets[index])\n"
+        }
+        out += "forge_push_token_redis_probe_seconds_bucket{le=\"+Inf\"} \(probeCount)\n"
+        out += "forge_push_token_redis_probe_seconds_sum \(probeSum)\n"
+        out += "forge_push_token_redis_probe_seconds_count \(probeCount)\n"
         out += "# HELP forge_push_token_redis_master_changes_total Times the Redis master's address changed.\n"
         out += "# TYPE forge_push_token_redis_master_changes_total counter\n"
         out += "forge_push_token_redis_master_changes_total \(masterChanges)\n"

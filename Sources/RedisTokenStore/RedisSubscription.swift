@@ -8,15 +8,15 @@ import ForgePushToken
     import Darwin
 #endif
 
-/// The store's subscription to `PREFIX:changes`: one thread with its own connection
-/// (docs/replicas.md, "When something fails").
+/// The store's subscription to `PREFIX:changes` and `PREFIX:probe`: one thread with its own
+/// connection (docs/replicas.md, "When something fails").
 ///
 /// It subscribes, then tells the link (which asks the writer to read `PREFIX:state`, so that a
 /// change made while it was away is never missed), and hands every change message another
 /// replica's script published to `RedisLink.learned` (this store's own, named by its
-/// `"writer"` field, reached the owner from the writer already). It wakes at least every 100 ms
-/// to let the link's machine decide pings, periodic checks and reconnects, and reconnects with
-/// `ReconnectBackoff`.
+/// `"writer"` field, reached the owner from the writer already), and this replica's own delivery
+/// probes to `RedisLink.probeHeard`. It wakes at least every 100 ms to let the link's machine
+/// decide pings, probes, periodic checks and reconnects, and reconnects with `ReconnectBackoff`.
 ///
 /// Thread-safety: `run()` is called once, on the subscription's own thread.
 final class RedisSubscription: Sendable {
@@ -32,11 +32,12 @@ final class RedisSubscription: Sendable {
         var backoff = ReconnectBackoff()
         var first = true
         let channel = link.configuration.prefix.changesChannel
+        let probeChannel = link.configuration.prefix.probeChannel
         while !link.isStopping {
             let connection: RedisConnection
             do throws(RedisConnectionError) {
                 connection = try link.connect()
-                connection.append(["SUBSCRIBE", channel])
+                connection.append(["SUBSCRIBE", channel, probeChannel])
                 try connection.flush()
                 let reply = try connection.readReply(deadline: monotonicSeconds() + link.configuration.writeTimeout)
                 guard case .array(let items) = reply, items.first?.text == "subscribe" else {
@@ -57,11 +58,15 @@ final class RedisSubscription: Sendable {
             if !first { link.countReconnect() }
             first = false
             link.handle { $0.subscribed(at: monotonicSeconds()) }
-            switch listen(on: connection, channel: channel) {
+            switch listen(on: connection, channel: channel, probeChannel: probeChannel) {
             case .failed(let why):
                 link.countError()
                 link.handle { $0.subscriptionFailed(.unreachable, detail: why, at: monotonicSeconds()) }
                 sleep(seconds: backoff.next())
+            case .resubscribe:
+                // Heard nothing: subscribe again at once (the link says `not_delivering`).
+                link.countReconnect()
+                link.note { $0.unsubscribed() }
             case .moved:
                 // Subscribe on the new master at once, then read the state there (a change
                 // acknowledged but lost in the failover is written back by that check).
@@ -90,12 +95,14 @@ final class RedisSubscription: Sendable {
         case failed(String)
         /// The sentinels announced a new master.
         case moved
+        /// The subscription did not hear this replica's probe.
+        case resubscribe
         /// The store is stopping.
         case stopped
     }
 
     /// Reads messages until the connection fails, the master moves or the store stops.
-    private func listen(on connection: RedisConnection, channel: String) -> End {
+    private func listen(on connection: RedisConnection, channel: String, probeChannel: String) -> End {
         while !link.isStopping {
             if link.hasMoved(connection) { return .moved }
             let reply: RedisReply?
@@ -107,7 +114,14 @@ final class RedisSubscription: Sendable {
             if let reply {
                 switch reply {
                 case .array(let items) where items.count == 3 && items.first?.text == "message":
-                    if case .bulk(let payload) = items[2] { received(payload, channel: channel) }
+                    guard case .bulk(let payload) = items[2] else { break }
+                    if items[1].text == probeChannel {
+                        if let sequence = RedisCodec.probeSequence(payload, writer: link.writerID) {
+                            link.probeHeard(sequence: sequence)
+                        }
+                    } else {
+                        received(payload, channel: channel)
+                    }
                 case .array(let items) where items.first?.text?.lowercased() == "pong":
                     link.note { $0.pong() }
                 case .status(let text) where text == "PONG":
@@ -127,7 +141,9 @@ final class RedisSubscription: Sendable {
                     }
                 case .reconnect(let reason):
                     return .failed(reason)
-                case .report, .log, .requestCheck:
+                case .resubscribe:
+                    return .resubscribe
+                case .report, .log, .requestCheck, .probe:
                     break
                 }
             }

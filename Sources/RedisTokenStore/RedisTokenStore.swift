@@ -61,6 +61,9 @@ public final class RedisTokenStore: TokenStore {
         public var checkInterval: Double = 2
         /// The least seconds between two checks asked for by `refresh()` (0.1).
         public var refreshInterval: Double = 0.1
+        /// Seconds between delivery probes on `PREFIX:probe` (`--redis-probe-interval`: whole
+        /// seconds, 1 to 60, default 5); a probe not heard within 2 s is `not_delivering`.
+        public var probeInterval: Double = 5
         /// What a `rediss://` endpoint trusts and presents (unused by other endpoints): the system's
         /// trust store and no client certificate by default.
         public var tls = RedisTLSSettings()

@@ -115,6 +115,8 @@ final class RedisWriter: Sendable {
                 source ? "EVAL" : "EVALSHA", source ? RedisScripts.sync : scripts.sync, "2",
                 prefix.stateKey, prefix.changesChannel, "",
             ] + replica
+        case .probe(let sequence):
+            return ["PUBLISH", prefix.probeChannel, RedisCodec.probe(writer: link.writerID, sequence: sequence)]
         }
     }
 
@@ -192,6 +194,17 @@ final class RedisWriter: Sendable {
 
     /// Completes one job from its reply; returns false when the connection must be made again.
     private func complete(_ job: RedisJobQueue.Job, with reply: RedisReply) -> Bool {
+        if case .probe(let sequence) = job {
+            // PUBLISH answers the number of subscribers that got it; an error is not delivery's
+            // fault: the probe counts as not sent.
+            if case .error(let message) = reply {
+                link.countError()
+                link.log(.warning, "Redis refused the delivery probe: \(message.prefix(120))")
+                link.note { $0.probeNotSent(sequence: sequence) }
+                return RedisConnectionError.classify(errorReply: message) == nil
+            }
+            return true
+        }
         if case .error(let message) = reply {
             link.countError()
             if message.hasPrefix("INVALIDSTATE ") {
@@ -251,6 +264,9 @@ final class RedisWriter: Sendable {
         case .check:
             link.learned(result.state)
             link.handle { $0.checkSucceeded(at: monotonicSeconds()) }
+        case .probe:
+            // Answered before the scripts' replies are read (above).
+            break
         }
         return true
     }
@@ -272,6 +288,9 @@ final class RedisWriter: Sendable {
                 case .unknown: completion(.unknown(reason: "Redis did not answer the write in time"))
                 case .refused(let reason): completion(.unavailable(reason: reason))
                 }
+            case .probe(let sequence):
+                // A failed PUBLISH is the writer's failure (`unreachable`), not `not_delivering`.
+                link.note { $0.probeNotSent(sequence: sequence) }
             case .check:
                 switch failure {
                 case .unavailable(let health, let detail):

@@ -4,13 +4,15 @@ extension CommandLineOptions {
     /// The flags of TLS to Redis, which need a `rediss://` URL.
     static let redisTLSFlags = ["redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file"]
 
-    /// `--redis-url`, `--redis-password-file`, `--redis-key-prefix`, `--redis-sentinel-password-file`
-    /// and the `--redis-tls-*` flags (docs/replicas.md, "Starting it", "TLS to Redis" and "Redis
+    /// `--redis-url`, `--redis-password-file`, `--redis-key-prefix`, `--redis-sentinel-password-file`,
+    /// `--redis-probe-interval` and the `--redis-tls-*` flags (docs/replicas.md, "Starting it", "TLS to Redis" and "Redis
     /// Sentinel"). No message ever holds the password,
     /// the URL (which may hold it) or a key's contents.
     mutating func applyRedis(_ values: [String: String], readFile: (String) throws -> String) throws(UsageError) {
         guard let url = values["redis-url"] else {
-            for flag in ["redis-password-file", "redis-key-prefix", "redis-sentinel-password-file"] + Self.redisTLSFlags
+            for flag in [
+                "redis-password-file", "redis-key-prefix", "redis-sentinel-password-file", "redis-probe-interval",
+            ] + Self.redisTLSFlags
             where values[flag] != nil {
                 throw UsageError(description: "--\(flag) needs --redis-url")
             }
@@ -57,6 +59,14 @@ extension CommandLineOptions {
         }
         var configuration = RedisTokenStore.Configuration(endpoint: endpoint, prefix: prefix)
         configuration.tls = try Self.redisTLS(values, tls: endpoint.tls, readFile: readFile)
+        if let text = values["redis-probe-interval"] {
+            guard text.count <= 2, text.allSatisfy({ $0.isASCII && $0.isNumber }), let seconds = Int(text),
+                (1...60).contains(seconds)
+            else {
+                throw UsageError(description: "--redis-probe-interval must be whole seconds from 1 to 60")
+            }
+            configuration.probeInterval = Double(seconds)
+        }
         redis = configuration
     }
 

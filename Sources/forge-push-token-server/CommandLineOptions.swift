@@ -53,7 +53,7 @@ struct CommandLineOptions: Equatable {
                                        [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
                                        [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]
                                         [--redis-tls-ca-file PATH] [--redis-tls-cert-file PATH --redis-tls-key-file PATH]
-                                        [--redis-sentinel-password-file PATH]]
+                                        [--redis-sentinel-password-file PATH] [--redis-probe-interval SECONDS]]
                                        [--version] [--help] [--health-check]
 
           --host ADDR             IPv4 or IPv6 literal, or localhost (default 127.0.0.1)
@@ -111,6 +111,10 @@ struct CommandLineOptions: Equatable {
           --redis-sentinel-password-file PATH
                                   the sentinels' own password (requirepass in sentinel.conf),
                                   read from PATH; needs a sentinel --redis-url
+          --redis-probe-interval SECONDS
+                                  publish a delivery probe on PREFIX:probe this often and expect
+                                  to hear it within 2 s, else redis is not_delivering (1 to 60,
+                                  default 5)
           --version               print the version and exit
           --help                  print this help and exit
           --health-check          ask GET /healthz of the service at --host/--port (a wildcard
@@ -129,6 +133,7 @@ struct CommandLineOptions: Equatable {
         "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
         "max-url-bytes", "idle-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
         "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file", "redis-sentinel-password-file",
+        "redis-probe-interval",
     ]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]

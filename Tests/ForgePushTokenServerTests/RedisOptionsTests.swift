@@ -67,6 +67,14 @@ import Testing
         #expect(sentinel.redis?.endpoint.sentinel?.hosts.map(\.description) == ["s1:26379", "s2:26380"])
         #expect(sentinel.redis?.endpoint.sentinel?.password == Array("sentinel-pw".utf8))
         #expect(sentinel.redis?.endpoint.database == 2 && sentinel.redis?.endpoint.tls == false)
+        #expect(sentinel.redis?.probeInterval == 5)
+        #expect(try parse(["--redis-url", "redis://h", "--redis-probe-interval", "1"]).redis?.probeInterval == 1)
+        for bad in ["0", "61", "1.5", "x", ""] where !bad.isEmpty {
+            #expect(
+                message(["--redis-url", "redis://h", "--redis-probe-interval", bad])
+                    == "--redis-probe-interval must be whole seconds from 1 to 60")
+        }
+        #expect(message(["--redis-probe-interval", "5"]) == "--redis-probe-interval needs --redis-url")
         #expect(message(["--redis-tls-ca-file", "/ca"]) == "--redis-tls-ca-file needs --redis-url")
         #expect(
             message(["--redis-url", "rediss://h", "--redis-tls-cert-file", "/c"]).contains("give both or neither"))

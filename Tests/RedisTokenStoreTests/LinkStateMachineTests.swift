@@ -166,6 +166,46 @@ import Testing
         #expect(link.refusesWrites)
     }
 
+    @Test func theDeliveryProbe() {
+        var timings = Machine.Timings()
+        timings.heartbeatInterval = 100
+        timings.checkInterval = 100
+        timings.probeInterval = 5
+        var link = Machine(endpoint: "redis://127.0.0.1:6379/0", prefix: "p", timings: timings)
+        _ = link.subscribed(at: 0)
+        _ = link.checkSucceeded(at: 0.1)
+        #expect(link.tick(at: 4.9) == [])
+        #expect(link.tick(at: 5.0) == [.probe(sequence: 1)])
+        // Heard: its round trip, and nothing else happens.
+        let heard = link.probeHeard(sequence: 1, at: 5.25)
+        #expect(heard.seconds == 0.25 && heard.actions == [])
+        // Another replica's number, or one not in flight: nothing.
+        #expect(link.probeHeard(sequence: 7, at: 5.3).seconds == nil)
+        #expect(link.tick(at: 10.0) == [.probe(sequence: 2)])
+        // Not heard within 2 s: not_delivering, one line, and a resubscribe (not a failure).
+        let lost = link.tick(at: 12.1)
+        let why = "the subscription did not hear this replica's probe within 2 s"
+        #expect(
+            lost == [
+                .log(.warning, "Redis at redis://127.0.0.1:6379/0: \(why); subscribing again"),
+                .report(.degraded(reason: "not_delivering")), .resubscribe(reason: why),
+            ])
+        #expect(link.health == .notDelivering && !link.refusesWrites)
+        // Subscribed again and the state read: still not_delivering until a probe is heard, and
+        // the new subscription is probed at once.
+        link.unsubscribed()
+        #expect(link.subscribed(at: 12.2) == [.requestCheck])
+        #expect(link.checkSucceeded(at: 12.3) == [])
+        #expect(link.tick(at: 12.4) == [.probe(sequence: 3)])
+        let back = link.probeHeard(sequence: 3, at: 12.45)
+        #expect(back.actions.last == .report(.ok) && link.health == .connected)
+        // A probe that could not be published is forgotten: the next one goes out on time.
+        #expect(link.tick(at: 17.5) == [.probe(sequence: 4)])
+        link.probeNotSent(sequence: 4)
+        #expect(link.tick(at: 20) == [])
+        #expect(link.tick(at: 22.5) == [.probe(sequence: 5)])
+    }
+
     @Test func storeHealthFromTheLink() {
         #expect(Machine.storeHealth(.connected, stateRead: true) == .ok)
         #expect(Machine.storeHealth(.unreachable, stateRead: true) == .degraded(reason: "unreachable"))
