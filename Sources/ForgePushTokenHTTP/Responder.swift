@@ -258,7 +258,7 @@ public final class Responder: Sendable {
                 ServiceError(
                     "state_not_saved",
                     "the token is in memory but could not be saved to the state file; see the service's log"))
-        case .unavailable(let reason) where reason == TokenState.versionExhausted:
+        case .unavailable(let reason) where TokenState.isVersionExhaustion(reason):
             log?.log(.error, "a change was refused: \(reason)")
             return .error(503, ServiceError("store_unavailable", reason))
         case .unknown, .unavailable:

@@ -29,6 +29,14 @@ public struct TokenState: Sendable, Hashable, CustomStringConvertible {
     public static let versionExhausted =
         "the version is 2^64 - 1 and no higher one is left; start afresh (a new state file)"
 
+    /// Whether `reason`, of `CommitOutcome.unavailable`, says that the store has no higher version
+    /// left, so that retrying cannot help: `versionExhausted` itself, or a store's own wording
+    /// that names `version_exhausted` (`StoreHealth.versionExhausted`; Redis' largest version is
+    /// 2^53 - 1, docs/replicas.md).
+    public static func isVersionExhaustion(_ reason: String) -> Bool {
+        reason == versionExhausted || reason.contains(StoreHealth.versionExhausted)
+    }
+
     /// The state after changing the token to `token`: the version one higher (saturating).
     public func changed(to token: String?) -> TokenState {
         TokenState(version: version == .max ? .max : version + 1, token: token)

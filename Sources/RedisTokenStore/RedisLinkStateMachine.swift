@@ -45,6 +45,9 @@ struct RedisLinkStateMachine: Sendable {
         /// The subscription stays connected but did not hear this replica's own probe within
         /// `probeTimeout`: `not_delivering` (until a probe is heard again).
         case notDelivering = "not_delivering"
+        /// Connected, but `PREFIX:state` is at 2^53 - 1, the largest version Redis keeps: every
+        /// change is refused until an operator starts afresh: `version_exhausted`.
+        case versionExhausted = "version_exhausted"
         /// `PREFIX:state` holds something this service did not write: `invalid_state`.
         case invalidState = "invalid_state"
     }
@@ -121,6 +124,10 @@ struct RedisLinkStateMachine: Sendable {
     private var probeSequence: UInt64 = 0
     /// Whether a probe went unheard, and none was heard since.
     private(set) var notDelivering = false
+    /// Whether the last state read from Redis is at 2^53 - 1.
+    private(set) var exhausted = false
+    /// What a live link that delivers is: `connected`, or `version_exhausted` at 2^53 - 1.
+    private var live: Health { exhausted ? .versionExhausted : .connected }
     private var lastRefresh = -Double.infinity
 
     /// The owner's health before the store reported anything: `.starting`, `unreachable`.
@@ -239,12 +246,29 @@ struct RedisLinkStateMachine: Sendable {
         if notDelivering {
             notDelivering = false
             if subscribed && health == .notDelivering && stateRead {
-                actions = become(.connected, detail: "", at: now)
+                actions = become(live, detail: Self.exhaustion, at: now)
             } else if subscribed && health == .notDelivering {
                 actions = check()
             }
         }
         return (now - out.at, actions)
+    }
+
+    // MARK: The version
+
+    /// Why `version_exhausted`, for its log line.
+    static let exhaustion =
+        "the version is 2^53 - 1, the largest one Redis keeps, and every change is refused"
+
+    /// A state was read from Redis (a check, or a commit's reply); `atMaximum` when its version is
+    /// 2^53 - 1. A connected link then says `version_exhausted` (and `connected` again once the
+    /// state is below it).
+    mutating func versionSeen(atMaximum: Bool, at now: Double) -> [Action] {
+        guard atMaximum != exhausted else { return [] }
+        exhausted = atMaximum
+        if atMaximum && health == .connected { return become(.versionExhausted, detail: Self.exhaustion, at: now) }
+        if !atMaximum && health == .versionExhausted { return become(.connected, detail: "", at: now) }
+        return []
     }
 
     /// The probe could not be published (the writer failed: that is `unreachable`, reported by
@@ -276,7 +300,7 @@ struct RedisLinkStateMachine: Sendable {
         stateRead = true
         writerFailed = false
         // A subscription that went unheard stays `not_delivering` until a probe is heard.
-        var actions = subscribed && !notDelivering ? become(.connected, detail: "", at: now) : reportIfChanged()
+        var actions = subscribed && !notDelivering ? become(live, detail: Self.exhaustion, at: now) : reportIfChanged()
         actions += refreshIfDue(at: now)
         return actions
     }
@@ -289,8 +313,9 @@ struct RedisLinkStateMachine: Sendable {
         switch health {
         case .invalidState, .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster, .notDelivering:
             return become(health, detail: detail, at: now)
-        case .unreachable, .connected:
-            return self.health == .connected ? become(.unreachable, detail: "a state check failed", at: now) : []
+        case .unreachable, .connected, .versionExhausted:
+            let live = self.health == .connected || self.health == .versionExhausted
+            return live ? become(.unreachable, detail: "a state check failed", at: now) : []
         }
     }
 
@@ -312,7 +337,7 @@ struct RedisLinkStateMachine: Sendable {
         writerFailed = true
         switch health {
         case .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster: return become(health, detail: detail, at: now)
-        case .unreachable, .connected, .invalidState, .notDelivering: return []
+        case .unreachable, .connected, .invalidState, .notDelivering, .versionExhausted: return []
         }
     }
 
@@ -379,6 +404,8 @@ struct RedisLinkStateMachine: Sendable {
             return "Redis at \(endpoint): \(detail); retrying in the background"
         case .notDelivering:
             return "Redis at \(endpoint): \(detail); subscribing again"
+        case .versionExhausted:
+            return "Redis at \(endpoint): \(detail): stop every replica, DEL \(stateKey), and start them again"
         case .unreachable, .connected:
             let when = everConnected ? "lost" : "unreachable at start"
             return "Redis \(when) at \(endpoint) (\(detail)); retrying in the background"

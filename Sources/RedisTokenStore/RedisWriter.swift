@@ -220,6 +220,7 @@ final class RedisWriter: Sendable {
                     "a change was refused: \(detail); no higher version can be kept in Redis (Lua numbers are exact "
                         + "up to 2^53 - 1): stop every replica, DEL \(configuration.prefix.stateKey), and start them again"
                 )
+                link.handle { $0.versionSeen(atMaximum: true, at: monotonicSeconds()) }
                 finish([job], failing: .refused(Self.versionExhausted))
                 return true
             }
@@ -242,6 +243,9 @@ final class RedisWriter: Sendable {
             link.handle { $0.invalidState(detail: error.reason, at: monotonicSeconds()) }
             finish([job], failing: .unavailable(.invalidState, detail: error.reason))
             return true
+        }
+        link.handle {
+            $0.versionSeen(atMaximum: result.state.version >= RedisCodec.maximumVersion, at: monotonicSeconds())
         }
         switch result.reconciliation {
         case .written:
@@ -271,7 +275,9 @@ final class RedisWriter: Sendable {
         return true
     }
 
-    /// The reason of `.unavailable` when a change would pass the largest version Redis keeps.
+    /// The reason of `.unavailable` when a change would pass the largest version Redis keeps; it
+    /// names `version_exhausted` (`TokenState.isVersionExhaustion`), so that the 503 does not
+    /// invite a retry.
     static let versionExhausted = "Redis: version_exhausted (the version is 2^53 - 1, the largest one kept)"
 
     /// The reason of `.unavailable` for `health`.

@@ -206,6 +206,26 @@ import Testing
         #expect(link.tick(at: 22.5) == [.probe(sequence: 5)])
     }
 
+    @Test func theLastVersionIsADegradedLink() {
+        var link = Self.machine()
+        _ = link.subscribed(at: 0)
+        #expect(link.versionSeen(atMaximum: true, at: 0.05) == [])
+        let first = link.checkSucceeded(at: 0.1)
+        #expect(first.last == .report(.degraded(reason: "version_exhausted")) && link.health == .versionExhausted)
+        #expect(link.versionSeen(atMaximum: true, at: 0.2) == [])
+        // Started afresh below 2^53 - 1: connected.
+        #expect(link.versionSeen(atMaximum: false, at: 0.3).last == .report(.ok))
+        #expect(link.health == .connected)
+        // Reaching it while connected says so at once, with the repair.
+        let reached = link.versionSeen(atMaximum: true, at: 0.4)
+        guard case .log(.warning, let line) = reached.first else {
+            Issue.record("no line: \(reached)")
+            return
+        }
+        #expect(line.contains("2^53 - 1") && line.contains("DEL p:state"))
+        #expect(reached.last == .report(.degraded(reason: "version_exhausted")))
+    }
+
     @Test func storeHealthFromTheLink() {
         #expect(Machine.storeHealth(.connected, stateRead: true) == .ok)
         #expect(Machine.storeHealth(.unreachable, stateRead: true) == .degraded(reason: "unreachable"))

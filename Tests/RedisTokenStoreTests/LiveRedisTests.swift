@@ -376,14 +376,17 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         _ = try client.command(["DEL", "test:state"], timeout: 2)
         _ = try client.command(["HSET", "test:state", "version", "9007199254740991", "token", "99aabbcc"], timeout: 2)
         let a = ReplicaModel(port: redis.port)
-        #expect(a.wait { a.link == "connected" })
+        // Served, but the link says why no change can be made (not `connected`).
+        #expect(a.wait { a.link == "version_exhausted" })
+        #expect(a.owner.health == .degraded(reason: "version_exhausted"))
         #expect(a.current == TokenState(version: 9_007_199_254_740_991, token: "99aabbcc"))
         #expect(a.commit("99aabbcc") == .unchanged(TokenState(version: 9_007_199_254_740_991, token: "99aabbcc")))
         guard case .unavailable(let reason) = a.commit("a1a1a1a1") else {
             Issue.record("a change past 2^53 - 1 was not refused")
             return
         }
-        #expect(reason.contains("version_exhausted"))
+        #expect(reason.contains("version_exhausted") && TokenState.isVersionExhaustion(reason))
+        #expect(!TokenState.isVersionExhaustion(RedisWriter.reason(.unreachable)))
         #expect(try hash(client, "test:state") == ["version": "9007199254740991", "token": "99aabbcc"])
         #expect(a.current == TokenState(version: 9_007_199_254_740_991, token: "99aabbcc"))
     }
