@@ -31,12 +31,6 @@ from e2e_support import HOST, EventStream, check, log, main, request, token_hex,
 DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "replicas.md")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def docs_block():
     """The first ```sh block after the heading "### TLS on one machine"."""
     text = open(DOCS, encoding="utf-8").read()
@@ -58,7 +52,13 @@ def run(binary):
     block = docs_block()
     for needle in ("6380", "8081 8082", "PASSWORD", "rediss://default:PASSWORD@127.0.0.1:6380", "--redis-tls-ca-file"):
         check(needle in block, "the docs block lacks %r" % needle)
-    redis_port, a, b = free_port(), free_port(), free_port()
+    # Distinct ports: every socket stays bound until all are chosen.
+    held = [socket.socket() for _ in range(3)]
+    for sock in held:
+        sock.bind((HOST, 0))
+    redis_port, a, b = (sock.getsockname()[1] for sock in held)
+    for sock in held:
+        sock.close()
     password = secrets.token_hex(12)
     script = (block.replace("6380", str(redis_port)).replace("8081", str(a)).replace("8082", str(b))
               .replace("PASSWORD", password))
