@@ -53,6 +53,13 @@ public struct RequestDeadline: Sendable, Equatable {
     public static let linger: Duration = .seconds(1)
     /// How often a kept-alive connection between two requests is looked at for bytes of the next.
     public static let lookInterval: Duration = .seconds(1)
+    /// How long after an answer bytes must arrive to count as the next request's. The engine asks
+    /// the kernel (`TCP_INFO`'s `tcpi_last_data_recv`), which counts in scheduler ticks (1 to
+    /// 10 ms) and rounds down: the previous request's own last bytes, received microseconds
+    /// before its answer, could read as arriving after it, and an idle kept-alive connection got a
+    /// `408` (attack finding). A next request that starts within this slack and then stalls is
+    /// left to the idle timeout.
+    public static let receiveClockSlack: Duration = .milliseconds(100)
     /// The default timeout, in seconds (`--header-timeout`).
     public static let defaultSeconds = 10
 
@@ -93,7 +100,8 @@ public struct RequestDeadline: Sendable, Equatable {
     }
 
     /// What to do at `now` with a deadline of `timeout`. `receivedSince` is asked, only for a
-    /// kept-alive connection due for a look, whether bytes have arrived since the given instant.
+    /// kept-alive connection due for a look, whether bytes have arrived since the given instant
+    /// (the answer, or the previous look, plus `receiveClockSlack`).
     public mutating func check(
         at now: ContinuousClock.Instant, timeout: Duration,
         receivedSince: (ContinuousClock.Instant) -> Bool
@@ -107,7 +115,7 @@ public struct RequestDeadline: Sendable, Equatable {
             return .expire(body: body)
         case .idle:
             guard now >= mark else { return .none }
-            if receivedSince(mark - Self.lookInterval) {
+            if receivedSince(mark - Self.lookInterval + Self.receiveClockSlack) {
                 phase = .head
                 mark = now
             } else {
