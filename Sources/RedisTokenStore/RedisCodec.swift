@@ -32,9 +32,12 @@ enum RedisCodec {
         var description: String { reason }
     }
 
-    /// Whether `text` is a token as this service writes it: lowercase hex, at least one digit.
+    /// Whether `text` is a token as this service writes it: 2 to 512 lowercase hex digits, an even
+    /// number (a whole number of bytes, at most `TokenState.maxTokenBytes`), as the state file
+    /// requires too.
     static func isValidToken(_ text: some StringProtocol) -> Bool {
-        !text.isEmpty
+        let count = text.utf8.count
+        return count >= 2 && count <= 2 * TokenState.maxTokenBytes && count.isMultiple(of: 2)
             && text.utf8.allSatisfy { byte in
                 (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
                     || (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "f"))
@@ -77,10 +80,12 @@ enum RedisCodec {
         var writer: String?
     }
 
-    /// The message for `state`, as the scripts publish it (the tests compare with it).
-    static func message(_ state: TokenState, writer: String) -> String {
+    /// The message for `state`, as the scripts publish it (the tests compare with it); without
+    /// `writer`, as a replica of an older release published it.
+    static func message(_ state: TokenState, writer: String?) -> String {
         let token = state.token.map { "\"\($0)\"" } ?? "null"
-        return "{\"version\":\(state.version),\"token\":\(token),\"writer\":\"\(writer)\"}"
+        let from = writer.map { ",\"writer\":\"\($0)\"" } ?? ""
+        return "{\"version\":\(state.version),\"token\":\(token)\(from)}"
     }
 
     private struct Message: Decodable {
@@ -91,7 +96,10 @@ enum RedisCodec {
 
     /// Parses and validates a message from `PREFIX:changes`.
     /// - Throws: `Invalid` when it is not JSON of that shape, the version is above
-    ///   `maximumVersion`, or the token is not lowercase hex.
+    ///   `maximumVersion`, the token is not lowercase hex, or it is not byte for byte the text a
+    ///   script publishes (`message(_:writer:)`): JSON allows `1e3` or spaces where the scripts
+    ///   write decimal digits, and the hash refuses them, so a message must too (attack finding: a
+    ///   hand-published `{"version":1e3,…}` was served and then written back to the hash).
     static func change(message bytes: [UInt8]) throws(Invalid) -> Change {
         let message: Message
         do {
@@ -105,7 +113,11 @@ enum RedisCodec {
         if let token = message.token, !isValidToken(token) {
             throw Invalid("the change message's token is not lowercase hex")
         }
-        return Change(state: TokenState(version: message.version, token: message.token), writer: message.writer)
+        let state = TokenState(version: message.version, token: message.token)
+        guard bytes.elementsEqual(Self.message(state, writer: message.writer).utf8) else {
+            throw Invalid("the change message is not written as the scripts write it")
+        }
+        return Change(state: state, writer: message.writer)
     }
 
     /// A delivery probe on `PREFIX:probe`: `WRITER:SEQUENCE` (the store's random id, and the

@@ -9,7 +9,8 @@ import ForgePushTokenOwner
 /// when the replica has a state at all, `0` before it first read one), and `ARGV[5]` the writer's
 /// id for the `"writer"` field of the messages they publish. Both first validate the key: a key
 /// that is not a hash, a missing or non-decimal `version`, a `version` above 2^53 - 1 (Lua numbers
-/// are doubles, exact only up to there), or a `token` that is not lowercase hex makes the script
+/// are doubles, exact only up to there), or a `token` that is not 2 to 512 lowercase hex digits (a
+/// whole number of bytes, at most `TokenState.maxTokenBytes`) makes the script
 /// fail with an `INVALIDSTATE …` error and write nothing.
 ///
 /// Reconciliation, shared by both (docs/replicas.md, "When something fails"):
@@ -55,8 +56,8 @@ enum RedisScripts {
           end
           sv = tonumber(text)
           st = redis.call('HGET', key, 'token')
-          if st and not string.match(st, '^[0-9a-f]+$') then
-            return redis.error_reply('INVALIDSTATE the token field of ' .. key .. ' is not lowercase hex')
+          if st and (not string.match(st, '^[0-9a-f]+$') or string.len(st) % 2 ~= 0 or string.len(st) > 512) then
+            return redis.error_reply('INVALIDSTATE the token field of ' .. key .. ' is not 2 to 512 lowercase hex digits')
           end
         end
         local rv, rt, known = tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'

@@ -105,10 +105,16 @@ import Testing
         #expect(
             try RedisCodec.state(hash: ["version": "9007199254740991"])
                 == TokenState(version: 9_007_199_254_740_991, token: nil))
+        let longest = String(repeating: "ab", count: 256)
+        #expect(
+            try RedisCodec.state(hash: ["version": "1", "token": longest]) == TokenState(version: 1, token: longest))
         for bad in [
             ["token": "ab"], ["version": "x"], ["version": "-1"], ["version": "1.5"], ["version": ""],
             ["version": "99999999999999999"], ["version": "1", "token": "AB"], ["version": "1", "token": ""],
             ["version": "1", "token": "xyz"], ["version": "9007199254740992"], ["version": "9007199254740993"],
+            // Tokens the API could never produce (attack finding): odd length, one digit, over 256 bytes.
+            ["version": "1", "token": "abc"], ["version": "1", "token": "0"],
+            ["version": "1", "token": String(repeating: "ab", count: 257)],
         ] {
             #expect(throws: RedisCodec.Invalid.self, "\(bad)") { try RedisCodec.state(hash: bad) }
         }
@@ -132,6 +138,11 @@ import Testing
             "", "{}", "[1]", #"{"version":-1,"token":null}"#, #"{"version":"1","token":null}"#,
             #"{"version":1,"token":"ZZ"}"#, #"{"version":1,"token":5}"#,
             #"{"version":9007199254740992,"token":null}"#, #"{"version":9007199254740993,"token":"aa"}"#,
+            // Valid JSON, but not as a script writes it (attack finding: 1e3 was served, then written
+            // back to the hash, which refuses it): exponents, spaces, other key orders, odd tokens.
+            #"{"version":1e3,"token":"bbbb"}"#, #"{"version":1000.0,"token":"bbbb"}"#,
+            #"{"version": 5,"token":"bbbb"}"#, #"{"token":"bbbb","version":5}"#,
+            #"{"version":5,"token":"bbb"}"#, #"{"version":5,"token":"bbbb","writer":"1f","x":1}"#,
         ] {
             #expect(throws: RedisCodec.Invalid.self, "\(bad)") { try RedisCodec.change(message: Array(bad.utf8)) }
         }
