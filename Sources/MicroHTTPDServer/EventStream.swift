@@ -95,7 +95,7 @@ func openStream(
         server.responder.streamClosed(subscriber.id)
         return .NO
     }
-    addHeaders(head.headers, to: response)
+    addHeaders(head.headers, to: response, crossOrigin: context.crossOrigin, origin: context.origin)
     if fd >= 0 { server.watcher.watch(fd: fd, id: subscriber.id) }
     daemon.deadlines.forget(connection)  // an established stream has no deadline
     // A timeout of its own puts the connection on libmicrohttpd's list of connections with custom

@@ -44,11 +44,18 @@ final class RequestContext {
     var status = 0
     var bytes = 0
     var stream: EventStream?
+    /// The request's `Origin` field value, kept from its head on so that every answer to it, the
+    /// engine's own included, gets the same CORS fields (`ResponseHeaders.completing`).
+    let origin: String?
+    /// The service's CORS policy (`Responder.crossOrigin`).
+    let crossOrigin: CrossOriginPolicy
 
-    init(method: String, path: String, chunked: Bool) {
+    init(method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy) {
         self.method = method
         self.path = path
         self.chunked = chunked
+        self.origin = origin
+        self.crossOrigin = crossOrigin
     }
 }
 
@@ -105,9 +112,12 @@ func handleRequest(
         }
         // A head that completes past --header-timeout is not carried out: its connection is
         // being closed (RequestDeadline).
+        // With CORS on, its 408 (should the body be late) carries the CORS fields for its Origin.
+        let expectsBody = chunked || (length ?? 0) > 0
         guard
             daemon.deadlines.headReceived(
-                connection, at: .now, bodyExpected: chunked || (length ?? 0) > 0)
+                connection, at: .now, bodyExpected: expectsBody,
+                origin: expectsBody && responder.crossOrigin.isEnabled ? header(connection, "Origin") : nil)
         else { return .NO }
         server.inFlight.withLock { $0 += 1 }
         if let marker, first == nil, framing == nil, length == nil, !responder.accessLog {
@@ -115,12 +125,13 @@ func handleRequest(
             return .YES
         }
         let head = requestHead(connection, method: String(cString: method), path: String(cString: url))
-        let context = RequestContext(method: head.method, path: head.path, chunked: chunked)
+        let context = RequestContext(
+            method: head.method, path: head.path, chunked: chunked, origin: head.headers["Origin"],
+            crossOrigin: responder.crossOrigin)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
-        let origin = head.headers["Origin"]
         if let refusal = targetRefusal(first, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
             context.route = Route(path: head.path)  // for the metrics' label only: the head is not admitted
-            context.progress = .refused(responder.refuse(refusal, origin: origin))
+            context.progress = .refused(refusal)
         } else {
             switch responder.admit(head) {
             case .answer(let response, let route):
@@ -130,9 +141,7 @@ func handleRequest(
                 context.route = admitted.route
                 if let length, length > UInt64(limit) {
                     context.progress = .tooLarge
-                    return respond(
-                        responder.refuse(Responder.payloadTooLarge(limit: limit), origin: origin),
-                        on: connection, context: context)
+                    return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
                 }
                 context.progress = marker != nil ? .tokenRead : .admitted(admitted)
             }
@@ -167,7 +176,8 @@ func handleRequest(
         }
         let context = RequestContext(
             method: existing == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
-            chunked: true)  // the one kind of body this path lets through
+            chunked: true,  // the one kind of body this path lets through
+            origin: nil, crossOrigin: CrossOriginPolicy())  // taken only with CORS off
         context.progress = .tokenRead
         context.route = .token
         existing = Unmanaged.passRetained(context).toOpaque()
@@ -212,9 +222,7 @@ func handleRequest(
     case .refused(let early):
         return respond(early, on: connection, context: context)
     case .tooLarge:
-        return respond(
-            responder.refuse(Responder.payloadTooLarge(limit: limit), origin: nil), on: connection,
-            context: context)
+        return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
     case .tokenRead:
         context.body = []
         let queued = server.tokenResponses.queue(
@@ -289,7 +297,8 @@ func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer, conn
 
 /// Queues a complete response (libmicrohttpd copies the body).
 func respond(_ response: HTTPResponse, on connection: OpaquePointer, context: RequestContext) -> MHD_Result {
-    guard let mhdResponse = makeResponse(response) else { return .NO }
+    guard let mhdResponse = makeResponse(response, crossOrigin: context.crossOrigin, origin: context.origin)
+    else { return .NO }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)
     context.progress = .answered
@@ -299,9 +308,13 @@ func respond(_ response: HTTPResponse, on connection: OpaquePointer, context: Re
 }
 
 /// Adds `headers` to a libmicrohttpd response, with the fields every response carries
-/// (`ResponseHeaders.completing(_:)`: `X-Content-Type-Options`, the default `Cache-Control`).
-func addHeaders(_ headers: HTTPHeaders, to response: OpaquePointer) {
-    for field in ResponseHeaders.completing(headers) {
+/// (`ResponseHeaders.completing(_:crossOrigin:origin:)`: the CORS fields for `origin` under
+/// `crossOrigin`, `X-Content-Type-Options`, the default `Cache-Control`). Every answer the engine
+/// queues passes through here: the one place its header is completed.
+func addHeaders(
+    _ headers: HTTPHeaders, to response: OpaquePointer, crossOrigin: CrossOriginPolicy, origin: String?
+) {
+    for field in ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin) {
         _ = MHD_add_response_header(response, field.name, field.value)
     }
 }

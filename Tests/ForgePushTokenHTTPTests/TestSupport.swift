@@ -134,6 +134,27 @@ extension Responder {
     }
 }
 
+extension Responder {
+    /// The complete response to one request as the engine sends it: its header completed in the
+    /// engine's one place (`ResponseHeaders.completing`: the CORS fields for the request's
+    /// `Origin`, then the defaults).
+    func sent(
+        _ method: String, _ target: String, contentType: String? = nil, body: [UInt8] = [],
+        headers: HTTPHeaders = HTTPHeaders(),
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> HTTPResponse {
+        var response = try send(
+            method, target, contentType: contentType, body: body, headers: headers, sourceLocation: sourceLocation)
+        response.headers = completed(response.headers, origin: headers["Origin"])
+        return response
+    }
+
+    /// `headers` completed as the engine completes an answer's to a request from `origin`.
+    func completed(_ headers: HTTPHeaders, origin: String?) -> HTTPHeaders {
+        ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin)
+    }
+}
+
 /// The top-level JSON object of `body`.
 func jsonObject(_ body: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: Any] {
     let value = try JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])

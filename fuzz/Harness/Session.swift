@@ -319,11 +319,17 @@ final class Session {
         return object
     }
 
-    /// A response to an allowed origin carries `Access-Control-Allow-Origin`; to any other, none.
+    /// A response to an allowed origin carries `Access-Control-Allow-Origin`; to any other, none;
+    /// with CORS on, every one carries `Vary`. As the engine sends it: its header completed in the
+    /// engine's one place (`ResponseHeaders.completing`).
     func checkCrossOrigin(_ response: HTTPResponse, request: HTTPRequest) {
-        let allowed = responder.crossOrigin.allowOriginValue(for: request.headers["Origin"])
-        let sent = response.headers["Access-Control-Allow-Origin"]
+        let origin = request.headers["Origin"]
+        let allowed = responder.crossOrigin.allowOriginValue(for: origin)
+        let headers = ResponseHeaders.completing(response.headers, crossOrigin: responder.crossOrigin, origin: origin)
+        let sent = headers["Access-Control-Allow-Origin"]
         require(sent == allowed, "Access-Control-Allow-Origin \(String(reflecting: sent)), expected \(String(reflecting: allowed))",
+                context: context)
+        require(!responder.crossOrigin.isEnabled || headers["Vary"] != nil, "an answer without Vary while CORS is on",
                 context: context)
     }
 
