@@ -9,7 +9,7 @@ import ForgePushTokenOwner
 /// request and its body, which answers at once, asks for an event stream (`openEventStream`), or
 /// answers later (a `PendingResponse`, for a write the store decides on its own thread); at the
 /// end `recordFinished(_:)`. `GET /token` may be answered from a response the engine caches per
-/// version (`tokenVersion`, `tokenReadResponse()`). The CORS header fields are not added here:
+/// version (`owner.version`, `tokenReadResponses()`). The CORS header fields are not added here:
 /// the engine adds them to every answer, its own included, where it completes each answer's
 /// header (`ResponseHeaders.completing(_:crossOrigin:origin:)`, with `crossOrigin`).
 ///
@@ -80,8 +80,10 @@ public final class Responder: Sendable {
         }
     }
 
-    /// The one owner of the token and its subscribers.
-    let owner: TokenOwner<TokenSnapshot>
+    /// The one owner of the token and its subscribers. The engine calls it directly for what is
+    /// the owner's alone (its version for the `GET /token` cache, the heartbeat, graceful shutdown,
+    /// the number of open streams); an event stream ends through its `StreamSubscription`.
+    public let owner: TokenOwner<TokenSnapshot>
     /// The service's counters, served at `GET /metrics`.
     public let metrics = ServiceMetrics()
     /// Events sent to and skipped by every subscriber, past and present.
@@ -270,9 +272,6 @@ public final class Responder: Sendable {
         }
     }
 
-    /// The current token's version: the key of the engine's cached `GET /token` response.
-    public var tokenVersion: UInt64 { owner.version }
-
     /// The current token and the `GET /token` responses for it, the 200 and its `304 Not
     /// Modified` (the engine's cache entry, for reads that `answersTokenReadsBlindly`).
     public func tokenReadResponses() -> (snapshot: TokenSnapshot, response: HTTPResponse, notModified: HTTPResponse) {
@@ -287,16 +286,21 @@ public final class Responder: Sendable {
 
     // MARK: Event streams
 
+    /// An event stream's subscription: its `EventSubscriber`, and the handle the engine ends it
+    /// with when its connection goes (`cancel()`) or its client leaves (`abort()`).
+    public typealias StreamSubscription = TokenOwner<TokenSnapshot>.Subscription<EventSubscriber>
+
     /// Registers an event-stream subscriber whose first event is the current token.
     /// - Parameters:
     ///   - admitted: the `GET /token/stream` request (its `Last-Event-ID`).
     ///   - wake: resumes the subscriber's connection (see `EventSubscriber`).
-    /// - Returns: the response head (200 with the SSE header fields) and the subscriber, or a 503
+    /// - Returns: the response head (200 with the SSE header fields) and the subscription (the
+    ///   subscriber, and the handle its connection ends it with), or a 503
     ///   (`too_many_subscribers` with `Retry-After`, or `shutting_down`) and `nil`.
     public func openEventStream(
         for admitted: AdmittedRequest,
         wake: @escaping @Sendable () -> Void
-    ) -> (HTTPResponse, EventSubscriber?) {
+    ) -> (HTTPResponse, StreamSubscription?) {
         var preamble: [UInt8] = []
         var floor: UInt64?
         if let replica {
@@ -309,12 +313,10 @@ public final class Responder: Sendable {
             if let floor, floor > owner.version { replica.refresh() }
         }
         do {
-            let subscriber = try owner.subscribe { [deliveries] id, first in
+            let subscription = try owner.subscribe { [deliveries] id, first in
                 EventSubscriber(id: id, first: first, tally: deliveries, preamble: preamble, floor: floor, wake: wake)
             }
-            // The owner built it with the closure above, so it is an EventSubscriber.
-            let stream = subscriber as! EventSubscriber
-            return (HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), stream)
+            return (HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), subscription)
         } catch .full {
             let error = ServiceError(
                 "too_many_subscribers",
@@ -327,37 +329,6 @@ public final class Responder: Sendable {
                     headers: ["Retry-After": String(retryAfterSeconds)]), nil
             )
         }
-    }
-
-    /// Subscriber `id`'s connection is gone (its response was freed): forget it.
-    public func streamClosed(_ id: UInt64) {
-        owner.unsubscribe(id)
-    }
-
-    /// Subscriber `id`'s client has left (its socket closed): end its stream at once.
-    public func subscriberDeparted(_ id: UInt64) {
-        owner.abort(id)
-    }
-
-    /// One heartbeat period has passed: idle streams get a `: keep-alive` comment.
-    public func heartbeat() {
-        owner.heartbeat()
-    }
-
-    /// The number of open event streams.
-    public var openStreams: Int { owner.subscriberCount }
-
-    // MARK: Lifecycle
-
-    /// Begins graceful shutdown: `/healthz` answers 503, every stream ends cleanly and new ones
-    /// are refused. Idempotent.
-    public func beginShutdown() {
-        owner.stop()
-    }
-
-    /// Ends every remaining stream at once (shutdown's last step, before the engine stops).
-    public func endAllStreams() {
-        owner.abortAll()
     }
 
     // MARK: Records
@@ -375,11 +346,6 @@ public final class Responder: Sendable {
         log.access(
             method: finished.method, path: finished.path, status: finished.status == 0 ? nil : finished.status,
             bytes: finished.bytes, durationMicros: Int64(finished.microseconds ?? 0), remote: finished.remote)
-    }
-
-    /// Counts a connection refused on accept because of `limit`.
-    public func recordRefusedConnection(_ limit: ServiceMetrics.Counter) {
-        metrics.increment(limit)
     }
 
     /// The 408 for a request whose head (or, when `body`, body) was not complete within `seconds`

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 
 #if canImport(Glibc)
     import Glibc
@@ -41,7 +42,7 @@ final class TokenResponseCache: Sendable {
         on connection: OpaquePointer, responder: Responder,
         ifNoneMatch: UnsafePointer<CChar>?
     ) -> (result: MHD_Result, status: Int, bytes: Int) {
-        let version = responder.tokenVersion
+        let version = responder.owner.version
         // The owner's lock nests inside the cache's (never the other way round).
         return entry.withLock { entry -> (result: MHD_Result, status: Int, bytes: Int) in
             if entry?.version != version {

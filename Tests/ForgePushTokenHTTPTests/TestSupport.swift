@@ -35,7 +35,7 @@ extension Responder {
         }
     }
 
-    /// Whether `beginShutdown()` was called.
+    /// Whether graceful shutdown began (`owner.stop()`).
     var isStopping: Bool { owner.isStopping }
 
     /// `openEventStream(for:wake:)` for a `GET /token/stream` from `origin`.
@@ -52,7 +52,8 @@ extension Responder {
         else {
             preconditionFailure("GET /token/stream is always admitted without a token")
         }
-        return openEventStream(for: admitted, wake: wake)
+        let (head, subscription) = openEventStream(for: admitted, wake: wake)
+        return (head, subscription?.subscriber)
     }
 }
 
