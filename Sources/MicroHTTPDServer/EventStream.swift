@@ -114,7 +114,7 @@ func openStream(
     _ = fpt_set_connection_timeout(connection, eventStreamStallSeconds)
     let result = MHD_queue_response(connection, UInt32(head.status), response)
     MHD_destroy_response(response)
-    context.progress = .answered
+    context.machine.sent()
     context.status = head.status
     context.stream = stream
     return result

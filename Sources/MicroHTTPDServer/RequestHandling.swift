@@ -63,34 +63,25 @@ func handleRequest(
         let head = requestHead(connection, method: String(cString: method), path: String(cString: url))
         let context = RequestContext(
             method: head.method, path: head.path, chunked: chunked, origin: head.headers["Origin"],
-            crossOrigin: responder.crossOrigin)
+            crossOrigin: responder.crossOrigin, limit: limit)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
+        let decided: RequestStateMachine.Head
         if let refusal = targetRefusal(first, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
             context.route = Route(path: head.path)  // for the metrics' label only: the head is not admitted
-            context.progress = .refused(refusal)
+            decided = .refused(refusal)
         } else {
             switch responder.admit(head) {
             case .answer(let response, let route):
                 context.route = route
-                context.progress = .refused(response)
+                decided = .refused(response)
             case .proceed(let admitted):
                 context.route = admitted.route
-                if let length, length > UInt64(limit) {
-                    context.progress = .tooLarge
-                    return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
-                }
-                context.progress = marker != nil ? .tokenRead : .admitted(admitted)
+                decided = marker != nil ? .tokenRead : .admitted(admitted)
             }
         }
-        // A refused request with a body is answered now, unread (no 100 Continue; libmicrohttpd
-        // then closes the connection), so that an unauthorized client cannot make the service
-        // take in bodies. One without a body is answered in the next call, keeping the connection.
-        if case .refused(let early) = context.progress,
-            (length ?? 0) > 0 || chunked || early.status == 400 || early.status == 417 || early.status == 501
-        {
-            return respond(early, on: connection, context: context)
-        }
-        return .YES
+        return perform(
+            context.machine.head(decided, contentLength: length, chunked: chunked), on: connection, context: context,
+            daemon: daemon)
     }
     if SlotMarker.isTokenNotModified(existing) { return .YES }  // answered
     if SlotMarker.isTokenRead(existing) {
@@ -113,8 +104,9 @@ func handleRequest(
         let context = RequestContext(
             method: existing == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
             chunked: true,  // the one kind of body this path lets through
-            origin: nil, crossOrigin: CrossOriginPolicy())  // taken only with CORS off
-        context.progress = .tokenRead
+            origin: nil, crossOrigin: CrossOriginPolicy(),  // taken only with CORS off
+            limit: limit)
+        _ = context.machine.head(.tokenRead, contentLength: nil, chunked: true)
         context.route = .token
         existing = Unmanaged.passRetained(context).toOpaque()
         contextSlot.pointee = existing
@@ -123,26 +115,17 @@ func handleRequest(
 
     if uploadSize.pointee > 0 {
         let count = uploadSize.pointee
-        context.received += count
         uploadSize.pointee = 0
-        switch context.progress {
-        case .tooLarge:
-            // A body over the limit is read and dropped so that its 413 can be sent at its end,
-            // but not forever: a chunked body can be endless. Past 1 MiB (or 16 times the limit)
-            // the connection is closed without an answer (libmicrohttpd cannot queue one in the
-            // middle of a body).
-            if context.received > max(1 << 20, 16 * limit) { return .NO }
-        case .admitted, .tokenRead:
-            guard let uploadData else { break }
-            if context.body.count + count > limit {
-                context.progress = .tooLarge
-                context.body = []
-            } else {
-                uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
-                    context.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
-                }
+        switch context.machine.bodyChunk(count: count) {
+        case .keep:
+            uploadData?.withMemoryRebound(to: UInt8.self, capacity: count) {
+                context.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
             }
-        case .refused, .waiting, .answered:
+        case .discardAll:
+            context.body = []
+        case .close:
+            return .NO
+        default:
             break
         }
         return .YES
@@ -151,38 +134,39 @@ func handleRequest(
         _ = fpt_set_connection_timeout(connection, UInt32(server.configuration.idleTimeoutSeconds))
     }
     // A body that completes past --header-timeout is not carried out (RequestDeadline).
-    if context.received > 0 || context.chunked, !daemon.deadlines.bodyReceived(connection) { return .NO }
-    switch context.progress {
-    case .answered:
+    if context.machine.received > 0 || context.chunked, !daemon.deadlines.bodyReceived(connection) { return .NO }
+    return perform(context.machine.complete(), on: connection, context: context, daemon: daemon)
+}
+
+/// Carries out what the request's `RequestStateMachine` decided: the libmicrohttpd calls, and the
+/// responder's, whose reply goes back to the machine.
+private func perform(
+    _ action: RequestStateMachine.Action, on connection: OpaquePointer, context: RequestContext,
+    daemon: DaemonContext
+) -> MHD_Result {
+    switch action {
+    case .readOn, .none, .keep, .drop, .discardAll:
         return .YES
-    case .refused(let early):
-        return respond(early, on: connection, context: context)
-    case .tooLarge:
-        return respond(Responder.payloadTooLarge(limit: limit), on: connection, context: context)
-    case .tokenRead:
+    case .close:
+        return .NO
+    case .queue(let response):
+        return respond(response, on: connection, context: context)
+    case .queueTokenRead:
         context.body = []
-        let queued = server.tokenResponses.queue(
-            on: connection, responder: responder,
-            ifNoneMatch: ifNoneMatch(connection))
-        context.progress = .answered
+        let queued = daemon.server.tokenResponses.queue(
+            on: connection, responder: daemon.server.responder, ifNoneMatch: ifNoneMatch(connection))
         context.status = queued.status
         context.bytes = queued.bytes
         return queued.result
-    case .waiting(let pending):
-        // Resumed: the answer has arrived.
-        return answer(pending, on: connection, context: context, daemon: daemon)
-    case .admitted(var admitted):
+    case .respond(var admitted):
         admitted.request.body = context.body
         context.body = []
-        switch responder.respond(to: admitted) {
-        case .response(let response):
-            return respond(response, on: connection, context: context)
-        case .eventStream:
-            return openStream(admitted, on: connection, context: context, daemon: daemon)
-        case .later(let pending):
-            context.progress = .waiting(pending)
-            return answer(pending, on: connection, context: context, daemon: daemon)
-        }
+        let reply = daemon.server.responder.respond(to: admitted)
+        return perform(context.machine.replied(reply), on: connection, context: context, daemon: daemon)
+    case .openStream(let admitted):
+        return openStream(admitted, on: connection, context: context, daemon: daemon)
+    case .takeOrSuspend(let pending):
+        return answer(pending, on: connection, context: context, daemon: daemon)
     }
 }
 
@@ -198,6 +182,7 @@ private func answer(
             orPark: { MHD_suspend_connection(connection) },
             resume: { handle.resume() })
     else { return .YES }
+    context.machine.sent()
     return respond(response, on: connection, context: context)
 }
 
@@ -237,7 +222,6 @@ func respond(_ response: HTTPResponse, on connection: OpaquePointer, context: Re
     else { return .NO }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)
-    context.progress = .answered
     context.status = response.status
     context.bytes = response.status == 304 ? 0 : response.body.count  // a 304's body is never sent
     return result
