@@ -25,6 +25,13 @@ final class ConnectionDeadlines: Sendable {
         /// The `Origin` of the request whose body is arriving (kept only while CORS is on), for
         /// the CORS fields of its 408.
         var origin: String?
+
+        /// Its request is over: the deadline moves on, and the next request's `Origin` is not
+        /// known yet.
+        mutating func completed(at now: ContinuousClock.Instant) {
+            deadline.completed(at: now)
+            origin = nil
+        }
     }
 
     private struct State: Sendable {
@@ -86,8 +93,7 @@ final class ConnectionDeadlines: Sendable {
     func completed(_ connection: OpaquePointer, at now: ContinuousClock.Instant) {
         state.withLock { state in
             state.progressed = true
-            state.entries[UInt(bitPattern: connection)]?.deadline.completed(at: now)
-            state.entries[UInt(bitPattern: connection)]?.origin = nil
+            state.entries[UInt(bitPattern: connection)]?.completed(at: now)
         }
     }
 
