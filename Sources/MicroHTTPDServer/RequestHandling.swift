@@ -23,8 +23,9 @@ func handleRequest(
     let responder = server.responder
     let limit = server.configuration.maxBodyBytes
 
-    let first = contextSlot.pointee
-    guard var existing = first, !SlotMarker.isTargetMarker(existing) else {
+    let existing: UnsafeMutableRawPointer
+    switch RequestSlot(contextSlot.pointee) {
+    case .firstCall(let target):
         // The first call: the header fields have arrived, the body (if any) has not.
         let marker = responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
@@ -56,7 +57,7 @@ func handleRequest(
                 origin: expectsBody && responder.crossOrigin.isEnabled ? header(connection, "Origin") : nil)
         else { return .NO }
         server.inFlight.withLock { $0 += 1 }
-        if let marker, first == nil, framing == nil, length == nil, !responder.accessLog {
+        if let marker, target == nil, framing == nil, length == nil, !responder.accessLog {
             contextSlot.pointee = marker
             return .YES
         }
@@ -66,7 +67,7 @@ func handleRequest(
             crossOrigin: responder.crossOrigin, limit: limit)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         let decided: RequestStateMachine.Head
-        if let refusal = targetRefusal(first, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
+        if let refusal = targetRefusal(target, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
             context.route = Route(path: head.path)  // for the metrics' label only: the head is not admitted
             decided = .refused(refusal)
         } else {
@@ -82,9 +83,9 @@ func handleRequest(
         return perform(
             context.machine.head(decided, contentLength: length, chunked: chunked), on: connection, context: context,
             daemon: daemon)
-    }
-    if SlotMarker.isTokenNotModified(existing) { return .YES }  // answered
-    if SlotMarker.isTokenRead(existing) {
+    case .tokenRead(_, notModified: true):
+        return .YES  // answered
+    case .tokenRead(let isHead, notModified: false):
         // The fast path: answered from the cache in this second call (which keeps the connection
         // alive), a 304 when If-None-Match names the current ETag. A chunked body, the one kind
         // not announced by Content-Length, turns it back into an ordinary request so that its
@@ -94,15 +95,12 @@ func handleRequest(
                 on: connection, responder: responder,
                 ifNoneMatch: ifNoneMatch(connection))
             if queued.status == 304 {
-                contextSlot.pointee =
-                    existing == SlotMarker.tokenGet
-                    ? SlotMarker.tokenGetNotModified
-                    : SlotMarker.tokenHeadNotModified
+                contextSlot.pointee = RequestSlot.tokenReadMarker(isHead: isHead, notModified: true)
             }
             return queued.result
         }
         let context = RequestContext(
-            method: existing == SlotMarker.tokenGet ? "GET" : "HEAD", path: "/token",
+            method: isHead ? "HEAD" : "GET", path: "/token",
             chunked: true,  // the one kind of body this path lets through
             origin: nil, crossOrigin: CrossOriginPolicy(),  // taken only with CORS off
             limit: limit)
@@ -110,6 +108,8 @@ func handleRequest(
         context.route = .token
         existing = Unmanaged.passRetained(context).toOpaque()
         contextSlot.pointee = existing
+    case .context(let raw):
+        existing = raw
     }
     let context = Unmanaged<RequestContext>.fromOpaque(existing).takeUnretainedValue()
 
@@ -189,22 +189,26 @@ private func answer(
 /// The request-completed callback (`mhdRequestCompleted`): counts the request out, records it
 /// (metrics, access log) and releases its context. `slot` is what `*con_cls` held.
 func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer, connection: OpaquePointer?) {
-    // A target marker still in the slot: libmicrohttpd ended the request (431, a bad
-    // Content-Length, a reset, a timeout, shutdown) before the access handler ever ran, so there
-    // is no context and nothing was counted in.
-    if SlotMarker.isTargetMarker(slot) { return }
-    server.inFlight.withLock { $0 -= 1 }
-    if SlotMarker.isTokenRead(slot) || SlotMarker.isTokenNotModified(slot) {
+    let raw: UnsafeMutableRawPointer
+    switch RequestSlot(slot) {
+    case .firstCall:
+        // A target marker still in the slot: libmicrohttpd ended the request (431, a bad
+        // Content-Length, a reset, a timeout, shutdown) before the access handler ever ran, so
+        // there is no context and nothing was counted in.
+        return
+    case .tokenRead(let isHead, let notModified):
         // The fast path keeps no context, so no start time: counted, not timed.
-        let get = slot == SlotMarker.tokenGet || slot == SlotMarker.tokenGetNotModified
+        server.inFlight.withLock { $0 -= 1 }
         server.responder.recordFinished(
             .init(
-                method: get ? "GET" : "HEAD", path: "/token", route: .token,
-                status: SlotMarker.isTokenNotModified(slot) ? 304 : 200, bytes: 0,
-                microseconds: nil, wasStream: false))
+                method: isHead ? "HEAD" : "GET", path: "/token", route: .token,
+                status: notModified ? 304 : 200, bytes: 0, microseconds: nil, wasStream: false))
         return
+    case .context(let context):
+        raw = context
     }
-    let context = Unmanaged<RequestContext>.fromOpaque(slot).takeRetainedValue()
+    server.inFlight.withLock { $0 -= 1 }
+    let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
     let elapsed = ContinuousClock.now - context.started
     let micros = Int(elapsed.components.seconds) * 1_000_000 + Int(elapsed.components.attoseconds / 1_000_000_000_000)
     server.responder.recordFinished(

@@ -23,7 +23,7 @@ func ifNoneMatch(_ connection: OpaquePointer) -> UnsafePointer<CChar>? {
 /// `String` is made.
 func tokenRead(_ method: UnsafePointer<CChar>, _ url: UnsafePointer<CChar>) -> UnsafeMutableRawPointer? {
     guard strcmp(url, "/token") == 0 else { return nil }
-    if strcmp(method, "GET") == 0 { return SlotMarker.tokenGet }
-    if strcmp(method, "HEAD") == 0 { return SlotMarker.tokenHead }
+    if strcmp(method, "GET") == 0 { return RequestSlot.tokenReadMarker(isHead: false, notModified: false) }
+    if strcmp(method, "HEAD") == 0 { return RequestSlot.tokenReadMarker(isHead: true, notModified: false) }
     return nil
 }
