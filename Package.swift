@@ -66,10 +66,24 @@ let package = Package(
             providers: [.apt(["libhiredis-dev"]), .brew(["hiredis"])]
         ),
 
+        // GnuTLS as a system library (Debian: libgnutls28-dev; the runtime image carries
+        // libgnutls30 for libmicrohttpd already), with a shim header that names what Swift cannot
+        // reach directly (a function-like macro).
+        .systemLibrary(
+            name: "CGnuTLS",
+            pkgConfig: "gnutls",
+            providers: [.apt(["libgnutls28-dev"]), .brew(["gnutls"])]
+        ),
+
+        // The only module that imports CGnuTLS: a TLS client session over a socket the caller
+        // owns, with the certificate always verified (TLS to Redis, docs/replicas.md).
+        .target(name: "GnuTLSClient", dependencies: ["CGnuTLS"], swiftSettings: swiftSettings),
+
         // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
         // store that lets replicas share one token (docs/replicas.md).
         .target(
-            name: "RedisTokenStore", dependencies: ["CHiredis", "ForgePushToken", "ForgePushTokenOwner"],
+            name: "RedisTokenStore",
+            dependencies: ["CHiredis", "GnuTLSClient", "ForgePushToken", "ForgePushTokenOwner"],
             swiftSettings: swiftSettings),
 
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.

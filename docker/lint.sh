@@ -11,7 +11,11 @@
 #      5 s shutdown limit, the Dockerfile's health check command, port and data folder;
 #   5. .dockerignore keeps .build/ and .git/ (and secrets) out of the build context and lets the
 #      manifest, Sources/ and Tests/ in (Docker's matching rules: root-anchored, `*` within one
-#      path element, `**` across, `!` re-includes, the last match wins).
+#      path element, `**` across, `!` re-includes, the last match wins);
+#   6. docker/compose.replicas.yaml and docker/nginx/replicas.conf keep the replica setup
+#      (docs/replicas.md);
+#   7. docker/compose.sentinel.yaml keeps the Sentinel setup: a master, a replica, three
+#      sentinels each writing its own configuration file, replicas on a redis+sentinel:// URL.
 #
 # The tools go into a virtual environment under /tmp (FORGE_PUSH_TOKEN_LINT_VENV), made once.
 #
@@ -248,5 +252,49 @@ then
     fail "docker/compose.replicas.yaml or docker/nginx/replicas.conf does not keep the replica setup's settings"
 fi
 pass "docker/compose.replicas.yaml: Redis with AOF on a volume and noeviction, 3 replicas without a state file, nginx for SSE"
+
+# 7. The Sentinel setup (docs/replicas.md, "Redis Sentinel"): docker/compose.sentinel.yaml.
+if ! "$venv/bin/python" - docker/compose.sentinel.yaml <<'PYTHON'
+import re, sys, yaml
+
+compose = yaml.safe_load(open(sys.argv[1]))
+services = compose.get("services", {})
+problems = []
+for name in ("redis-master", "redis-replica"):
+    command = " ".join(services.get(name, {}).get("command", []))
+    if "--maxmemory-policy noeviction" not in command:
+        problems.append(f"{name}: the eviction policy is not noeviction (the state key must never be evicted)")
+if "--replicaof redis-master 6379" not in " ".join(services.get("redis-replica", {}).get("command", [])):
+    problems.append("redis-replica: not a replica of redis-master")
+sentinels = [name for name in services if name.startswith("sentinel-")]
+if len(sentinels) < 3:
+    problems.append(f"only {len(sentinels)} sentinels (a quorum of 2 needs 3)")
+for name in sentinels:
+    command = " ".join(services[name].get("command", []))
+    if "--sentinel" not in command or "> /data/sentinel.conf" not in command:
+        problems.append(f"{name}: not a sentinel with a writable configuration file of its own")
+    if "sentinel monitor mymaster redis-master 6379 2" not in command:
+        problems.append(f"{name}: does not monitor mymaster at redis-master with quorum 2")
+replica = services.get("replica", {})
+environment = replica.get("environment", {})
+if environment.get("FORGE_PUSH_TOKEN_STATE_FILE", None) != "":
+    problems.append("replica: FORGE_PUSH_TOKEN_STATE_FILE must be cleared (\"\"): --redis-url excludes --state-file")
+url = str(environment.get("FORGE_PUSH_TOKEN_REDIS_URL", ""))
+if "redis+sentinel://" not in url or not all(name in url for name in sentinels) or "/mymaster" not in url:
+    problems.append("replica: FORGE_PUSH_TOKEN_REDIS_URL is not a redis+sentinel:// URL naming every sentinel and mymaster")
+if replica.get("deploy", {}).get("replicas", 1) < 3:
+    problems.append("replica: fewer than 3 replicas")
+if "ports" in replica:
+    problems.append("replica: publishes a port (nginx is the way in)")
+if not any("replicas.conf:/etc/nginx/conf.d/default.conf" in str(v) for v in services.get("nginx", {}).get("volumes", [])):
+    problems.append("nginx: docker/nginx/replicas.conf is not mounted as its default.conf")
+for problem in problems:
+    print(f"compose.sentinel.yaml: {problem}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+PYTHON
+then
+    fail "docker/compose.sentinel.yaml does not keep the Sentinel setup's settings"
+fi
+pass "docker/compose.sentinel.yaml: a master, a replica, 3 sentinels with their own config files, 3 replicas on a redis+sentinel:// URL, nginx"
 
 printf 'lint: %d passed, 0 failed\n' "$passed"

@@ -10,7 +10,8 @@
 #   4. maps each library to its Debian package (`dpkg -S`) and fails unless the package is in the
 #      runtime stage's `apt-get install` list (read from the Dockerfile, so the two cannot drift) or
 #      in the package set of debian:bookworm-slim itself (BOOKWORM_SLIM_PACKAGES below); and fails
-#      when the install list holds a package that no NEEDED library comes from;
+#      when the install list holds a package that no NEEDED library comes from (but for the data
+#      packages of RUNTIME_DATA_PACKAGES below, which hold files the binary reads, not libraries);
 #   5. reports the binary's size and fails above FORGE_PUSH_TOKEN_MAX_BINARY_BYTES (25 MB).
 #
 # This machine is Debian 12 like the swift:6.3-bookworm build image, so the sonames and packages
@@ -42,6 +43,12 @@ BOOKWORM_SLIM_PACKAGES=(
     mount ncurses-base ncurses-bin passwd perl-base sed sysvinit-utils tar tzdata usr-is-merged
     util-linux util-linux-extra zlib1g
 )
+
+# Packages the runtime stage installs for files the binary reads at run time rather than for a
+# library it links: ca-certificates, the system trust store that a rediss:// connection to a
+# managed Redis with a public CA verifies against when no --redis-tls-ca-file is given
+# (docs/replicas.md, "TLS to Redis").
+RUNTIME_DATA_PACKAGES=(ca-certificates)
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DOCKERFILE="${FORGE_PUSH_TOKEN_DOCKERFILE:-$REPO_ROOT/docker/Dockerfile}"
@@ -166,6 +173,7 @@ ensure_build_tools() {
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     dpkg-query -W -f '${Status}' libmicrohttpd-dev 2>/dev/null | grep -q 'ok installed' || missing+=(libmicrohttpd-dev)
     dpkg-query -W -f '${Status}' libhiredis-dev 2>/dev/null | grep -q 'ok installed' || missing+=(libhiredis-dev)
+    dpkg-query -W -f '${Status}' libgnutls28-dev 2>/dev/null | grep -q 'ok installed' || missing+=(libgnutls28-dev)
     if [[ ${#missing[@]} -gt 0 ]]; then apt_install "${missing[@]}"; fi
 }
 
@@ -301,7 +309,9 @@ main() {
         fi
     done
     for package in "${install_list[@]}"; do
-        if [[ -z "${used[$package]:-}" ]]; then
+        if printf '%s\n' "${RUNTIME_DATA_PACKAGES[@]}" | grep -qx -- "$package"; then
+            echo "  $package: data the binary reads (RUNTIME_DATA_PACKAGES), no library"
+        elif [[ -z "${used[$package]:-}" ]]; then
             echo "  $package: installed by the runtime stage but no NEEDED library comes from it (only what the binary needs)"
             failures=$((failures + 1))
         elif printf '%s\n' "${BOOKWORM_SLIM_PACKAGES[@]}" | grep -qx -- "$package"; then

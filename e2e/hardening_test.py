@@ -21,7 +21,6 @@ are all stopped at the end; the whole file takes about 20 s. Standard library on
 
     python3 e2e/hardening_test.py --server PATH [--only SUBSTRING[,SUBSTRING...]] [--verbose]
 """
-import argparse
 import http.client
 import json
 import os
@@ -32,13 +31,11 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 import urllib.parse
 
-from e2e_support import HOST, EventStream, Failure, Server, check, token_hex, _kill_leftovers
+from e2e_support import run_tap_checks, HOST, EventStream, Failure, Server, check, token_hex, wait_until
 
 REALM = 'Bearer realm="forge-push-token"'
 INVALID = 'Bearer realm="forge-push-token", error="invalid_token"'
@@ -202,6 +199,9 @@ class Fixtures:
             return self.start(base + ["--max-url-bytes", "100", "--max-header-bytes", "15184"])
         if name == "default":
             return self.start(base)
+        if name == "text_log":
+            # The flag wins over FORGE_PUSH_TOKEN_LOG_FORMAT, which e2e/run.sh sets to json.
+            return self.start(base + ["--log-format", "text"])
         if name == "max_conn":
             return self.start(base + ["--max-connections", "20"])
         if name == "per_ip":
@@ -854,6 +854,35 @@ def cors_errors():
               % (expected, r.get("access-control-allow-origin")))
 
 
+@test("cors: an Origin in other case is allowed and answered in the configured spelling, never the request's")
+def cors_configured_spelling():
+    # Issue 21: HTTPS://APP.EXAMPLE used to be echoed as sent.
+    s = FIX.get("cors")
+    for sent in ("HTTPS://APP.EXAMPLE", "https://App.Example", "HTTPS://SECOND.EXAMPLE:8443"):
+        r = s.req("GET", "/token", headers={"Origin": sent})
+        expected = ORIGIN if "APP" in sent.upper() and ":8443" not in sent else ORIGIN2
+        check(r.status == 200 and r.get("access-control-allow-origin") == expected,
+              "Origin %s: answered %s with ACAO %r, expected %r"
+              % (sent, r.status, r.get("access-control-allow-origin"), expected))
+
+
+@test("log: the text log writes bidirectional and line-separator characters as \\u{...}, never raw")
+def text_log_escapes_spoofing_characters():
+    # Issue 21: a POST /fail message with U+202E (right-to-left override) or U+2028 (line
+    # separator) was written raw to the text log, where it can change what a terminal shows.
+    s = FIX.get("text_log")
+    message = "revoked \u202egnp.exe \u2028forged line \u2066x\u2069 \u200fend"
+    r = s.req("POST", "/fail", headers={"Content-Type": "text/plain; charset=utf-8"},
+              body=message.encode("utf-8"))
+    check(r.status == 200, "POST /fail answered %r" % r)
+    wait_until(lambda: "gnp.exe" in s.stderr(), 5, what="the log line of the failure")
+    line = next(l for l in s.stderr().splitlines() if "gnp.exe" in l)
+    for raw, escaped in (("\u202e", "\\u{202e}"), ("\u2028", "\\u{2028}"), ("\u2066", "\\u{2066}"),
+                         ("\u2069", "\\u{2069}"), ("\u200f", "\\u{200f}")):
+        check(raw not in line, "the text log holds U+%04X raw: %r" % (ord(raw), line))
+        check(escaped in line, "the text log does not show %s: %r" % (escaped, line))
+
+
 @test("cors: plain OPTIONS -> 204 with Allow (same list as the 405's), Origin-less and nothing CORS")
 def cors_plain_options():
     s = FIX.get("cors")
@@ -1266,50 +1295,10 @@ FIX = None
 
 
 def run():
-    global FIX, VERBOSE
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--only", default="", help="comma-separated substrings of check names")
-    parser.add_argument("--verbose", action="store_true")
-    args = parser.parse_args()
-    VERBOSE = args.verbose
-    binary = os.path.abspath(args.server)
-    for tool in ("curl", "openssl"):
-        if shutil.which(tool) is None:
-            print("Bail out! %s is not installed" % tool, flush=True)
-            return 1
-    selected = [(d, f) for d, f in CHECKS
-                if not args.only or any(part in d or part in f.__name__ for part in args.only.split(","))]
-    workdir = tempfile.mkdtemp(prefix="e2e-hardening-")
-    FIX = Fixtures(binary, workdir)
-    started = time.monotonic()
-    passed = failed = 0
-    print("1..%d" % len(selected), flush=True)
-    try:
-        for number, (description, function) in enumerate(selected, 1):
-            t0 = time.monotonic()
-            try:
-                function()
-            except Failure as error:
-                failed += 1
-                print("not ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-                for line in str(error).splitlines() or [""]:
-                    print("#   " + line)
-            except Exception:
-                failed += 1
-                print("not ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-                for line in traceback.format_exc().splitlines():
-                    print("#   " + line)
-            else:
-                passed += 1
-                print("ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-            sys.stdout.flush()
-    finally:
-        FIX.stop_all()
-        _kill_leftovers()
-        shutil.rmtree(workdir, ignore_errors=True)
-    print("# %d passed, %d failed in %.1f s" % (passed, failed, time.monotonic() - started), flush=True)
-    return 1 if failed else 0
+    def keep(fixtures, verbose):
+        global FIX, VERBOSE
+        FIX, VERBOSE = fixtures, verbose
+    return run_tap_checks(CHECKS, "e2e-hardening-", Fixtures, tools=("curl", "openssl"), keep=keep)
 
 
 if __name__ == "__main__":

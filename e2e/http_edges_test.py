@@ -21,18 +21,13 @@ are all stopped at the end. Standard library only.
 
     python3 e2e/http_edges_test.py --server PATH [--only SUBSTRING[,SUBSTRING...]] [--verbose]
 """
-import argparse
 import json
-import os
-import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
-from e2e_support import HOST, EventStream, Failure, Server, check, _kill_leftovers
+from e2e_support import run_tap_checks, HOST, EventStream, Failure, Server, check
 
 VERBOSE = False
 
@@ -611,46 +606,10 @@ FIX = None
 
 
 def run():
-    global FIX, VERBOSE
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--only", default="", help="comma-separated substrings of check names")
-    parser.add_argument("--verbose", action="store_true")
-    args = parser.parse_args()
-    VERBOSE = args.verbose
-    binary = os.path.abspath(args.server)
-    selected = [(d, f) for d, f in CHECKS
-                if not args.only or any(part in d or part in f.__name__ for part in args.only.split(","))]
-    workdir = tempfile.mkdtemp(prefix="e2e-http-edges-")
-    FIX = Fixtures(binary, workdir)
-    started = time.monotonic()
-    passed = failed = 0
-    print("1..%d" % len(selected), flush=True)
-    try:
-        for number, (description, function) in enumerate(selected, 1):
-            t0 = time.monotonic()
-            try:
-                function()
-            except Failure as error:
-                failed += 1
-                print("not ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-                for line in str(error).splitlines() or [""]:
-                    print("#   " + line)
-            except Exception:
-                failed += 1
-                print("not ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-                for line in traceback.format_exc().splitlines():
-                    print("#   " + line)
-            else:
-                passed += 1
-                print("ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-            sys.stdout.flush()
-    finally:
-        FIX.stop_all()
-        _kill_leftovers()
-        shutil.rmtree(workdir, ignore_errors=True)
-    print("# %d passed, %d failed in %.1f s" % (passed, failed, time.monotonic() - started), flush=True)
-    return 1 if failed else 0
+    def keep(fixtures, verbose):
+        global FIX, VERBOSE
+        FIX, VERBOSE = fixtures, verbose
+    return run_tap_checks(CHECKS, "e2e-http-edges-", Fixtures, tools=(), keep=keep)
 
 
 if __name__ == "__main__":

@@ -26,12 +26,14 @@ balancer; each is stopped by its pid. Checks, in order (each bounded to seconds)
       its first event is the first change at or above that id;
   (k) versions past 2^53 - 1 (issue 21 §1): a PREFIX:state at 2^53 + 1 is invalid_state on every
       replica, a write answers 503 (never changed:true) and the key is never rounded or rewritten;
-      at 2^53 - 1 the state is served and a change answers 503 without writing 2^53; a change
-      message at 2^53 + 1 is ignored;
+      at 2^53 - 1 the state is served, /healthz says degraded, version_exhausted, and a change
+      answers 503 without Retry-After and without writing 2^53; a change message at 2^53 + 1 is
+      ignored;
   (l) 300 streams opening with a Last-Event-ID above the replica's version (issue 21 §6) cost Redis
       a bounded number of script calls (INFO commandstats): one check in flight and one per 100 ms,
       plus the periodic checks, never one per stream;
-  (i) bad input: rediss://, --state-file with --redis-url, a bad prefix (exit 64 with a clear
+  (i) bad input: an unreadable --redis-tls-ca-file, a TLS flag without rediss://, --state-file
+      with --redis-url, a bad prefix (exit 64 with a clear
       message); a wrong password (auth_failed), PREFIX:state of the wrong type or with garbage
       (invalid_state, never overwritten), a server that does not speak Redis (unreachable):
       the replica keeps running.
@@ -595,11 +597,12 @@ def past_2_to_53(binary, redis):
         # At 2^53 - 1: served on both, but no change can pass it.
         redis.cli("HSET", key, "version", "9007199254740991")
         for port in ports:
-            wait_until(lambda: health(port) == (200, {"status": "ok", "redis": "connected"}), 5,
-                       what="connected at 2^53 - 1")
+            wait_until(lambda: health(port) == (200, {"status": "degraded", "redis": "version_exhausted"}), 5,
+                       what="degraded, version_exhausted at 2^53 - 1")
             check(version_of(port) == (9007199254740991, stored), "not served at 2^53 - 1: %r" % (version_of(port),))
-        status, _, body = write(ports[1], other)
+        status, headers, body = write(ports[1], other)
         check(status == 503 and body["error"] == "store_unavailable", "write at 2^53 - 1: %s %r" % (status, body))
+        check("retry-after" not in headers, "the 503 at 2^53 - 1 invites a retry: %r" % headers)
         status, _, body = write(ports[0], stored)
         check(status == 200 and body["changed"] is False, "the current token again: %s %r" % (status, body))
         check(redis.state_of(key) == {"version": "9007199254740991", "token": stored},
@@ -617,7 +620,7 @@ def past_2_to_53(binary, redis):
         for server in servers:
             server.kill()
         redis.cli("DEL", key)
-    log("(k) 2^53 + 1 in Redis: invalid_state, writes 503, key untouched; 2^53 - 1: served, changes refused "
+    log("(k) 2^53 + 1 in Redis: invalid_state, writes 503, key untouched; 2^53 - 1: served, degraded version_exhausted, changes refused (no Retry-After) "
         "without writing 2^53; a message at 2^53 + 1 ignored")
 
 
@@ -661,7 +664,10 @@ def bad_input(binary, redis):
         check(code == 64, "%r exited with %r: %s" % (args, code, text[-300:]))
         check(want in text, "%r: message lacks %r: %s" % (args, want, text[-300:]))
         check("hunter2" not in text, "the password was printed: %s" % text)
-    exits(["--redis-url", "rediss://:hunter2@127.0.0.1:6380"], want="TLS")
+    exits(["--redis-url", "rediss://:hunter2@127.0.0.1:6380", "--redis-tls-ca-file", "/nonexistent/ca.pem"],
+          want="--redis-tls-ca-file: cannot read")
+    exits(["--redis-url", "redis://:hunter2@127.0.0.1:6380", "--redis-tls-ca-file", "/etc/hostname"],
+          want="needs a rediss://")
     exits(["--redis-url", "redis://127.0.0.1:1", "--state-file", "/tmp/x"], want="Redis keeps the state")
     exits([], env={"FORGE_PUSH_TOKEN_REDIS_URL": "redis://:hunter2@h:99999"}, want="FORGE_PUSH_TOKEN_REDIS_URL")
     exits(["--redis-url", "redis://127.0.0.1:1", "--redis-key-prefix", "a b"], want="--redis-key-prefix")
@@ -720,7 +726,7 @@ def bad_input(binary, redis):
         stop.set()
         thread.join(2)
         listener.close()
-    log("(i) bad input: exit 64 for rediss://, --state-file, a bad URL and prefix; auth_failed, invalid_state "
+    log("(i) bad input: exit 64 for TLS flags, --state-file, a bad URL and prefix; auth_failed, invalid_state "
         "(never overwritten) and unreachable reported without a crash")
 
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing need on Debian 12 with Swift: libmicrohttpd-dev,
-# libhiredis-dev and pkg-config (for the CMicroHTTPD and CHiredis system-library targets), curl
-# for the examples, redis-server and nginx for the replica tests (which start their own
-# instances on free loopback ports; the system services are not used). Idempotent:
+# libhiredis-dev, libgnutls28-dev and pkg-config (for the CMicroHTTPD, CHiredis and CGnuTLS
+# system-library targets), curl for the examples, redis-server and nginx for the replica tests
+# (which start their own instances on free loopback ports; the system services are not used),
+# and openssl, with which the TLS tests make their certificates. Idempotent:
 # installs only what is missing. Needs root (or sudo) when something is missing.
 set -euo pipefail
 
 missing=()
-for package in libmicrohttpd-dev libhiredis-dev redis-server nginx pkg-config curl; do
+for package in libmicrohttpd-dev libhiredis-dev libgnutls28-dev redis-server nginx pkg-config curl openssl; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if ((${#missing[@]})); then

@@ -13,8 +13,10 @@
 #   4. the libFuzzer target over request decoding and routing, for about 60 s (fuzz/run.sh);
 #   5. end-to-end tests of the release binary: /metrics parsed by prometheus_client, the state
 #      file across restarts and SIGKILLs, the live page in headless Chromium, the hardening
-#      flags (auth, TLS, CORS, limits, a slowloris), a real Prometheus scraping the service, and
-#      every server's --log-format json lines checked with jq (e2e/run.sh), and REDbot's HTTP lint
+#      flags (auth, TLS, CORS, limits, a slowloris), a real Prometheus scraping the service,
+#      replicas through Redis (plain, TLS and Sentinel, with a failover and the delivery probe,
+#      and the commands of docs/replicas.md), and every server's --log-format json lines checked
+#      with jq (e2e/run.sh), and REDbot's HTTP lint
 #      of every route (e2e/redbot_check.sh);
 #   6. the operator checks (scripts/ops-checks.sh): promtool on the alert rules and a live scrape,
 #      systemd-analyze on the unit, the benchmark charts, the CPU cost of a scrape;

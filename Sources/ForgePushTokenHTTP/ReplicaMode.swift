@@ -42,8 +42,8 @@ public struct ReplicaMode: Sendable {
     func healthResponse(_ health: StoreHealth) -> HTTPResponse {
         switch health {
         case .ok: return .json(200, encoding: ["status": "ok", name: "connected"])
-        case .degraded(let reason): return .json(200, encoding: ["status": "degraded", name: reason])
-        case .starting(let reason): return .json(503, encoding: ["status": "starting", name: reason])
+        case .degraded(let reason): return .json(200, encoding: ["status": "degraded", name: reason.rawValue])
+        case .starting(let reason): return .json(503, encoding: ["status": "starting", name: reason.rawValue])
         }
     }
 

@@ -203,7 +203,7 @@ public final class Responder: Sendable {
         case .healthz:
             return .response(health())
         case .metrics:
-            let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: StoreHealth.stateNotSaved) : nil
+            let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: .stateNotSaved) : nil
             let text =
                 metrics.render(
                     subscribers: owner.subscriberCount, events: deliveries.counts,
@@ -247,9 +247,9 @@ public final class Responder: Sendable {
                 ServiceError(
                     "state_not_saved",
                     "the token is in memory but could not be saved to the state file; see the service's log"))
-        case .unavailable(let reason) where reason == TokenState.versionExhausted:
-            log?.log(.error, "a change was refused: \(reason)")
-            return .error(503, ServiceError("store_unavailable", reason))
+        case .versionExhausted:
+            log?.log(.error, "a change was refused: \(TokenState.versionExhausted)")
+            return .error(503, ServiceError("store_unavailable", TokenState.versionExhausted))
         case .unknown, .unavailable:
             return .error(
                 503, ServiceError("store_unavailable", "the token's store did not confirm the write; retry"),
@@ -267,7 +267,7 @@ public final class Responder: Sendable {
         if let replica { return replica.healthResponse(owner.health) }
         switch owner.health {
         case .ok: return Self.healthy
-        case .degraded(let reason): return .json(200, encoding: ["status": "degraded", "reason": reason])
+        case .degraded(let reason): return .json(200, encoding: ["status": "degraded", "reason": reason.rawValue])
         case .starting: return Self.starting
         }
     }
@@ -320,7 +320,7 @@ public final class Responder: Sendable {
         } catch .full {
             let error = ServiceError(
                 "too_many_subscribers",
-                "the service has \(owner.maxSubscribers) subscribers already; retry later")
+                "the service is at its limit of \(owner.maxSubscribers) subscribers; retry later")
             return (.error(503, error, headers: ["Retry-After": String(retryAfterSeconds)]), nil)
         } catch {
             return (

@@ -13,7 +13,7 @@ public final class MemoryTokenStore: TokenStore {
     /// `.unchanged(base)` for the current token, else `.applied` at the next version; at once.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         if token == base.token { return completion(.unchanged(base)) }
-        guard base.version < .max else { return completion(.unavailable(reason: TokenState.versionExhausted)) }
+        guard base.version < .max else { return completion(.versionExhausted) }
         completion(.applied(base.changed(to: token)))
     }
 

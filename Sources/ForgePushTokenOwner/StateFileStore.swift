@@ -41,7 +41,7 @@ public final class StateFileStore: TokenStore {
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         let changed = token != base.token
         guard !changed || base.version < .max else {
-            return completion(.unavailable(reason: TokenState.versionExhausted))
+            return completion(.versionExhausted)
         }
         let state = changed ? base.changed(to: token) : base
         guard changed || unsaved.withLock({ $0 }) else {

@@ -81,9 +81,12 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     public mutating func committed(_ outcome: CommitOutcome) -> Delivery? {
         switch outcome {
         case .applied, .unchanged:
-            if health == .degraded(reason: StoreHealth.stateNotSaved) { health = .ok }
+            if health == .degraded(reason: .stateNotSaved) { health = .ok }
         case .notSaved:
-            health = .degraded(reason: StoreHealth.stateNotSaved)
+            health = .degraded(reason: .stateNotSaved)
+        case .versionExhausted:
+            // Every change will be refused alike: say so, unless health already names a problem.
+            if health == .ok { health = .degraded(reason: .versionExhausted) }
         case .unknown, .unavailable, .stopping:
             break
         }
@@ -130,7 +133,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     /// says so in its health instead of `ok`. A health that already names a problem is kept.
     private mutating func noteVersionExhaustion() {
         if current.state.version == .max, health == .ok {
-            health = .degraded(reason: StoreHealth.versionExhausted)
+            health = .degraded(reason: .versionExhausted)
         }
     }
 
@@ -139,12 +142,4 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
         current = Rendition(state)
         return subscribers.isEmpty ? nil : Delivery(rendition: current, subscribers: Array(subscribers.values))
     }
-}
-
-extension StoreHealth {
-    /// The reason of `.degraded` after a change that could not be made durable.
-    public static let stateNotSaved = "state_not_saved"
-    /// The reason of `.degraded` while the version is 2^64 - 1 and every change is refused
-    /// (`TokenState.versionExhausted`).
-    public static let versionExhausted = "version_exhausted"
 }

@@ -24,10 +24,12 @@ public struct TokenState: Sendable, Hashable, CustomStringConvertible {
     /// The state a store starts from when it holds nothing yet: version 0, no token.
     public static let initial = TokenState(version: 0, token: nil)
 
-    /// Why a store refuses a change at version 2^64 - 1: no higher version is left to name it (an
-    /// id must never name two values), and a version never goes back.
+    /// Why a store refuses a change at its last version (`CommitOutcome.versionExhausted`): no
+    /// higher version is left to name it (an id must never name two values), and a version never
+    /// goes back. The text of the 503 answer and the log line.
     public static let versionExhausted =
-        "the version is 2^64 - 1 and no higher one is left; start afresh (a new state file)"
+        "the version is the last one the store can keep (2^64 - 1 in a state file, 2^53 - 1 in Redis) and "
+        + "no higher one is left; start afresh (a new state file, or the Redis key deleted with every replica stopped)"
 
     /// The state after changing the token to `token`: the version one higher (saturating).
     public func changed(to token: String?) -> TokenState {

@@ -110,8 +110,14 @@ public enum CommitOutcome: Sendable, Equatable {
     /// The store did not answer in time: the change may or may not have been applied. Retrying
     /// the same write is safe (a write of the current token changes nothing).
     case unknown(reason: String)
-    /// The store refused or could not be reached: nothing was applied.
+    /// The store refused or could not be reached: nothing was applied. `reason` is one line for
+    /// the log; retrying later may succeed.
     case unavailable(reason: String)
+    /// The token would change, but no higher version is left for it (2^64 - 1 for the local
+    /// stores, 2^53 - 1 for Redis, whose Lua numbers are exact only that far): nothing was
+    /// applied, and retrying cannot succeed until the state starts afresh
+    /// (`TokenState.versionExhausted` says how, for the log).
+    case versionExhausted
     /// The owner is stopping (graceful shutdown): the write was not proposed to the store, so that
     /// no change is made after every subscriber has had its last event.
     case stopping
@@ -120,7 +126,7 @@ public enum CommitOutcome: Sendable, Equatable {
     public var state: TokenState? {
         switch self {
         case .applied(let state), .unchanged(let state), .notSaved(let state, _, _): state
-        case .unknown, .unavailable, .stopping: nil
+        case .unknown, .unavailable, .versionExhausted, .stopping: nil
         }
     }
 
@@ -129,7 +135,7 @@ public enum CommitOutcome: Sendable, Equatable {
         switch self {
         case .applied: true
         case .notSaved(_, let changed, _): changed
-        case .unchanged, .unknown, .unavailable, .stopping: false
+        case .unchanged, .unknown, .unavailable, .versionExhausted, .stopping: false
         }
     }
 }
@@ -147,9 +153,34 @@ public enum TokenStoreEvent: Sendable, Equatable {
 public enum StoreHealth: Sendable, Equatable {
     /// Reads are current and writes are durable.
     case ok
-    /// Still serving, but the state may not be durable or current: `reason` is a short code
-    /// (`state_not_saved` for a state file that could not be written).
-    case degraded(reason: String)
-    /// The state has not been read yet: reads and writes cannot be served (`reason` as above).
-    case starting(reason: String)
+    /// Still serving, but the state may not be durable or current, or writes are refused.
+    case degraded(reason: HealthReason)
+    /// The state has not been read yet: reads and writes cannot be served.
+    case starting(reason: HealthReason)
+}
+
+/// Why a store's health is not `ok`: a short snake_case code, served at `GET /healthz`
+/// (docs/http-api.md) and compared as a value, never as free text. The owner's reasons are
+/// declared here; a store adds its own in an extension (the Redis store's link reasons, such as
+/// `unreachable` and `auth_failed`, in docs/replicas.md).
+///
+/// A value type; `Sendable`.
+public struct HealthReason: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// The code as served (`state_not_saved`).
+    public let rawValue: String
+
+    /// The reason whose code is `rawValue` (snake_case ASCII).
+    public init(rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    /// The code.
+    public var description: String { rawValue }
+
+    /// A change could not be made durable (a state file that could not be written); it stands in
+    /// memory until a write succeeds.
+    public static let stateNotSaved = HealthReason(rawValue: "state_not_saved")
+    /// The version is the last one the store can keep: every change is refused
+    /// (`CommitOutcome.versionExhausted`).
+    public static let versionExhausted = HealthReason(rawValue: "version_exhausted")
 }

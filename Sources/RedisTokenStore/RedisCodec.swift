@@ -10,7 +10,8 @@ import ForgePushTokenOwner
 /// in Redis"): the hash `PREFIX:state` with the fields `version` (decimal) and, while a token is
 /// set, `token` (lowercase hex); and one message per change on `PREFIX:changes`,
 /// `{"version":N,"token":"<hex>"}` or `{"version":N,"token":null}`, with a `"writer"` field naming
-/// the store whose script published it (so that a store does not apply its own write twice).
+/// the store whose script published it (so that a store does not apply its own write twice); and
+/// the delivery probes on `PREFIX:probe`, `WRITER:SEQUENCE`.
 ///
 /// Versions travel through Lua numbers (doubles), which are exact up to 2^53 - 1: a version above
 /// `maximumVersion` read from Redis (hash, message or script reply) is invalid, as a negative or
@@ -105,5 +106,23 @@ enum RedisCodec {
             throw Invalid("the change message's token is not lowercase hex")
         }
         return Change(state: TokenState(version: message.version, token: message.token), writer: message.writer)
+    }
+
+    /// A delivery probe on `PREFIX:probe`: `WRITER:SEQUENCE` (the store's random id, and the
+    /// probe's number in decimal).
+    static func probe(writer: String, sequence: UInt64) -> String {
+        "\(writer):\(sequence)"
+    }
+
+    /// The sequence number of a probe that `writer` published, or `nil` for another store's
+    /// probe or anything else.
+    static func probeSequence(_ bytes: [UInt8], writer: String) -> UInt64? {
+        let prefix = Array(writer.utf8) + [UInt8(ascii: ":")]
+        guard bytes.count > prefix.count, bytes.count <= prefix.count + 20, bytes.starts(with: prefix) else {
+            return nil
+        }
+        let digits = bytes[prefix.count...]
+        guard digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
+        return UInt64(String(decoding: digits, as: UTF8.self))
     }
 }

@@ -1,4 +1,5 @@
 import CHiredis
+import GnuTLSClient
 
 #if canImport(Glibc)
     import Glibc
@@ -25,6 +26,13 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
     /// The server answered but refuses to serve: `READONLY` (a replica), `LOADING`,
     /// `MASTERDOWN`, `SELECT` out of range... The connection should be made again.
     case refused(String)
+    /// The TLS handshake or the verification of the server's certificate failed, or the TLS
+    /// session broke; the string says what failed (never key material).
+    case tlsFailed(String)
+    /// No sentinel of a sentinel URL answered; the string says why, per sentinel.
+    case sentinelsUnreachable(String)
+    /// The sentinels answered but name no master, or the node they name is not a master.
+    case noMaster(String)
 
     /// One phrase for a log line.
     public var description: String {
@@ -33,6 +41,9 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
         case .timedOut: return "no answer within the timeout"
         case .authFailed(let why): return "authentication failed (\(why))"
         case .refused(let why): return "refused (\(why))"
+        case .tlsFailed(let why): return "TLS failed (\(why))"
+        case .sentinelsUnreachable(let why): return "no sentinel answered (\(why))"
+        case .noMaster(let why): return "no master (\(why))"
         }
     }
 
@@ -69,48 +80,83 @@ func monotonicSeconds() -> Double {
     return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
 }
 
-/// One connection to Redis over hiredis 0.14's blocking API, used from one thread at a time.
+/// One connection to Redis, used from one thread at a time: plain TCP, a Unix socket, or TLS over
+/// TCP, all through the same code (docs/replicas.md, "TLS to Redis").
 ///
-/// Waits never rely on a socket timeout (hiredis 0.14 cannot reuse a context whose read timed
-/// out): every read first waits for the socket with `poll(2)` up to a deadline, then calls
-/// `redisBufferRead` (which then does not block) and takes complete replies with
-/// `redisGetReplyFromReader`. Commands are sent with `redisAppendCommandArgv` (binary-safe) and
-/// flushed with `redisBufferWrite`; several may be appended before one flush (pipelining).
+/// The connection owns its socket (non-blocking) and, with TLS, a `TLSClientSession` over it;
+/// hiredis reads and writes the Redis protocol: commands are formatted by
+/// `redisFormatCommandArgv` (binary-safe) into an output buffer, several before one `flush`
+/// (pipelining), and the bytes received are given to hiredis' reply reader (`redisReaderFeed`,
+/// `redisReaderGetReply`). Every wait is a `poll(2)` up to a deadline: the connect, the TLS
+/// handshake, each write and each read.
 ///
-/// `redisConnectWithTimeout` bounds the TCP connect only; the name lookup before it is not
-/// bounded (use an IP address or a local resolver when that matters). hiredis writes with
-/// `write(2)`, so the process must ignore `SIGPIPE` (`forge-push-token-server` does).
+/// The host name lookup (`getaddrinfo`) before the connect is not bounded (use an IP address or a
+/// local resolver when that matters). The process must ignore `SIGPIPE` (`forge-push-token-server`
+/// does; `RedisTokenStore.start` sets it).
 ///
 /// Thread-safety: not thread-safe; one thread owns a connection (the store's writer thread or
 /// its subscription thread). It is not `Sendable`.
 final class RedisConnection {
-    private let context: UnsafeMutablePointer<redisContext>
+    private let socket: Int32
+    private let tls: TLSClientSession?
+    private let reader: UnsafeMutablePointer<redisReader>
+    private var output: [UInt8] = []
+    private let ioTimeout: Double
+    /// Whether any reply arrived (a connection closed before the first one may be a TLS port
+    /// behind a `redis://` URL).
+    private var answered = false
+    /// With a sentinel URL, the sentinels' generation when the connection was made
+    /// (`RedisLink.hasMoved`).
+    var generation: UInt64 = 0
 
-    /// Connects, authenticates and selects the database, each step bounded by `timeout` seconds.
-    /// - Throws: `RedisConnectionError` (the context is freed, here or by `deinit`).
-    init(endpoint: RedisEndpoint, timeout: Double) throws(RedisConnectionError) {
-        let whole = Int(timeout)
-        var limit = timeval(tv_sec: whole, tv_usec: Int(((timeout - Double(whole)) * 1e6).rounded()))
-        #if canImport(Darwin)
-            limit.tv_usec = __darwin_suseconds_t(limit.tv_usec)
-        #endif
-        let made: UnsafeMutablePointer<redisContext>?
+    /// Connects (with TLS for a `rediss://` endpoint, verifying the server's certificate against
+    /// `credentials`), authenticates and selects the database, each step bounded by `timeout`
+    /// seconds.
+    /// - Throws: `RedisConnectionError` (`.tlsFailed` when the handshake or the verification
+    ///   fails); the socket is closed.
+    /// - Parameter select: whether to send `SELECT` (a sentinel has no databases).
+    init(endpoint: RedisEndpoint, timeout: Double, credentials: TLSClientCredentials? = nil, select: Bool = true)
+        throws(RedisConnectionError)
+    {
+        ioTimeout = timeout
+        let deadline = monotonicSeconds() + timeout
+        let fd: Int32
         switch endpoint.address {
-        case .tcp(let host, let port):
-            made = redisConnectWithTimeout(host, Int32(port), limit)
-        case .unix(let path):
-            made = redisConnectUnixWithTimeout(path, limit)
+        case .tcp(let host, let port): fd = try RedisSocket.connectTCP(host: host, port: port, deadline: deadline)
+        case .unix(let path): fd = try RedisSocket.connectUnix(path: path, deadline: deadline)
         }
-        guard let made else { throw .unreachable("out of memory") }
-        if made.pointee.err != 0 {
-            let message = String(cString: fpt_redis_errstr(made))
-            redisFree(made)
-            throw .unreachable(message)
+        var session: TLSClientSession?
+        if endpoint.tls, case .tcp(let host, _) = endpoint.address {
+            do throws(RedisConnectionError) {
+                guard let credentials else { throw .tlsFailed("no TLS credentials") }
+                let made: TLSClientSession
+                do throws(TLSError) {
+                    made = try TLSClientSession(fd: fd, host: host, credentials: credentials)
+                } catch {
+                    throw .tlsFailed(error.description)
+                }
+                while true {
+                    let wait: TLSClientSession.Wait?
+                    do throws(TLSError) { wait = try made.handshake() } catch { throw .tlsFailed(error.description) }
+                    guard let wait else { break }
+                    guard try RedisSocket.wait(fd, for: Int16(wait == .writable ? POLLOUT : POLLIN), until: deadline)
+                    else {
+                        throw .tlsFailed("no TLS handshake with \(host) within \(timeout) s (is it a plain-text port?)")
+                    }
+                }
+                session = made
+            } catch {
+                close(fd)
+                throw error
+            }
         }
-        context = made
-        // TCP keep-alive only on TCP: on a Unix socket setsockopt fails and hiredis would leave
-        // that error on the context, failing every later command.
-        if case .tcp = endpoint.address { _ = redisEnableKeepAlive(made) }
+        guard let made = redisReaderCreate() else {
+            close(fd)
+            throw .unreachable("out of memory")
+        }
+        socket = fd
+        tls = session
+        reader = made
         do throws(RedisConnectionError) {
             if let password = endpoint.password {
                 var auth: [[UInt8]] = [Array("AUTH".utf8)]
@@ -122,18 +168,21 @@ final class RedisConnection {
                     throw RedisConnectionError.classify(errorReply: message) ?? .authFailed(String(message.prefix(120)))
                 }
             }
-            let reply = try command(["SELECT", String(endpoint.database)], timeout: timeout)
-            if case .error(let message) = reply {
-                throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
+            if select {
+                let reply = try command(["SELECT", String(endpoint.database)], timeout: timeout)
+                if case .error(let message) = reply {
+                    throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
+                }
             }
         } catch {
-            // Every stored property is set, so `deinit` runs and frees the context.
+            // Every stored property is set, so `deinit` runs and closes the socket.
             throw error
         }
     }
 
     deinit {
-        redisFree(context)
+        redisReaderFree(reader)
+        close(socket)
     }
 
     /// Queues one command (arguments as bytes, binary-safe) in the output buffer; nothing is
@@ -155,10 +204,16 @@ final class RedisConnection {
             lengths.append(argument.count)
         }
         defer { for pointer in storage { pointer.deallocate() } }
-        _ = pointers.withUnsafeMutableBufferPointer { argv in
+        var formatted: UnsafeMutablePointer<CChar>?
+        let length = pointers.withUnsafeMutableBufferPointer { argv in
             lengths.withUnsafeBufferPointer { argvlen in
-                redisAppendCommandArgv(context, Int32(arguments.count), argv.baseAddress, argvlen.baseAddress)
+                redisFormatCommandArgv(&formatted, Int32(arguments.count), argv.baseAddress, argvlen.baseAddress)
             }
+        }
+        guard let formatted else { return }
+        defer { redisFreeCommand(formatted) }
+        if length > 0 {
+            output.append(contentsOf: UnsafeRawBufferPointer(start: formatted, count: Int(length)))
         }
     }
 
@@ -167,13 +222,39 @@ final class RedisConnection {
         append(arguments.map { Array($0.utf8) })
     }
 
-    /// Writes the output buffer to the socket.
-    /// - Throws: `.unreachable` when the write fails.
+    /// Writes the output buffer to the socket, waiting at most the connection's timeout.
+    /// - Throws: `.unreachable` when the write fails or does not finish in time, `.tlsFailed`
+    ///   when the TLS session breaks.
     func flush() throws(RedisConnectionError) {
-        var done: Int32 = 0
-        while done == 0 {
-            if redisBufferWrite(context, &done) != REDIS_OK {
-                throw .unreachable(String(cString: fpt_redis_errstr(context)))
+        let deadline = monotonicSeconds() + ioTimeout
+        var sent = 0
+        defer { output.removeFirst(sent) }
+        while sent < output.count {
+            let wrote: Int
+            if let tls {
+                let result = output.withUnsafeBytes { bytes in
+                    Result { () throws(TLSError) in try tls.send(UnsafeRawBufferPointer(rebasing: bytes[sent...])) }
+                }
+                switch result {
+                case .success(let count): wrote = count
+                case .failure(let error): throw Self.failure(error)
+                }
+            } else {
+                let result = output.withUnsafeBytes { bytes in
+                    write(socket, bytes.baseAddress! + sent, bytes.count - sent)
+                }
+                if result < 0 {
+                    guard errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR else {
+                        throw .unreachable(RedisSocket.errorText(errno))
+                    }
+                    wrote = 0
+                } else {
+                    wrote = result
+                }
+            }
+            sent += wrote
+            if wrote == 0, !(try RedisSocket.wait(socket, for: Int16(POLLOUT), until: deadline)) {
+                throw .unreachable("the write did not finish within \(ioTimeout) s")
             }
         }
     }
@@ -209,25 +290,69 @@ final class RedisConnection {
         try command(arguments.map { Array($0.utf8) }, timeout: timeout)
     }
 
+    /// Waits up to `milliseconds` for bytes and gives what arrived to the reader.
     private func waitAndRead(milliseconds: Int32) throws(RedisConnectionError) {
-        var descriptor = pollfd(fd: fpt_redis_fd(context), events: Int16(POLLIN), revents: 0)
-        let ready = poll(&descriptor, 1, milliseconds)
-        if ready < 0 {
-            if errno == EINTR { return }
-            throw .unreachable("poll failed: errno \(errno)")
+        if !(tls?.hasBufferedBytes ?? false) {
+            var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&descriptor, 1, milliseconds)
+            if ready < 0 {
+                if errno == EINTR { return }
+                throw .unreachable("poll failed: errno \(errno)")
+            }
+            guard ready > 0 else { return }
         }
-        guard ready > 0 else { return }
-        if redisBufferRead(context) != REDIS_OK {
-            throw .unreachable(String(cString: fpt_redis_errstr(context)))
+        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+        let count: Int
+        if let tls {
+            let result = buffer.withUnsafeMutableBytes { bytes in
+                Result { () throws(TLSError) in try tls.receive(into: bytes) }
+            }
+            let received: TLSClientSession.Received
+            switch result {
+            case .success(let value): received = value
+            case .failure(let error): throw Self.failure(error)
+            }
+            switch received {
+            case .bytes(let n): count = n
+            case .closed: throw closed("Server closed the connection")
+            case .wait: return
+            }
+        } else {
+            let result = buffer.withUnsafeMutableBytes { read(socket, $0.baseAddress, $0.count) }
+            if result < 0 {
+                if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return }
+                throw closed(RedisSocket.errorText(errno))
+            }
+            if result == 0 { throw closed("Server closed the connection") }
+            count = result
         }
+        let fed = buffer.withUnsafeBytes { bytes in
+            redisReaderFeed(reader, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), count)
+        }
+        if fed != REDIS_OK { throw .unreachable(String(cString: fpt_redis_reader_errstr(reader))) }
+    }
+
+    /// A TLS session that broke after its handshake: its socket failing is `.unreachable` (Redis
+    /// went away); anything else (an alert, such as a client certificate required under TLS 1.3)
+    /// is `.tlsFailed`.
+    private static func failure(_ error: TLSError) -> RedisConnectionError {
+        error.isSocketError ? .unreachable(error.description) : .tlsFailed(error.description)
+    }
+
+    /// The error for a connection the server closed or reset (`why`); before its first answer
+    /// on plain text, it says that the port may serve TLS.
+    private func closed(_ why: String) -> RedisConnectionError {
+        if answered || tls != nil { return .unreachable(why) }
+        return .unreachable("\(why) before Redis answered; if this port serves TLS, use a rediss:// URL")
     }
 
     private func takeBufferedReply() throws(RedisConnectionError) -> RedisReply? {
         var raw: UnsafeMutableRawPointer?
-        if redisGetReplyFromReader(context, &raw) != REDIS_OK {
-            throw .unreachable(String(cString: fpt_redis_errstr(context)))
+        if redisReaderGetReply(reader, &raw) != REDIS_OK {
+            throw .unreachable("not the Redis protocol: \(String(cString: fpt_redis_reader_errstr(reader)))")
         }
         guard let raw else { return nil }
+        answered = true
         defer { freeReplyObject(raw) }
         return Self.decode(UnsafePointer(raw.assumingMemoryBound(to: redisReply.self)))
     }

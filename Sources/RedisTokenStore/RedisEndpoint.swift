@@ -5,10 +5,15 @@
 ///   host in brackets, user and password percent-encoded (RFC 3986 section 2.1). With a user name
 ///   the service authenticates with `AUTH USER PASSWORD` (Redis 6 ACLs), without one with
 ///   `AUTH PASSWORD`.
+/// - `rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB]`: the same over TLS (port 6379 by default, as
+///   with `redis://`); the server's certificate is always verified against the host.
+/// - `redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[/DB]` and
+///   `rediss+sentinel://...` (TLS to the sentinels and the master): the master named
+///   `MASTER_NAME` as the sentinels report it (port 26379 by default for a sentinel); USER and
+///   PASSWORD authenticate to the master.
 /// - `unix:///PATH/TO/SOCKET[?db=N]`: a Unix domain socket, database 0 by default.
 ///
-/// `rediss://` (TLS) is refused: hiredis 0.14 has no TLS. The description of an endpoint never
-/// contains the password.
+/// The description of an endpoint never contains the password.
 ///
 /// Thread-safety: a value type, `Sendable`.
 public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
@@ -28,19 +33,56 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var password: [UInt8]?
     /// The logical database selected with `SELECT` (0 by default).
     public var database: Int
+    /// Whether the connection uses TLS (`rediss://`, `rediss+sentinel://`; TCP only).
+    public var tls: Bool
+    /// With a `redis+sentinel://` or `rediss+sentinel://` URL, the sentinels that name the master
+    /// (then `address` is where the master was last found, the first sentinel at first); `nil`
+    /// otherwise.
+    public var sentinel: Sentinel?
+
+    /// A host name or IP address (without brackets) and a TCP port.
+    public struct Host: Sendable, Equatable, CustomStringConvertible {
+        /// The name or address.
+        public var host: String
+        /// The port.
+        public var port: Int
+        /// Creates a host.
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+        /// `HOST:PORT` (`[V6]:PORT`).
+        public var description: String { (host.contains(":") ? "[\(host)]" : host) + ":\(port)" }
+    }
+
+    /// The sentinels of a sentinel URL (Redis Sentinel documentation, "Sentinel clients
+    /// implementation guidelines").
+    public struct Sentinel: Sendable, Equatable {
+        /// The sentinels, in the URL's order (port 26379 by default); at least one.
+        public var hosts: [Host]
+        /// The master's name as in `sentinel monitor`: 1 to 64 of `A-Z a-z 0-9 . _ -`.
+        public var masterName: String
+        /// The sentinels' own password (`requirepass` in sentinel.conf), or `nil` for none.
+        public var password: [UInt8]?
+        /// Creates the sentinels of a URL.
+        public init(hosts: [Host], masterName: String, password: [UInt8]? = nil) {
+            self.hosts = hosts
+            self.masterName = masterName
+            self.password = password
+        }
+    }
 
     /// Creates an endpoint from its parts.
-    public init(address: Address, user: String? = nil, password: [UInt8]? = nil, database: Int = 0) {
+    public init(address: Address, user: String? = nil, password: [UInt8]? = nil, database: Int = 0, tls: Bool = false) {
         self.address = address
         self.user = user
         self.password = password
         self.database = database
+        self.tls = tls
     }
 
     /// Why a URL was refused. The messages never contain the password (nor the URL, which may).
     public enum ParseError: Error, Equatable, CustomStringConvertible {
-        /// `rediss://`: TLS to Redis is not supported by this build.
-        case tlsNotSupported
         /// A scheme other than `redis` or `unix`.
         case unknownScheme(String)
         /// The URL is malformed; the string says which part.
@@ -49,26 +91,28 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         /// One sentence for an exit message (the caller prefixes the flag or variable).
         public var description: String {
             switch self {
-            case .tlsNotSupported:
-                return "rediss:// (TLS) is not supported by this build (hiredis 0.14 has no TLS); "
-                    + "run a local TLS tunnel (for example stunnel or spiped) next to the service "
-                    + "and point a redis:// URL at its local end"
             case .unknownScheme(let scheme):
-                return "unknown scheme \"\(scheme)\" (expected redis:// or unix://)"
+                return
+                    "unknown scheme \"\(scheme)\" (expected redis://, rediss://, redis+sentinel://, rediss+sentinel:// or unix://)"
             case .malformed(let why):
                 return "malformed URL: \(why)"
             }
         }
     }
 
-    /// The endpoint without its password, for log lines: `redis://HOST:PORT/DB` (with `USER@`
-    /// when there is a user) or `unix:///PATH?db=N`.
+    /// The endpoint without its password, for log lines: `redis://HOST:PORT/DB` (`rediss://` with
+    /// TLS, with `USER@` when there is a user) or `unix:///PATH?db=N`.
     public var description: String {
+        if let sentinel {
+            let userPart = user.map { "\($0)@" } ?? ""
+            let hosts = sentinel.hosts.map(\.description).joined(separator: ",")
+            return "\(tls ? "rediss" : "redis")+sentinel://\(userPart)\(hosts)/\(sentinel.masterName)/\(database)"
+        }
         switch address {
         case .tcp(let host, let port):
             let shownHost = host.contains(":") ? "[\(host)]" : host
             let userPart = user.map { "\($0)@" } ?? ""
-            return "redis://\(userPart)\(shownHost):\(port)/\(database)"
+            return "\(tls ? "rediss" : "redis")://\(userPart)\(shownHost):\(port)/\(database)"
         case .unix(let path):
             return "unix://\(path)?db=\(database)"
         }
@@ -78,14 +122,19 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     /// - Throws: `ParseError` saying what is wrong, never echoing the URL.
     public static func parse(_ text: String) throws(ParseError) -> RedisEndpoint {
         guard let colon = text.firstIndex(of: ":"), text[colon...].hasPrefix("://") else {
-            throw .malformed("expected redis://HOST[:PORT][/DB] or unix:///PATH")
+            throw .malformed(
+                "expected redis://HOST[:PORT][/DB], rediss://..., redis+sentinel://HOST[:PORT],.../MASTER[/DB] or unix:///PATH"
+            )
         }
         let scheme = text[..<colon].lowercased()
         let rest = String(text[text.index(colon, offsetBy: 3)...])
         switch scheme {
         case "redis": return try parseTCP(rest)
         case "unix": return try parseUnix(rest)
-        case "rediss": throw .tlsNotSupported
+        case "rediss", "redis+sentinel", "rediss+sentinel":
+            var endpoint = try parseTCP(rest, sentinel: scheme.hasSuffix("+sentinel"))
+            endpoint.tls = scheme.hasPrefix("rediss")
+            return endpoint
         default:
             // Only letters, digits, '+', '-', '.' are shown, so that nothing secret leaks.
             let shown = scheme.filter { $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) }
@@ -93,12 +142,12 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    private static func parseTCP(_ rest: String) throws(ParseError) -> RedisEndpoint {
+    private static func parseTCP(_ rest: String, sentinel: Bool = false) throws(ParseError) -> RedisEndpoint {
         if rest.contains("?") || rest.contains("#") {
-            throw .malformed("a redis:// URL takes no query or fragment")
+            throw .malformed("a Redis URL with a host takes no query or fragment")
         }
         let authority: Substring
-        let path: Substring
+        var path: Substring
         if let slash = rest.firstIndex(of: "/") {
             authority = rest[..<slash]
             path = rest[rest.index(after: slash)...]
@@ -130,6 +179,46 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
                 throw .malformed("a user name needs a password (USER:PASSWORD@)")
             }
         }
+        var sentinels: Sentinel?
+        let address: Address
+        if sentinel {
+            var hosts: [Host] = []
+            for part in hostPort.split(separator: ",", omittingEmptySubsequences: false) {
+                hosts.append(try parseHostPort(part, defaultPort: 26379))
+            }
+            let name: Substring
+            if let slash = path.firstIndex(of: "/") {
+                name = path[..<slash]
+                path = path[path.index(after: slash)...]
+            } else {
+                name = path
+                path = ""
+            }
+            guard (1...64).contains(name.utf8.count),
+                name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "_" || $0 == "-") })
+            else {
+                throw .malformed("the master name (after the sentinels) must be 1 to 64 of A-Z a-z 0-9 . _ -")
+            }
+            sentinels = Sentinel(hosts: hosts, masterName: String(name))
+            address = .tcp(host: hosts[0].host, port: hosts[0].port)
+        } else {
+            let host = try parseHostPort(hostPort, defaultPort: 6379)
+            address = .tcp(host: host.host, port: host.port)
+        }
+        var database = 0
+        if !path.isEmpty {
+            guard let value = decimal(path, max: Int(Int32.max)) else {
+                throw .malformed("the path must be a database number (/0, /1, ...)")
+            }
+            database = value
+        }
+        var endpoint = RedisEndpoint(address: address, user: user, password: password, database: database)
+        endpoint.sentinel = sentinels
+        return endpoint
+    }
+
+    /// `HOST[:PORT]`, with an IPv6 host in brackets.
+    private static func parseHostPort(_ hostPort: Substring, defaultPort: Int) throws(ParseError) -> Host {
         var host: Substring
         var portText: Substring?
         if hostPort.hasPrefix("[") {
@@ -158,23 +247,14 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             }
         }
         guard !host.isEmpty else { throw .malformed("the host is missing") }
-        var port = 6379
+        var port = defaultPort
         if let portText {
             guard let value = decimal(portText, max: 65535), value >= 1 else {
                 throw .malformed("the port must be a number from 1 to 65535")
             }
             port = value
         }
-        var database = 0
-        if !path.isEmpty {
-            guard let value = decimal(path, max: Int(Int32.max)) else {
-                throw .malformed("the path must be a database number (/0, /1, ...)")
-            }
-            database = value
-        }
-        return RedisEndpoint(
-            address: .tcp(host: String(host), port: port), user: user,
-            password: password, database: database)
+        return Host(host: String(host), port: port)
     }
 
     private static func parseUnix(_ rest: String) throws(ParseError) -> RedisEndpoint {
@@ -238,7 +318,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// The namespace of the keys in Redis: `PREFIX:state` and `PREFIX:changes`.
+/// The namespace of the keys in Redis: `PREFIX:state`, `PREFIX:changes` and `PREFIX:probe`.
 ///
 /// Thread-safety: a value type, `Sendable`.
 public struct RedisKeyPrefix: Sendable, Equatable, CustomStringConvertible {
@@ -269,6 +349,8 @@ public struct RedisKeyPrefix: Sendable, Equatable, CustomStringConvertible {
     public var stateKey: String { value + ":state" }
     /// `PREFIX:changes`, the pub/sub channel of changes.
     public var changesChannel: String { value + ":changes" }
+    /// `PREFIX:probe`, the pub/sub channel of the replicas' delivery probes.
+    public var probeChannel: String { value + ":probe" }
     /// The prefix itself.
     public var description: String { value }
 }

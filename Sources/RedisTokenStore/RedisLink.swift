@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import GnuTLSClient
 
 /// What the writer and the subscription share: the one place that connects to Redis, the link's
 /// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the way to
@@ -21,6 +22,8 @@ final class RedisLink: Sendable {
     /// The work queue of the writer.
     let queue: RedisJobQueue
     private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
+    /// The TLS credentials of a `rediss://` endpoint, loaded once (`nil` for other endpoints).
+    private let credentials: Result<TLSClientCredentials, TLSError>?
     private let machine: Locked<RedisLinkStateMachine>
     private let metrics = Locked(RedisMetrics())
     /// Reads the owner's state (`TokenStore.start(reporting:current:)`): in replica mode every
@@ -41,11 +44,22 @@ final class RedisLink: Sendable {
         self.logger = log
         self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
         self.writerID = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        if configuration.endpoint.tls {
+            do throws(TLSError) {
+                credentials = .success(try configuration.tls.credentials())
+            } catch {
+                credentials = .failure(error)
+            }
+        } else {
+            credentials = nil
+        }
+        directory = configuration.endpoint.sentinel.map(RedisSentinelDirectory.init)
         var timings = RedisLinkStateMachine.Timings()
         timings.heartbeatInterval = configuration.heartbeatInterval
         timings.heartbeatTimeout = configuration.heartbeatTimeout
         timings.checkInterval = configuration.checkInterval
         timings.refreshInterval = configuration.refreshInterval
+        timings.probeInterval = configuration.probeInterval
         self.machine = Locked(
             RedisLinkStateMachine(
                 endpoint: configuration.endpoint.description, prefix: configuration.prefix.value, timings: timings))
@@ -68,10 +82,54 @@ final class RedisLink: Sendable {
         queue.stop()
     }
 
-    /// The one place that connects to Redis: connect, `AUTH`, `SELECT`, bounded by the write
-    /// timeout (docs/replicas.md, "Starting it").
+    /// With a sentinel URL, the sentinels and the master in use; `nil` otherwise.
+    let directory: RedisSentinelDirectory?
+
+    /// The one place that connects to Redis: connect (and the TLS handshake for `rediss://`),
+    /// `AUTH`, `SELECT`, bounded by the write timeout (docs/replicas.md, "Starting it"). With a
+    /// sentinel URL, the master is found through the sentinels first and checked with `ROLE`
+    /// (`RedisSentinelDirectory`); the connection remembers the directory's generation, so that
+    /// a `+switch-master` makes its owner leave it (`hasMoved`).
     func connect() throws(RedisConnectionError) -> RedisConnection {
-        try RedisConnection(endpoint: configuration.endpoint, timeout: configuration.writeTimeout)
+        let loaded = try tlsCredentials()
+        guard let directory else {
+            return try RedisConnection(
+                endpoint: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
+        }
+        let generation = directory.generation
+        let master = try directory.findMaster(
+            like: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
+        var endpoint = configuration.endpoint
+        endpoint.address = .tcp(host: master.host, port: master.port)
+        endpoint.sentinel = nil
+        let connection = try RedisConnection(
+            endpoint: endpoint, timeout: configuration.writeTimeout, credentials: loaded)
+        try directory.checkRole(of: connection, at: master, timeout: configuration.writeTimeout)
+        directory.using(master)
+        connection.generation = generation
+        return connection
+    }
+
+    /// A connection to the sentinel at `host` (its password, no database).
+    func connectSentinel(_ host: RedisEndpoint.Host) throws(RedisConnectionError) -> RedisConnection {
+        guard let directory else { throw .sentinelsUnreachable("no sentinel URL") }
+        return try RedisConnection(
+            endpoint: directory.endpoint(of: host, like: configuration.endpoint), timeout: configuration.writeTimeout,
+            credentials: try tlsCredentials(), select: false)
+    }
+
+    /// Whether the sentinels announced a new master since `connection` was made.
+    func hasMoved(_ connection: RedisConnection) -> Bool {
+        guard let directory else { return false }
+        return directory.generation != connection.generation
+    }
+
+    private func tlsCredentials() throws(RedisConnectionError) -> TLSClientCredentials? {
+        switch credentials {
+        case .failure(let error): throw .tlsFailed(error.description)
+        case .success(let loaded): return loaded
+        case nil: return nil
+        }
     }
 
     // MARK: Events
@@ -84,6 +142,7 @@ final class RedisLink: Sendable {
     {
         var rest: [RedisLinkStateMachine.Action] = []
         var checks = 0
+        var probes: [UInt64] = []
         reports.withLock { count in
             count &+= 1
             let actions = machine.withLock { event(&$0) }
@@ -93,13 +152,17 @@ final class RedisLink: Sendable {
                 case .report(let health): report?(.health(health))
                 case .log(let level, let line): logger(level, line)
                 case .requestCheck: checks += 1
-                case .ping, .reconnect: rest.append(action)
+                case .probe(let sequence): probes.append(sequence)
+                case .ping, .reconnect, .resubscribe: rest.append(action)
                 }
             }
         }
         // Outside `reports`: a check refused by a full queue runs the machine again.
         for _ in 0..<checks where !queue.push(.check) {
             machine.withLock { $0.checkNotQueued() }
+        }
+        for sequence in probes where !queue.push(.probe(sequence: sequence)) {
+            machine.withLock { $0.probeNotSent(sequence: sequence) }
         }
         return rest
     }
@@ -116,7 +179,7 @@ final class RedisLink: Sendable {
                 if !queue.push(.check) { machine.withLock { $0.checkNotQueued() } }
             case .log(let level, let line):
                 logger(level, line)
-            case .report, .ping, .reconnect:
+            case .report, .ping, .reconnect, .probe, .resubscribe:
                 // Not an outcome of these events (see `RedisLinkStateMachine.refreshRequested`).
                 break
             }
@@ -173,10 +236,25 @@ final class RedisLink: Sendable {
     /// Records a commit's round trip.
     func recordWrite(seconds: Double) { metrics.withLock { $0.recordWrite(seconds: seconds) } }
 
+    /// This replica's probe number `sequence` was heard on the subscription: its round trip goes
+    /// into the histogram, and a link that was not delivering is connected again.
+    func probeHeard(sequence: UInt64) {
+        var seconds: Double?
+        handle { machine in
+            let heard = machine.probeHeard(sequence: sequence, at: monotonicSeconds())
+            seconds = heard.seconds
+            return heard.actions
+        }
+        if let seconds { metrics.withLock { $0.recordProbe(seconds: seconds) } }
+    }
+
     /// The metrics text (`RedisMetrics.render`).
     func renderMetrics() -> String {
         let up = health == .connected
-        return metrics.withLock { $0 }.render(up: up)
+        let master = directory?.master
+        return metrics.withLock { $0 }.render(
+            up: up, masterChanges: master?.changes ?? 0, sentinel: directory != nil,
+            master: master?.host?.description)
     }
 
     /// Writes a log line.
@@ -193,6 +271,8 @@ final class RedisJobQueue: Sendable {
         case change(token: String?, enqueued: Double, completion: @Sendable (CommitOutcome) -> Void)
         /// Read and reconcile `PREFIX:state`.
         case check
+        /// Publish delivery probe number `sequence` on `PREFIX:probe`.
+        case probe(sequence: UInt64)
     }
 
     private let capacity: Int

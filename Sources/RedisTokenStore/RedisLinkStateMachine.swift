@@ -17,7 +17,11 @@ import ForgePushTokenOwner
 ///   message that this service did not write, and on `refresh` (at most one check in flight, and
 ///   at most one refresh per `refreshInterval`);
 /// - the subscription's heartbeat: a `PING` every `heartbeatInterval`, and a reconnect when one is
-///   not answered within `heartbeatTimeout`.
+///   not answered within `heartbeatTimeout`;
+/// - the delivery probe: every `probeInterval` a probe published on `PREFIX:probe` through the
+///   writer, which the subscription must hear within `probeTimeout`, or it is subscribed again
+///   and the link is `not_delivering` until a probe is heard (a `PING` proves the connection,
+///   not delivery).
 ///
 /// Thread-safety: a value type, `Sendable`.
 struct RedisLinkStateMachine: Sendable {
@@ -29,8 +33,26 @@ struct RedisLinkStateMachine: Sendable {
         case unreachable
         /// Wrong password or user: `auth_failed`.
         case authFailed = "auth_failed"
+        /// The TLS handshake or the verification of the server's certificate failed:
+        /// `tls_failed`.
+        case tlsFailed = "tls_failed"
+        /// With a sentinel URL: no sentinel answers, and no master is connected:
+        /// `sentinels_unreachable`.
+        case sentinelsUnreachable = "sentinels_unreachable"
+        /// With a sentinel URL: the sentinels name no master, or the node they name is not a
+        /// master: `no_master`.
+        case noMaster = "no_master"
+        /// The subscription stays connected but did not hear this replica's own probe within
+        /// `probeTimeout`: `not_delivering` (until a probe is heard again).
+        case notDelivering = "not_delivering"
+        /// Connected, but `PREFIX:state` is at 2^53 - 1, the largest version Redis keeps: every
+        /// change is refused until an operator starts afresh: `version_exhausted`.
+        case versionExhausted = "version_exhausted"
         /// `PREFIX:state` holds something this service did not write: `invalid_state`.
         case invalidState = "invalid_state"
+
+        /// The health reason the owner and `/healthz` carry for it.
+        var reason: HealthReason { HealthReason(rawValue: rawValue) }
     }
 
     /// What to do after an event.
@@ -46,6 +68,12 @@ struct RedisLinkStateMachine: Sendable {
         case ping
         /// Drop the subscription and connect again (`subscriptionFailed` follows).
         case reconnect(reason: String)
+        /// Publish probe number `sequence` on `PREFIX:probe` through the writer
+        /// (`probeHeard` or `probeNotSent` follows).
+        case probe(sequence: UInt64)
+        /// The subscription hears nothing: drop it and subscribe again at once, without counting
+        /// it as a failure (`subscribed` follows; the health stays `not_delivering`).
+        case resubscribe(reason: String)
     }
 
     /// The timings, in seconds.
@@ -59,6 +87,10 @@ struct RedisLinkStateMachine: Sendable {
         /// The least time between two checks asked for by `refresh` (a `Last-Event-ID` above the
         /// replica's version): 100 ms.
         var refreshInterval: Double = 0.1
+        /// Between delivery probes (`--redis-probe-interval`, 5 s by default).
+        var probeInterval: Double = 5
+        /// Without hearing a probe before the subscription counts as not delivering: 2 s.
+        var probeTimeout: Double = 2
     }
 
     /// Where Redis is, for log lines (never with the password).
@@ -89,10 +121,20 @@ struct RedisLinkStateMachine: Sendable {
     private var pingSent: Double?
     private var lastCheck = 0.0
     private var refreshWanted = false
+    /// The probe in flight: its number and when it was asked for.
+    private var probeOut: (sequence: UInt64, at: Double)?
+    private var lastProbe = 0.0
+    private var probeSequence: UInt64 = 0
+    /// Whether a probe went unheard, and none was heard since.
+    private(set) var notDelivering = false
+    /// Whether the last state read from Redis is at 2^53 - 1.
+    private(set) var exhausted = false
+    /// What a live link that delivers is: `connected`, or `version_exhausted` at 2^53 - 1.
+    private var live: Health { exhausted ? .versionExhausted : .connected }
     private var lastRefresh = -Double.infinity
 
     /// The owner's health before the store reported anything: `.starting`, `unreachable`.
-    static let healthAtStart = StoreHealth.starting(reason: Health.unreachable.rawValue)
+    static let healthAtStart = StoreHealth.starting(reason: Health.unreachable.reason)
 
     /// A link that is not connected yet.
     init(endpoint: String, prefix: String, timings: Timings = Timings()) {
@@ -106,7 +148,7 @@ struct RedisLinkStateMachine: Sendable {
     /// is served, possibly stale) or `.starting` (no state yet), with the reason.
     static func storeHealth(_ health: Health, stateRead: Bool) -> StoreHealth {
         if health == .connected { return .ok }
-        return stateRead ? .degraded(reason: health.rawValue) : .starting(reason: health.rawValue)
+        return stateRead ? .degraded(reason: health.reason) : .starting(reason: health.reason)
     }
 
     /// Whether a write is refused at once, without queueing it: Redis is known to be down (the
@@ -122,10 +164,14 @@ struct RedisLinkStateMachine: Sendable {
         lastPing = now
         pingSent = nil
         lastCheck = now
+        // A subscription that just went unheard is probed again at once.
+        probeOut = nil
+        lastProbe = notDelivering ? -Double.infinity : now
         return check()
     }
 
-    /// The subscription could not be made, or broke: `health` (`unreachable` or `auth_failed`)
+    /// The subscription could not be made, or broke: `health` (`unreachable`, `auth_failed` or
+    /// `tls_failed`)
     /// says why, `detail` in words.
     mutating func subscriptionFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         subscribed = false
@@ -170,9 +216,68 @@ struct RedisLinkStateMachine: Sendable {
                 lastCheck = now
                 actions += check()
             }
+            if let out = probeOut {
+                if now - out.at > timings.probeTimeout {
+                    subscribed = false
+                    pingSent = nil
+                    probeOut = nil
+                    notDelivering = true
+                    let seconds = Int(timings.probeTimeout)
+                    let why = "the subscription did not hear this replica's probe within \(seconds) s"
+                    return become(.notDelivering, detail: why, at: now) + [.resubscribe(reason: why)]
+                }
+            } else if now - lastProbe >= timings.probeInterval {
+                probeSequence &+= 1
+                probeOut = (probeSequence, now)
+                lastProbe = now
+                actions.append(.probe(sequence: probeSequence))
+            }
         }
         actions += refreshIfDue(at: now)
         return actions
+    }
+
+    // MARK: The delivery probe
+
+    /// This replica's probe number `sequence` came back on the subscription: returns its round
+    /// trip in seconds (`nil` for a probe not in flight, which changes nothing). A subscription
+    /// that was not delivering is connected again.
+    mutating func probeHeard(sequence: UInt64, at now: Double) -> (seconds: Double?, actions: [Action]) {
+        guard let out = probeOut, out.sequence == sequence else { return (nil, []) }
+        probeOut = nil
+        var actions: [Action] = []
+        if notDelivering {
+            notDelivering = false
+            if subscribed && health == .notDelivering && stateRead {
+                actions = become(live, detail: Self.exhaustion, at: now)
+            } else if subscribed && health == .notDelivering {
+                actions = check()
+            }
+        }
+        return (now - out.at, actions)
+    }
+
+    // MARK: The version
+
+    /// Why `version_exhausted`, for its log line.
+    static let exhaustion =
+        "the version is 2^53 - 1, the largest one Redis keeps, and every change is refused"
+
+    /// A state was read from Redis (a check, or a commit's reply); `atMaximum` when its version is
+    /// 2^53 - 1. A connected link then says `version_exhausted` (and `connected` again once the
+    /// state is below it).
+    mutating func versionSeen(atMaximum: Bool, at now: Double) -> [Action] {
+        guard atMaximum != exhausted else { return [] }
+        exhausted = atMaximum
+        if atMaximum && health == .connected { return become(.versionExhausted, detail: Self.exhaustion, at: now) }
+        if !atMaximum && health == .versionExhausted { return become(.connected, detail: "", at: now) }
+        return []
+    }
+
+    /// The probe could not be published (the writer failed: that is `unreachable`, reported by
+    /// the writer, not `not_delivering`).
+    mutating func probeNotSent(sequence: UInt64) {
+        if probeOut?.sequence == sequence { probeOut = nil }
     }
 
     // MARK: Checks and refreshes
@@ -197,20 +302,23 @@ struct RedisLinkStateMachine: Sendable {
         checkPending = false
         stateRead = true
         writerFailed = false
-        var actions = subscribed ? become(.connected, detail: "", at: now) : reportIfChanged()
+        // A subscription that went unheard stays `not_delivering` until a probe is heard.
+        var actions = subscribed && !notDelivering ? become(live, detail: Self.exhaustion, at: now) : reportIfChanged()
         actions += refreshIfDue(at: now)
         return actions
     }
 
-    /// A check failed: `health` says why (`invalid_state` and `auth_failed` as they are, else a
-    /// connected link counts as `unreachable`).
+    /// A check failed: `health` says why (`invalid_state`, `auth_failed`, `tls_failed`,
+    /// `sentinels_unreachable` and `no_master` as they are, else a connected link counts as
+    /// `unreachable`).
     mutating func checkFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         checkPending = false
         switch health {
-        case .invalidState, .authFailed:
+        case .invalidState, .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster, .notDelivering:
             return become(health, detail: detail, at: now)
-        case .unreachable, .connected:
-            return self.health == .connected ? become(.unreachable, detail: "a state check failed", at: now) : []
+        case .unreachable, .connected, .versionExhausted:
+            let live = self.health == .connected || self.health == .versionExhausted
+            return live ? become(.unreachable, detail: "a state check failed", at: now) : []
         }
     }
 
@@ -230,7 +338,10 @@ struct RedisLinkStateMachine: Sendable {
     /// The writer's connect, send or read failed.
     mutating func writerFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         writerFailed = true
-        return health == .authFailed ? become(.authFailed, detail: detail, at: now) : []
+        switch health {
+        case .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster: return become(health, detail: detail, at: now)
+        case .unreachable, .connected, .invalidState, .notDelivering, .versionExhausted: return []
+        }
     }
 
     /// A write was refused because `PREFIX:state` is invalid.
@@ -292,6 +403,12 @@ struct RedisLinkStateMachine: Sendable {
                 + "replicas write their state back"
         case .authFailed:
             return "Redis at \(endpoint) refused the credentials (\(detail)); retrying in the background"
+        case .tlsFailed, .sentinelsUnreachable, .noMaster:
+            return "Redis at \(endpoint): \(detail); retrying in the background"
+        case .notDelivering:
+            return "Redis at \(endpoint): \(detail); subscribing again"
+        case .versionExhausted:
+            return "Redis at \(endpoint): \(detail): stop every replica, DEL \(stateKey), and start them again"
         case .unreachable, .connected:
             let when = everConnected ? "lost" : "unreachable at start"
             return "Redis \(when) at \(endpoint) (\(detail)); retrying in the background"

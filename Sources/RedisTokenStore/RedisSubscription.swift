@@ -8,15 +8,15 @@ import ForgePushToken
     import Darwin
 #endif
 
-/// The store's subscription to `PREFIX:changes`: one thread with its own connection
-/// (docs/replicas.md, "When something fails").
+/// The store's subscription to `PREFIX:changes` and `PREFIX:probe`: one thread with its own
+/// connection (docs/replicas.md, "When something fails").
 ///
 /// It subscribes, then tells the link (which asks the writer to read `PREFIX:state`, so that a
 /// change made while it was away is never missed), and hands every change message another
 /// replica's script published to `RedisLink.learned` (this store's own, named by its
-/// `"writer"` field, reached the owner from the writer already). It wakes at least every 100 ms
-/// to let the link's machine decide pings, periodic checks and reconnects, and reconnects with
-/// `ReconnectBackoff`.
+/// `"writer"` field, reached the owner from the writer already), and this replica's own delivery
+/// probes to `RedisLink.probeHeard`. It wakes at least every 100 ms to let the link's machine
+/// decide pings, probes, periodic checks and reconnects, and reconnects with `ReconnectBackoff`.
 ///
 /// Thread-safety: `run()` is called once, on the subscription's own thread.
 final class RedisSubscription: Sendable {
@@ -32,11 +32,12 @@ final class RedisSubscription: Sendable {
         var backoff = ReconnectBackoff()
         var first = true
         let channel = link.configuration.prefix.changesChannel
+        let probeChannel = link.configuration.prefix.probeChannel
         while !link.isStopping {
             let connection: RedisConnection
             do throws(RedisConnectionError) {
                 connection = try link.connect()
-                connection.append(["SUBSCRIBE", channel])
+                connection.append(["SUBSCRIBE", channel, probeChannel])
                 try connection.flush()
                 let reply = try connection.readReply(deadline: monotonicSeconds() + link.configuration.writeTimeout)
                 guard case .array(let items) = reply, items.first?.text == "subscribe" else {
@@ -57,44 +58,76 @@ final class RedisSubscription: Sendable {
             if !first { link.countReconnect() }
             first = false
             link.handle { $0.subscribed(at: monotonicSeconds()) }
-            if let why = listen(on: connection, channel: channel) {
+            switch listen(on: connection, channel: channel, probeChannel: probeChannel) {
+            case .failed(let why):
                 link.countError()
                 link.handle { $0.subscriptionFailed(.unreachable, detail: why, at: monotonicSeconds()) }
                 sleep(seconds: backoff.next())
-            } else {
+            case .resubscribe:
+                // Heard nothing: subscribe again at once (the link says `not_delivering`).
+                link.countReconnect()
+                link.note { $0.unsubscribed() }
+            case .moved:
+                // Subscribe on the new master at once, then read the state there (a change
+                // acknowledged but lost in the failover is written back by that check).
+                link.note { $0.unsubscribed() }
+            case .stopped:
                 link.note { $0.unsubscribed() }
             }
         }
     }
 
+    /// Waits `seconds` before connecting again, or less when the sentinels announce a new master
+    /// meanwhile (then the new one is tried at once).
     private func sleep(seconds: Double) {
         let end = monotonicSeconds() + seconds
-        while !link.isStopping {
+        let generation = link.directory?.generation
+        while !link.isStopping, link.directory?.generation == generation {
             let left = end - monotonicSeconds()
             if left <= 0 { return }
             usleep(useconds_t(min(left, 0.05) * 1_000_000))
         }
     }
 
-    /// Reads messages until the connection fails (returns why) or the store stops (nil).
-    private func listen(on connection: RedisConnection, channel: String) -> String? {
+    /// How listening ended.
+    private enum End {
+        /// The connection failed, for this reason.
+        case failed(String)
+        /// The sentinels announced a new master.
+        case moved
+        /// The subscription did not hear this replica's probe.
+        case resubscribe
+        /// The store is stopping.
+        case stopped
+    }
+
+    /// Reads messages until the connection fails, the master moves or the store stops.
+    private func listen(on connection: RedisConnection, channel: String, probeChannel: String) -> End {
         while !link.isStopping {
+            if link.hasMoved(connection) { return .moved }
             let reply: RedisReply?
             do throws(RedisConnectionError) {
                 reply = try connection.pollReply(milliseconds: 100)
             } catch {
-                return error.description
+                return .failed(error.description)
             }
             if let reply {
                 switch reply {
                 case .array(let items) where items.count == 3 && items.first?.text == "message":
-                    if case .bulk(let payload) = items[2] { received(payload, channel: channel) }
+                    guard case .bulk(let payload) = items[2] else { break }
+                    if items[1].text == probeChannel {
+                        if let sequence = RedisCodec.probeSequence(payload, writer: link.writerID) {
+                            link.probeHeard(sequence: sequence)
+                        }
+                    } else {
+                        received(payload, channel: channel)
+                    }
                 case .array(let items) where items.first?.text?.lowercased() == "pong":
                     link.note { $0.pong() }
                 case .status(let text) where text == "PONG":
                     link.note { $0.pong() }
                 case .error(let message):
-                    return "error on the subscription: \(message.prefix(120))"
+                    return .failed("error on the subscription: \(message.prefix(120))")
                 default:
                     break
                 }
@@ -103,15 +136,19 @@ final class RedisSubscription: Sendable {
                 switch action {
                 case .ping:
                     connection.append(["PING"])
-                    do throws(RedisConnectionError) { try connection.flush() } catch { return error.description }
+                    do throws(RedisConnectionError) { try connection.flush() } catch {
+                        return .failed(error.description)
+                    }
                 case .reconnect(let reason):
-                    return reason
-                case .report, .log, .requestCheck:
+                    return .failed(reason)
+                case .resubscribe:
+                    return .resubscribe
+                case .report, .log, .requestCheck, .probe:
                     break
                 }
             }
         }
-        return nil
+        return .stopped
     }
 
     private func received(_ payload: [UInt8], channel: String) {

@@ -20,6 +20,8 @@ import ForgePushTokenOwner
 /// - `RedisWriter`, a thread that runs commits and checks of `PREFIX:state` as pipelined batches
 ///   from a bounded queue (full: the commit fails at once);
 /// - `RedisSubscription`, a thread subscribed to `PREFIX:changes`;
+/// - with a sentinel URL, `RedisSentinelDirectory` (finding the master) and
+///   `RedisSentinelWatcher`, a thread subscribed to the sentinels' `+switch-master`;
 /// - `RedisLinkStateMachine`, the link's health, log lines, checks, pings and reconnects, as a
 ///   value;
 /// - `RedisMetrics`, the store's series in `/metrics`.
@@ -59,6 +61,12 @@ public final class RedisTokenStore: TokenStore {
         public var checkInterval: Double = 2
         /// The least seconds between two checks asked for by `refresh()` (0.1).
         public var refreshInterval: Double = 0.1
+        /// Seconds between delivery probes on `PREFIX:probe` (`--redis-probe-interval`: whole
+        /// seconds, 1 to 60, default 5); a probe not heard within 2 s is `not_delivering`.
+        public var probeInterval: Double = 5
+        /// What a `rediss://` endpoint trusts and presents (unused by other endpoints): the system's
+        /// trust store and no client certificate by default.
+        public var tls = RedisTLSSettings()
 
         /// Creates a configuration with the contract's timings.
         public init(endpoint: RedisEndpoint, prefix: RedisKeyPrefix = .standard) {
@@ -72,6 +80,8 @@ public final class RedisTokenStore: TokenStore {
     private let link: RedisLink
     private let writer: RedisWriter
     private let subscription: RedisSubscription
+    /// With a sentinel URL, the subscription to the sentinels' `+switch-master`.
+    private let watcher: RedisSentinelWatcher?
     private let threads = DispatchGroup()
 
     /// The owner's health before the store reported anything: `.starting`, `unreachable` (the
@@ -83,9 +93,11 @@ public final class RedisTokenStore: TokenStore {
         configuration: Configuration,
         log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
     ) {
-        link = RedisLink(configuration: configuration, log: log)
+        let link = RedisLink(configuration: configuration, log: log)
+        self.link = link
         writer = RedisWriter(link: link)
         subscription = RedisSubscription(link: link)
+        watcher = link.directory.map { RedisSentinelWatcher(link: link, directory: $0) }
     }
 
     /// `.storeSerialized`: Redis decides every commit atomically, and commits may overlap.
@@ -128,10 +140,12 @@ public final class RedisTokenStore: TokenStore {
         link.start(reporting: report, current: current)
         // Each loop blocks for its whole life on its own serial queue, so Dispatch gives each
         // a thread of its own (as the server's daemon loops do).
-        for (name, body) in [
+        var loops: [(String, @Sendable () -> Void)] = [
             ("forge-push-token.redis-writer", writer.run),
             ("forge-push-token.redis-subscriber", subscription.run),
-        ] as [(String, @Sendable () -> Void)] {
+        ]
+        if let watcher { loops.append(("forge-push-token.redis-sentinel", watcher.run)) }
+        for (name, body) in loops {
             threads.enter()
             DispatchQueue(label: name).async { [threads] in
                 body()
@@ -140,7 +154,8 @@ public final class RedisTokenStore: TokenStore {
         }
     }
 
-    /// Stops both threads and fails what is still queued with `.unavailable`. Nothing is written
+    /// Stops the threads (the writer, the subscription, and with a sentinel URL the
+    /// `+switch-master` watcher) and fails what is still queued with `.unavailable`. Nothing is written
     /// to Redis (a replica's shutdown never touches the state). Waits at most 1 s for the
     /// threads to end: one blocked in a connect or a read to a hung Redis ends when that times
     /// out, and the service's shutdown does not wait for it.
@@ -167,6 +182,7 @@ public final class RedisTokenStore: TokenStore {
     }
 
     /// The link's health, as the `redis` field of `/healthz` names it (`connected`,
-    /// `unreachable`, `auth_failed`, `invalid_state`).
+    /// `unreachable`, `auth_failed`, `tls_failed`, `sentinels_unreachable`, `no_master`,
+    /// `invalid_state`).
     public var linkHealth: String { link.health.rawValue }
 }

@@ -43,8 +43,8 @@ final class RedisWriter: Sendable {
         case unavailable(RedisLinkStateMachine.Health, detail: String)
         /// Sent, but no reply in time: it may or may not have been applied.
         case unknown(detail: String)
-        /// Refused by the script for `reason` (not a problem of the link): nothing was written.
-        case refused(String)
+        /// Refused by the script: no version is left above 2^53 - 1. Nothing was written.
+        case versionExhausted
     }
 
     /// Runs until the store stops, then fails what is left.
@@ -59,6 +59,8 @@ final class RedisWriter: Sendable {
             var pending = batch
             var mayRetry = true
             while !pending.isEmpty {
+                // The sentinels announced a new master: leave the old one before writing.
+                if let live = connection, link.hasMoved(live) { connection = nil }
                 let reused = connection != nil
                 if connection == nil {
                     do throws(RedisConnectionError) {
@@ -113,6 +115,8 @@ final class RedisWriter: Sendable {
                 source ? "EVAL" : "EVALSHA", source ? RedisScripts.sync : scripts.sync, "2",
                 prefix.stateKey, prefix.changesChannel, "",
             ] + replica
+        case .probe(let sequence):
+            return ["PUBLISH", prefix.probeChannel, RedisCodec.probe(writer: link.writerID, sequence: sequence)]
         }
     }
 
@@ -190,6 +194,17 @@ final class RedisWriter: Sendable {
 
     /// Completes one job from its reply; returns false when the connection must be made again.
     private func complete(_ job: RedisJobQueue.Job, with reply: RedisReply) -> Bool {
+        if case .probe(let sequence) = job {
+            // PUBLISH answers the number of subscribers that got it; an error is not delivery's
+            // fault: the probe counts as not sent.
+            if case .error(let message) = reply {
+                link.countError()
+                link.log(.warning, "Redis refused the delivery probe: \(message.prefix(120))")
+                link.note { $0.probeNotSent(sequence: sequence) }
+                return RedisConnectionError.classify(errorReply: message) == nil
+            }
+            return true
+        }
         if case .error(let message) = reply {
             link.countError()
             if message.hasPrefix("INVALIDSTATE ") {
@@ -205,7 +220,8 @@ final class RedisWriter: Sendable {
                     "a change was refused: \(detail); no higher version can be kept in Redis (Lua numbers are exact "
                         + "up to 2^53 - 1): stop every replica, DEL \(configuration.prefix.stateKey), and start them again"
                 )
-                finish([job], failing: .refused(Self.versionExhausted))
+                link.handle { $0.versionSeen(atMaximum: true, at: monotonicSeconds()) }
+                finish([job], failing: .versionExhausted)
                 return true
             }
             if let connectionError = RedisConnectionError.classify(errorReply: message) {
@@ -228,6 +244,9 @@ final class RedisWriter: Sendable {
             finish([job], failing: .unavailable(.invalidState, detail: error.reason))
             return true
         }
+        link.handle {
+            $0.versionSeen(atMaximum: result.state.version >= RedisCodec.maximumVersion, at: monotonicSeconds())
+        }
         switch result.reconciliation {
         case .written:
             let previous = result.previousVersion.map { "version \($0)" } ?? "a missing key"
@@ -249,11 +268,14 @@ final class RedisWriter: Sendable {
         case .check:
             link.learned(result.state)
             link.handle { $0.checkSucceeded(at: monotonicSeconds()) }
+        case .probe:
+            // Answered before the scripts' replies are read (above).
+            break
         }
         return true
     }
 
-    /// The reason of `.unavailable` when a change would pass the largest version Redis keeps.
+    /// Why a check failed when the script found no version left above 2^53 - 1 (log text).
     static let versionExhausted = "Redis: version_exhausted (the version is 2^53 - 1, the largest one kept)"
 
     /// The reason of `.unavailable` for `health`.
@@ -268,16 +290,19 @@ final class RedisWriter: Sendable {
                 switch failure {
                 case .unavailable(let health, _): completion(.unavailable(reason: Self.reason(health)))
                 case .unknown: completion(.unknown(reason: "Redis did not answer the write in time"))
-                case .refused(let reason): completion(.unavailable(reason: reason))
+                case .versionExhausted: completion(.versionExhausted)
                 }
+            case .probe(let sequence):
+                // A failed PUBLISH is the writer's failure (`unreachable`), not `not_delivering`.
+                link.note { $0.probeNotSent(sequence: sequence) }
             case .check:
                 switch failure {
                 case .unavailable(let health, let detail):
                     link.handle { $0.checkFailed(health, detail: detail, at: monotonicSeconds()) }
                 case .unknown(let detail):
                     link.handle { $0.checkFailed(.unreachable, detail: detail, at: monotonicSeconds()) }
-                case .refused(let reason):
-                    link.handle { $0.checkFailed(.unreachable, detail: reason, at: monotonicSeconds()) }
+                case .versionExhausted:
+                    link.handle { $0.checkFailed(.unreachable, detail: Self.versionExhausted, at: monotonicSeconds()) }
                 }
             }
         }
@@ -285,9 +310,16 @@ final class RedisWriter: Sendable {
 }
 
 extension RedisLinkStateMachine.Health {
-    /// The health a connection error means: `auth_failed` for refused credentials, else
-    /// `unreachable`.
+    /// The health a connection error means: `auth_failed` for refused credentials, `tls_failed`
+    /// for a failed TLS handshake or certificate, `sentinels_unreachable` and `no_master` for a
+    /// master the sentinels could not give, else `unreachable`.
     init(_ error: RedisConnectionError) {
-        if case .authFailed = error { self = .authFailed } else { self = .unreachable }
+        switch error {
+        case .authFailed: self = .authFailed
+        case .tlsFailed: self = .tlsFailed
+        case .sentinelsUnreachable: self = .sentinelsUnreachable
+        case .noMaster: self = .noMaster
+        case .unreachable, .timedOut, .refused: self = .unreachable
+        }
     }
 }

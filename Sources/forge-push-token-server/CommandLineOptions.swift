@@ -54,7 +54,9 @@ struct CommandLineOptions: Equatable {
                                        [--max-connections N] [--max-connections-per-ip N]
                                        [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
                                        [--header-timeout SECONDS]
-                                       [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]]
+                                       [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]
+                                        [--redis-tls-ca-file PATH] [--redis-tls-cert-file PATH --redis-tls-key-file PATH]
+                                        [--redis-sentinel-password-file PATH] [--redis-probe-interval SECONDS]]
                                        [--version] [--help] [--health-check]
 
           --host ADDR             IPv4 or IPv6 literal, or localhost (default 127.0.0.1)
@@ -96,14 +98,32 @@ struct CommandLineOptions: Equatable {
                                   SECONDS; else 408 and the connection is closed; event streams
                                   are exempt once open (default 10)
           --redis-url URL         share the token with other replicas through Redis:
-                                  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or
-                                  unix:///PATH[?db=N] (no TLS; excludes --state-file)
+                                  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], the same with
+                                  rediss:// for TLS (the certificate is always verified),
+                                  redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB]
+                                  (or rediss+sentinel://) to follow the master Redis Sentinel
+                                  names, or unix:///PATH[?db=N] (excludes --state-file)
           --redis-password-file PATH
                                   the Redis password, read from PATH (a container secret);
                                   whitespace at either end is ignored; wins over the URL's
           --redis-key-prefix PREFIX
                                   namespace of the Redis keys, 1 to 64 of A-Z a-z 0-9 : _ . -
                                   (default forge-push-token)
+          --redis-tls-ca-file PATH
+                                  rediss://: PEM CA certificates that may sign Redis' certificate
+                                  (default: the system's trust store)
+          --redis-tls-cert-file PATH
+                                  rediss://: PEM client certificate (chain allowed) for a Redis
+                                  that requires one; needs --redis-tls-key-file
+          --redis-tls-key-file PATH
+                                  the client certificate's PEM private key, unencrypted
+          --redis-sentinel-password-file PATH
+                                  the sentinels' own password (requirepass in sentinel.conf),
+                                  read from PATH; needs a sentinel --redis-url
+          --redis-probe-interval SECONDS
+                                  publish a delivery probe on PREFIX:probe this often and expect
+                                  to hear it within 2 s, else redis is not_delivering (1 to 60,
+                                  default 5)
           --version               print the version and exit
           --help                  print this help and exit
           --health-check          ask GET /healthz of the service at --host/--port (a wildcard
@@ -121,6 +141,8 @@ struct CommandLineOptions: Equatable {
         "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
         "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
         "max-url-bytes", "idle-timeout", "header-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
+        "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file", "redis-sentinel-password-file",
+        "redis-probe-interval",
     ]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]

@@ -12,7 +12,7 @@ import Testing
     static func responder(refreshes: Locked<Int> = Locked(0)) -> (Responder, ScriptedStore) {
         let store = ScriptedStore()
         let owner = TokenOwner<TokenSnapshot>(
-            store: store, initial: .initial, health: .starting(reason: "unreachable"),
+            store: store, initial: .initial, health: .starting(reason: HealthReason(rawValue: "unreachable")),
             maxSubscribers: 64)
         owner.start()
         let mode = ReplicaMode(
@@ -69,7 +69,7 @@ import Testing
         #expect(fresh?.status == 200 && fresh?.headers["Token-Stale"] == nil)
         #expect(responder.answersTokenReadsBlindly)
 
-        store.report(.health(.degraded(reason: "unreachable")))
+        store.report(.health(.degraded(reason: HealthReason(rawValue: "unreachable"))))
         let degraded = Self.get(responder, "/healthz")
         #expect(degraded?.status == 200 && Self.json(degraded) == ["status": "degraded", "redis": "unreachable"])
         let stale = Self.get(responder, "/token")

@@ -36,9 +36,9 @@ struct StateMachineTests {
 
     @Test("at version 2^64 - 1 health is degraded (version_exhausted) unless it already names a problem")
     func versionExhaustionIsReported() {
-        let exhausted = StoreHealth.degraded(reason: StoreHealth.versionExhausted)
+        let exhausted = StoreHealth.degraded(reason: HealthReason.versionExhausted)
         #expect(Machine(initial: TokenState(version: .max, token: nil), maxSubscribers: 1).health == exhausted)
-        let starting = StoreHealth.starting(reason: "unreachable")
+        let starting = StoreHealth.starting(reason: HealthReason(rawValue: "unreachable"))
         #expect(
             Machine(initial: TokenState(version: .max, token: nil), health: starting, maxSubscribers: 1).health
                 == starting)
@@ -46,7 +46,7 @@ struct StateMachineTests {
         var machine = Machine(initial: TokenState(version: .max - 1, token: "aa"), maxSubscribers: 1)
         #expect(machine.health == .ok)
         _ = machine.committed(.notSaved(TokenState(version: .max, token: "bb"), changed: true, reason: "disk full"))
-        #expect(machine.health == .degraded(reason: StoreHealth.stateNotSaved))
+        #expect(machine.health == .degraded(reason: HealthReason.stateNotSaved))
         // Once saved, the service is not ok either: no change can be made any more.
         _ = machine.committed(.unchanged(TokenState(version: .max, token: "bb")))
         #expect(machine.health == exhausted)
@@ -107,14 +107,16 @@ struct StateMachineTests {
         #expect(machine.health == .ok)
         let v1 = TokenState(version: 1, token: "01")
         _ = machine.committed(.notSaved(v1, changed: true, reason: "disk full"))
-        #expect(machine.health == .degraded(reason: StoreHealth.stateNotSaved))
+        #expect(machine.health == .degraded(reason: HealthReason.stateNotSaved))
         #expect(machine.current == v1, "the change stands although it is not durable")
         _ = machine.committed(.unchanged(v1))
         #expect(machine.health == .ok)
-        _ = machine.storeReported(.health(.degraded(reason: "unreachable")))
-        #expect(machine.health == .degraded(reason: "unreachable"))
+        _ = machine.storeReported(.health(.degraded(reason: HealthReason(rawValue: "unreachable"))))
+        #expect(machine.health == .degraded(reason: HealthReason(rawValue: "unreachable")))
         _ = machine.committed(.applied(TokenState(version: 2, token: "02")))
-        #expect(machine.health == .degraded(reason: "unreachable"), "only the store clears its own reasons")
+        #expect(
+            machine.health == .degraded(reason: HealthReason(rawValue: "unreachable")),
+            "only the store clears its own reasons")
     }
 
     @Test("unsubscribe forgets a subscriber; an unknown id is ignored")
@@ -220,7 +222,7 @@ struct TokenOwnerTests {
             return
         }
         #expect(state == TokenState(version: 1, token: "ab") && changed && reason.contains(folder))
-        #expect(owner.current == state && owner.health == .degraded(reason: StoreHealth.stateNotSaved))
+        #expect(owner.current == state && owner.health == .degraded(reason: HealthReason.stateNotSaved))
         // The same token again: nothing changes, but the save is tried again (and fails again).
         #expect(commitNow(owner, "ab") == .notSaved(state, changed: false, reason: reason))
         #expect(mkdir(folder, 0o700) == 0)

@@ -50,12 +50,49 @@ import Testing
         #expect(fromEnvironment.redis?.prefix == .standard)
     }
 
-    @Test func refusals() {
+    @Test func refusals() throws {
         #expect(message(["--redis-url", "redis://h", "--state-file", "/s"]).contains("Redis keeps the state"))
         #expect(
             message(["--state-file", "/s"], ["FORGE_PUSH_TOKEN_REDIS_URL": "redis://h"]).contains("exclude each other"))
-        #expect(message(["--redis-url", "rediss://h"]).hasPrefix("--redis-url: rediss:// (TLS) is not supported"))
-        #expect(message(["--redis-url", "rediss://h"]).contains("tunnel"))
+        #expect(try parse(["--redis-url", "rediss://h"]).redis?.endpoint.tls == true)
+        #expect(
+            message(["--redis-url", "redis://h", "--redis-tls-ca-file", "/ca"])
+                == "--redis-tls-ca-file needs a rediss:// or rediss+sentinel:// --redis-url (TLS to Redis)")
+        #expect(
+            message(["--redis-url", "redis://h", "--redis-sentinel-password-file", "/s"], files: ["/s": "x"])
+                .hasPrefix("--redis-sentinel-password-file needs a redis+sentinel://"))
+        let sentinel = try parse(
+            ["--redis-url", "redis+sentinel://:pw@s1,s2:26380/mymaster/2", "--redis-sentinel-password-file", "/s"],
+            files: ["/s": " sentinel-pw\n"])
+        #expect(sentinel.redis?.endpoint.sentinel?.hosts.map(\.description) == ["s1:26379", "s2:26380"])
+        #expect(sentinel.redis?.endpoint.sentinel?.password == Array("sentinel-pw".utf8))
+        #expect(sentinel.redis?.endpoint.database == 2 && sentinel.redis?.endpoint.tls == false)
+        #expect(sentinel.redis?.probeInterval == 5)
+        #expect(try parse(["--redis-url", "redis://h", "--redis-probe-interval", "1"]).redis?.probeInterval == 1)
+        for bad in ["0", "61", "1.5", "x", ""] where !bad.isEmpty {
+            #expect(
+                message(["--redis-url", "redis://h", "--redis-probe-interval", bad])
+                    == "--redis-probe-interval must be whole seconds from 1 to 60")
+        }
+        #expect(message(["--redis-probe-interval", "5"]) == "--redis-probe-interval needs --redis-url")
+        #expect(message(["--redis-tls-ca-file", "/ca"]) == "--redis-tls-ca-file needs --redis-url")
+        #expect(
+            message(["--redis-url", "rediss://h", "--redis-tls-cert-file", "/c"]).contains("give both or neither"))
+        #expect(
+            message(["--redis-url", "rediss://h", "--redis-tls-ca-file", "/missing"]).hasPrefix(
+                "--redis-tls-ca-file: cannot read /missing"))
+        #expect(
+            message(["--redis-url", "rediss://h", "--redis-tls-ca-file", "/ca"], files: ["/ca": "not a PEM\n"])
+                .hasPrefix("--redis-tls-ca-file: "))
+        let badKey = "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWtleS1ieXRlcw==\n-----END PRIVATE KEY-----\n"
+        let keyMessage = message(
+            ["--redis-url", "rediss://h", "--redis-tls-cert-file", "/c", "--redis-tls-key-file", "/k"],
+            files: ["/c": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "/k": badKey])
+        #expect(keyMessage.hasPrefix("--redis-tls-cert-file/--redis-tls-key-file: "))
+        #expect(!keyMessage.contains("c2VjcmV0") && !keyMessage.contains("BEGIN"))
+        #expect(
+            message([], ["FORGE_PUSH_TOKEN_REDIS_URL": "redis://h", "FORGE_PUSH_TOKEN_REDIS_TLS_KEY_FILE": "/k"])
+                .hasSuffix("(set by FORGE_PUSH_TOKEN_REDIS_TLS_KEY_FILE)"))
         #expect(
             message([], ["FORGE_PUSH_TOKEN_REDIS_URL": "http://h"]).hasSuffix("(set by FORGE_PUSH_TOKEN_REDIS_URL)"))
         #expect(

@@ -110,7 +110,11 @@ func forgePushTokenServerUpload(
 }
 // END forge-push-token-server upload
 
-/// A list guarded by a lock (this file imports only the library's public API).
+/// A list guarded by a lock (this file imports only the library's public API, so not `Locked`).
+///
+/// `@unchecked Sendable` is sound: `values` is private and read or written only inside
+/// `lock.withLock`, which gives mutual exclusion and orders each access after the previous one;
+/// `lock` itself is a `let` and `NSLock` is thread-safe.
 private final class Recorded: @unchecked Sendable {
     private let lock = NSLock()
     private var values: [String] = []

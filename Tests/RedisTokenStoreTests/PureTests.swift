@@ -28,8 +28,39 @@ import Testing
         #expect(throws: RedisEndpoint.ParseError.self) { try RedisEndpoint.parse("unix:///tmp/r.sock?database=1") }
     }
 
+    @Test func tlsURL() throws {
+        let tls = try RedisEndpoint.parse("rediss://default:s%40cret@cache.example.com:6380/1")
+        #expect(tls.tls && tls.address == .tcp(host: "cache.example.com", port: 6380) && tls.database == 1)
+        #expect(tls.user == "default" && tls.password == Array("s@cret".utf8))
+        #expect(tls.description == "rediss://default@cache.example.com:6380/1")
+        #expect(try RedisEndpoint.parse("rediss://h").address == .tcp(host: "h", port: 6379))
+        #expect(try !RedisEndpoint.parse("redis://h").tls)
+    }
+
+    @Test func sentinelURLs() throws {
+        let plain = try RedisEndpoint.parse("redis+sentinel://u:p%40ss@10.0.0.1,10.0.0.2:26380,[::1]/my-master.1/3")
+        #expect(
+            plain.sentinel
+                == RedisEndpoint.Sentinel(
+                    hosts: [
+                        .init(host: "10.0.0.1", port: 26379), .init(host: "10.0.0.2", port: 26380),
+                        .init(host: "::1", port: 26379),
+                    ], masterName: "my-master.1"))
+        #expect(plain.user == "u" && plain.password == Array("p@ss".utf8) && plain.database == 3 && !plain.tls)
+        #expect(plain.description == "redis+sentinel://u@10.0.0.1:26379,10.0.0.2:26380,[::1]:26379/my-master.1/3")
+        let tls = try RedisEndpoint.parse("rediss+sentinel://s1/m")
+        #expect(tls.tls && tls.database == 0 && tls.sentinel?.masterName == "m")
+        for bad in [
+            "redis+sentinel://s1", "redis+sentinel://s1/", "redis+sentinel://s1,/m", "redis+sentinel://s1/m/x",
+            "redis+sentinel://s1/bad name", "redis+sentinel://s1:0/m",
+            "redis+sentinel://s1/" + String(repeating: "m", count: 65),
+        ] {
+            #expect(throws: RedisEndpoint.ParseError.self, "\(bad)") { try RedisEndpoint.parse(bad) }
+        }
+    }
+
     @Test func refusals() {
-        #expect(throws: RedisEndpoint.ParseError.tlsNotSupported) { try RedisEndpoint.parse("rediss://h:6379") }
+        #expect(throws: RedisEndpoint.ParseError.self) { try RedisEndpoint.parse("rediss://h?x=1") }
         #expect(throws: RedisEndpoint.ParseError.unknownScheme("http")) { try RedisEndpoint.parse("http://h") }
         for bad in [
             "redis://", "redis://h:0", "redis://h:65536", "redis://h:x", "redis://h/db", "redis://h/-1",

@@ -1,0 +1,284 @@
+import CGnuTLS
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Why TLS could not be set up or failed: one phrase for a log line or an exit message, never
+/// holding key material.
+///
+/// Thread-safety: a value type, `Sendable`.
+public struct TLSError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What failed, in words (for example "certificate CN=redis signed by an unknown authority").
+    public let description: String
+    /// Whether the socket under the session failed (a reset or a broken pipe), not TLS itself.
+    public let isSocketError: Bool
+
+    /// An error saying `description`.
+    public init(_ description: String, isSocketError: Bool = false) {
+        self.description = description
+        self.isSocketError = isSocketError
+    }
+
+    /// GnuTLS' own wording of error code `code` (`gnutls_strerror`).
+    static func gnutls(_ code: Int32, _ what: String) -> TLSError {
+        TLSError(
+            "\(what): \(String(cString: gnutls_strerror(code)))",
+            isSocketError: code == GNUTLS_E_PUSH_ERROR || code == GNUTLS_E_PULL_ERROR)
+    }
+}
+
+/// The certificates a TLS client trusts and presents: the CA certificates that may sign the
+/// server's certificate (a PEM file's contents, or the system's trust store, `ca-certificates` on
+/// Debian), and optionally a client certificate (PEM, chain allowed) with its private key (PEM).
+///
+/// Source: GnuTLS 3.7 manual, "Certificate credentials" (`gnutls_certificate_set_x509_trust_mem`,
+/// `gnutls_certificate_set_x509_system_trust`, `gnutls_certificate_set_x509_key_mem`).
+///
+/// Thread-safety: `Sendable`. It is `@unchecked` because it holds a C pointer: GnuTLS' manual
+/// ("Thread safety") allows one credentials structure to be used by sessions on many threads at
+/// once once it is set up, and nothing changes it after `init` (it is freed only by `deinit`).
+public final class TLSClientCredentials: @unchecked Sendable {
+    let credentials: gnutls_certificate_credentials_t
+
+    /// Loads the trust anchors and the client certificate.
+    /// - Parameters:
+    ///   - caPEM: the CA certificates (PEM); `nil` for the system's trust store.
+    ///   - certificatePEM: the client certificate (PEM, chain allowed), or `nil` for none.
+    ///   - keyPEM: its private key (PEM, unencrypted); given exactly when `certificatePEM` is.
+    /// - Throws: `TLSError` saying which part could not be read (never the key's contents).
+    public init(caPEM: [UInt8]?, certificatePEM: [UInt8]?, keyPEM: [UInt8]?) throws(TLSError) {
+        var made: gnutls_certificate_credentials_t?
+        let allocated = gnutls_certificate_allocate_credentials(&made)
+        guard allocated == GNUTLS_E_SUCCESS, let made else {
+            throw TLSError.gnutls(allocated, "cannot allocate TLS credentials")
+        }
+        credentials = made
+        if let caPEM {
+            let count = Self.withDatum(caPEM) { gnutls_certificate_set_x509_trust_mem(made, $0, GNUTLS_X509_FMT_PEM) }
+            if count < 0 { throw TLSError.gnutls(count, "the CA file holds no usable certificate") }
+            if count == 0 { throw TLSError("the CA file holds no PEM certificate") }
+        } else {
+            let count = gnutls_certificate_set_x509_system_trust(made)
+            if count <= 0 {
+                throw TLSError(
+                    "the system trust store holds no certificate (install ca-certificates, or give a CA file)")
+            }
+        }
+        switch (certificatePEM, keyPEM) {
+        case (let certificate?, let key?):
+            let result = Self.withDatum(certificate) { cert in
+                Self.withDatum(key) { key in
+                    gnutls_certificate_set_x509_key_mem(made, cert, key, GNUTLS_X509_FMT_PEM)
+                }
+            }
+            if result < 0 {
+                throw TLSError.gnutls(result, "the client certificate and key could not be loaded")
+            }
+        case (nil, nil):
+            break
+        default:
+            throw TLSError("a client certificate needs its key, and a key its certificate")
+        }
+    }
+
+    deinit {
+        gnutls_certificate_free_credentials(credentials)
+    }
+
+    static func withDatum<R>(_ bytes: [UInt8], _ body: (UnsafePointer<gnutls_datum_t>) -> R) -> R {
+        var copy = bytes
+        return copy.withUnsafeMutableBufferPointer { buffer in
+            var datum = gnutls_datum_t(data: buffer.baseAddress, size: UInt32(buffer.count))
+            return body(&datum)
+        }
+    }
+}
+
+/// One TLS 1.2 or 1.3 client session over a non-blocking socket that the caller owns and polls:
+/// each step returns what it waits for instead of blocking.
+///
+/// The server's certificate is always verified during the handshake: its chain to one of the
+/// credentials' CAs, its validity dates, and the host connected to (a DNS name against the
+/// certificate's DNS names, sent as SNI; an IP address against its IP addresses). There is no way
+/// to skip the check. A failed verification says what failed: the subject, and "signed by an
+/// unknown authority", "expired", "not yet valid", "name does not match HOST"...
+///
+/// Source: GnuTLS 3.7 manual, "Client examples" (`gnutls_session_set_verify_cert`,
+/// `gnutls_session_set_verify_cert2`, `gnutls_handshake`, `gnutls_record_recv`,
+/// `gnutls_record_send`, non-blocking use with `GNUTLS_E_AGAIN` and
+/// `gnutls_record_get_direction`).
+///
+/// Thread-safety: not thread-safe, not `Sendable`: one thread owns a session (and its socket).
+public final class TLSClientSession {
+    /// What a step waits for before it can go on.
+    public enum Wait: Sendable, Equatable {
+        /// The socket to become readable.
+        case readable
+        /// The socket to become writable.
+        case writable
+    }
+
+    /// The outcome of `receive`.
+    public enum Received: Sendable, Equatable {
+        /// This many bytes were stored.
+        case bytes(Int)
+        /// The server closed the session (or the connection).
+        case closed
+        /// Nothing yet: wait for the socket, then call again.
+        case wait(Wait)
+    }
+
+    private let session: gnutls_session_t
+    private let credentials: TLSClientCredentials
+    private let host: String
+    /// What the verification reads during the handshake: the host's C string (`strdup`), or an IP
+    /// address's bytes and their `gnutls_typed_vdata_st`; freed by `deinit`.
+    private var hostName: UnsafeMutablePointer<CChar>?
+    private var addressBytes: UnsafeMutablePointer<UInt8>?
+    private var addressData: UnsafeMutablePointer<gnutls_typed_vdata_st>?
+
+    /// A session on socket `fd` (non-blocking, connected) to `host` (a DNS name or an IP
+    /// address literal without brackets), trusting `credentials`.
+    /// - Throws: `TLSError` when GnuTLS cannot set the session up.
+    public init(fd: Int32, host: String, credentials: TLSClientCredentials) throws(TLSError) {
+        var made: gnutls_session_t?
+        let result = gnutls_init(&made, UInt32(GNUTLS_CLIENT.rawValue) | UInt32(GNUTLS_NONBLOCK))
+        guard result == GNUTLS_E_SUCCESS, let made else { throw TLSError.gnutls(result, "cannot start TLS") }
+        session = made
+        self.credentials = credentials
+        self.host = host
+        var failed: Int32 = gnutls_priority_set_direct(made, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2", nil)
+        if failed == GNUTLS_E_SUCCESS {
+            failed = gnutls_credentials_set(
+                made, GNUTLS_CRD_CERTIFICATE, UnsafeMutableRawPointer(credentials.credentials))
+        }
+        guard failed == GNUTLS_E_SUCCESS else { throw TLSError.gnutls(failed, "cannot start TLS") }
+        // GnuTLS keeps the pointers it is given here (not copies) until the session ends: they
+        // live in `hostName`, `addressBytes` and `addressData`, freed by `deinit`.
+        if let address = Self.ipAddress(host) {
+            let bytes = UnsafeMutablePointer<UInt8>.allocate(capacity: address.count)
+            bytes.initialize(from: address, count: address.count)
+            let data = UnsafeMutablePointer<gnutls_typed_vdata_st>.allocate(capacity: 1)
+            data.initialize(
+                to: gnutls_typed_vdata_st(type: GNUTLS_DT_IP_ADDRESS, data: bytes, size: UInt32(address.count)))
+            addressBytes = bytes
+            addressData = data
+            gnutls_session_set_verify_cert2(made, data, 1, 0)
+        } else {
+            failed = gnutls_server_name_set(made, GNUTLS_NAME_DNS, host, host.utf8.count)
+            guard failed == GNUTLS_E_SUCCESS else { throw TLSError.gnutls(failed, "cannot set the server name") }
+            let name = strdup(host)
+            hostName = name
+            gnutls_session_set_verify_cert(made, name, 0)
+        }
+        fpt_gnutls_transport_set_int(made, fd)
+    }
+
+    deinit {
+        gnutls_deinit(session)
+        free(hostName)
+        addressBytes?.deallocate()
+        addressData?.deallocate()
+    }
+
+    /// Runs the handshake as far as it goes: `nil` when it is done, else what it waits for.
+    /// - Throws: `TLSError` saying what failed (the certificate's verification, or the protocol).
+    public func handshake() throws(TLSError) -> Wait? {
+        let result = gnutls_handshake(session)
+        if result == GNUTLS_E_SUCCESS { return nil }
+        if result == GNUTLS_E_AGAIN || result == GNUTLS_E_INTERRUPTED { return direction }
+        if result == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR { throw verificationError() }
+        throw TLSError.gnutls(result, "TLS handshake with \(host) failed")
+    }
+
+    /// Reads decrypted bytes into `buffer`.
+    /// - Throws: `TLSError` when the session breaks.
+    public func receive(into buffer: UnsafeMutableRawBufferPointer) throws(TLSError) -> Received {
+        let result = gnutls_record_recv(session, buffer.baseAddress, buffer.count)
+        if result > 0 { return .bytes(result) }
+        if result == 0 { return .closed }
+        let code = Int32(result)
+        if code == GNUTLS_E_AGAIN || code == GNUTLS_E_INTERRUPTED { return .wait(direction ?? .readable) }
+        if code == GNUTLS_E_PREMATURE_TERMINATION { return .closed }
+        throw TLSError.gnutls(code, "TLS read from \(host) failed")
+    }
+
+    /// Encrypts and sends bytes of `buffer`: how many were taken (0: wait for the socket to be
+    /// writable and call again with the same bytes, as GnuTLS requires).
+    /// - Throws: `TLSError` when the session breaks.
+    public func send(_ buffer: UnsafeRawBufferPointer) throws(TLSError) -> Int {
+        let result = gnutls_record_send(session, buffer.baseAddress, buffer.count)
+        if result >= 0 { return result }
+        let code = Int32(result)
+        if code == GNUTLS_E_AGAIN || code == GNUTLS_E_INTERRUPTED { return 0 }
+        throw TLSError.gnutls(code, "TLS write to \(host) failed")
+    }
+
+    /// Whether decrypted bytes wait in the session (poll(2) on the socket would not show them).
+    public var hasBufferedBytes: Bool { gnutls_record_check_pending(session) > 0 }
+
+    private var direction: Wait? {
+        gnutls_record_get_direction(session) == 1 ? .writable : .readable
+    }
+
+    /// What the server's certificate failed: its subject, and each reason in words.
+    private func verificationError() -> TLSError {
+        let status = gnutls_session_get_verify_cert_status(session)
+        var reasons: [String] = []
+        let known: [(gnutls_certificate_status_t, String)] = [
+            (GNUTLS_CERT_SIGNER_NOT_FOUND, "signed by an unknown authority"),
+            (GNUTLS_CERT_SIGNER_NOT_CA, "signed by a certificate that is not a CA"),
+            (GNUTLS_CERT_EXPIRED, "expired"),
+            (GNUTLS_CERT_NOT_ACTIVATED, "not yet valid"),
+            (GNUTLS_CERT_UNEXPECTED_OWNER, "name does not match \(host)"),
+            (GNUTLS_CERT_REVOKED, "revoked"),
+            (GNUTLS_CERT_SIGNATURE_FAILURE, "signature does not verify"),
+            (GNUTLS_CERT_INSECURE_ALGORITHM, "signed with an insecure algorithm"),
+        ]
+        for (flag, words) in known where status & flag.rawValue != 0 { reasons.append(words) }
+        if reasons.isEmpty {
+            var text = gnutls_datum_t()
+            if gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &text, 0) == GNUTLS_E_SUCCESS,
+                let data = text.data
+            {
+                reasons.append(String(decoding: UnsafeBufferPointer(start: data, count: Int(text.size)), as: UTF8.self))
+                fpt_gnutls_free(data)
+            } else {
+                reasons.append("not trusted")
+            }
+        }
+        return TLSError("certificate \(peerSubject) of \(host): \(reasons.joined(separator: ", "))")
+    }
+
+    /// The subject of the server's certificate (RFC 4514 form), or "(none)".
+    private var peerSubject: String {
+        var count: UInt32 = 0
+        guard let peers = gnutls_certificate_get_peers(session, &count), count > 0 else { return "(none)" }
+        var certificate: gnutls_x509_crt_t?
+        guard gnutls_x509_crt_init(&certificate) == GNUTLS_E_SUCCESS, let certificate else { return "(unknown)" }
+        defer { gnutls_x509_crt_deinit(certificate) }
+        guard gnutls_x509_crt_import(certificate, peers, GNUTLS_X509_FMT_DER) == GNUTLS_E_SUCCESS else {
+            return "(unreadable)"
+        }
+        var name = gnutls_datum_t()
+        guard gnutls_x509_crt_get_dn3(certificate, &name, 0) == GNUTLS_E_SUCCESS, let data = name.data else {
+            return "(unnamed)"
+        }
+        defer { fpt_gnutls_free(data) }
+        return String(decoding: UnsafeBufferPointer(start: data, count: Int(name.size)), as: UTF8.self)
+    }
+
+    /// The bytes of `host` when it is an IPv4 or IPv6 literal, else `nil`.
+    private static func ipAddress(_ host: String) -> [UInt8]? {
+        var v4 = [UInt8](repeating: 0, count: 4)
+        if inet_pton(AF_INET, host, &v4) == 1 { return v4 }
+        var v6 = [UInt8](repeating: 0, count: 16)
+        if inet_pton(AF_INET6, host, &v6) == 1 { return v6 }
+        return nil
+    }
+}

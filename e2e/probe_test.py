@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""End-to-end: a subscription that stays connected and answers PING but hears nothing is found by
+the delivery probe (docs/replicas.md, "A subscription that proves it delivers").
+
+A redis-server, and in front of it a small TCP proxy written here: it forwards every connection
+both ways, and while `drop` is set it removes Redis' `message` frames (RESP arrays whose first
+element is "message") from the connections that sent SUBSCRIBE, forwarding everything else (the
+subscribe confirmations, PONG). So PING keeps proving the connection while nothing is delivered.
+A replica runs with `--redis-probe-interval 1` through the proxy. Then:
+
+  - connected, with probes counted in forge_push_token_redis_probe_seconds;
+  - drop on: /healthz says `not_delivering` within one probe interval plus 2 s (the bound is
+    3.5 s here, with half a second for polling), and a log line says the probe was not heard;
+  - drop off: the replica is `connected` again, and a write through it answers 200.
+
+    python3 e2e/probe_test.py --server PATH
+"""
+import argparse
+import os
+import socket
+import threading
+import time
+
+from e2e_support import HOST, Server, check, log, main, request, token_hex, wait_until
+from replicas_test import Redis, health, write
+
+
+def frame_end(buffer, start):
+    """The end of the RESP frame at `start`, or None when the buffer holds only part of it."""
+    line_end = buffer.find(b"\r\n", start)
+    if line_end < 0:
+        return None
+    kind = buffer[start:start + 1]
+    if kind in (b"+", b"-", b":"):
+        return line_end + 2
+    length = int(buffer[start + 1:line_end])
+    if kind == b"$":
+        if length < 0:
+            return line_end + 2
+        end = line_end + 2 + length + 2
+        return end if end <= len(buffer) else None
+    if kind == b"*":
+        position = line_end + 2
+        for _ in range(max(length, 0)):
+            position = frame_end(buffer, position)
+            if position is None:
+                return None
+        return position
+    raise ValueError("not RESP: %r" % buffer[start:start + 20])
+
+
+def is_message(frame):
+    return frame.startswith(b"*3\r\n$7\r\nmessage\r\n")
+
+
+class DroppingProxy:
+    """Forwards TCP to Redis; while `drop` is set, drops `message` frames on subscribers."""
+
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((HOST, 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.drop = threading.Event()
+        self.dropped = 0
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((HOST, self.upstream_port))
+            state = {"subscriber": False}
+            threading.Thread(target=self._to_server, args=(client, upstream, state), daemon=True).start()
+            threading.Thread(target=self._to_client, args=(upstream, client, state), daemon=True).start()
+
+    def _to_server(self, client, upstream, state):
+        try:
+            while True:
+                data = client.recv(65536)
+                if not data:
+                    break
+                if b"SUBSCRIBE" in data.upper():
+                    state["subscriber"] = True
+                upstream.sendall(data)
+        except OSError:
+            pass
+        for sock in (client, upstream):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _to_client(self, upstream, client, state):
+        buffer = b""
+        try:
+            while True:
+                data = upstream.recv(65536)
+                if not data:
+                    break
+                if not state["subscriber"]:
+                    client.sendall(data)
+                    continue
+                buffer += data
+                out = b""
+                position = 0
+                while position < len(buffer):
+                    end = frame_end(buffer, position)
+                    if end is None:
+                        break
+                    frame = buffer[position:end]
+                    if self.drop.is_set() and is_message(frame):
+                        self.dropped += 1
+                    else:
+                        out += frame
+                    position = end
+                buffer = buffer[position:]
+                if out:
+                    client.sendall(out)
+        except OSError:
+            pass
+        for sock in (client, upstream):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+
+
+def probe_count(port):
+    _, _, body = request(port, "GET", "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith("forge_push_token_redis_probe_seconds_count "):
+            return int(line.split()[1])
+    return None
+
+
+def run(binary):
+    redis = Redis().start()
+    proxy = DroppingProxy(redis.port)
+    server = None
+    try:
+        server = Server(binary, ["--host", "127.0.0.1", "--port", "0", "--access-log", "off", "--redis-url",
+                                 "redis://%s:%d" % (HOST, proxy.port), "--redis-probe-interval", "1"]).start()
+        wait_until(lambda: health(server.port) == (200, {"status": "ok", "redis": "connected"}), 10,
+                   what="the replica connected through the proxy")
+        wait_until(lambda: (probe_count(server.port) or 0) >= 2, 5, what="two probes heard")
+        log("connected through the proxy; %d probes heard" % probe_count(server.port))
+
+        proxy.drop.set()
+        started = time.monotonic()
+        wait_until(lambda: health(server.port)[1].get("redis") == "not_delivering", 6, interval=0.05,
+                   what="/healthz not_delivering")
+        elapsed = time.monotonic() - started
+        check(elapsed <= 3.5, "not_delivering after %.2f s (bound: the 1 s interval + 2 s + 0.5 s)" % elapsed)
+        check(proxy.dropped > 0, "the proxy dropped no message")
+        check(health(server.port)[0] == 200, "/healthz is not 200 while not delivering")
+        check("did not hear this replica's probe" in server.stderr(), "no log line says the probe was not heard")
+        log("message frames dropped (PING still answered): not_delivering after %.2f s" % elapsed)
+
+        proxy.drop.clear()
+        started = time.monotonic()
+        wait_until(lambda: health(server.port) == (200, {"status": "ok", "redis": "connected"}), 6, interval=0.05,
+                   what="connected again")
+        status, _, body = write(server.port, token_hex(0x9B0B, 1))
+        check(status == 200, "a write after recovery: %s %r" % (status, body))
+        log("delivery restored: connected again after %.2f s, and a write answers 200" % (time.monotonic() - started))
+    finally:
+        if server:
+            server.kill()
+        proxy.close()
+        redis.kill()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    arguments = parser.parse_args()
+    main(lambda: run(os.path.abspath(arguments.server)))

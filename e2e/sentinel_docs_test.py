@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""End-to-end: the commands of docs/replicas.md, "Sentinel without Docker", run as written.
+
+The two shell blocks of that section are read from docs/replicas.md and run by bash in a
+temporary folder, with free loopback ports in place of 6379 and 6380 (the master and its
+replica), 26379 to 26381 (the sentinels) and 8081 to 8083 (the replicas of the service);
+`forge-push-token-server` is the binary under test (first on PATH). Then:
+
+  - the three replicas report /healthz connected, found through the sentinels, and a token
+    registered through one is served by the others with the same id;
+  - once the sentinels list the replica, the second block (the master shut down) makes every
+    replica follow the promoted replica: /metrics names it, and a write through each answers 200.
+
+Every process the blocks started is stopped at the end (their process group).
+
+    python3 e2e/sentinel_docs_test.py --server PATH
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from e2e_support import HOST, check, log, main, request, token_hex, wait_until
+from replicas_test import version_of, write
+
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "replicas.md")
+
+
+def docs_blocks():
+    text = open(DOCS, encoding="utf-8").read()
+    start = text.index("### Sentinel without Docker")
+    end = text.index("With Docker Compose, `docker/compose.sentinel.yaml`", start)
+    blocks = re.findall(r"```sh\n(.*?)```", text[start:end], re.S)
+    check(len(blocks) == 2, "docs/replicas.md: expected two sh blocks under 'Sentinel without Docker'")
+    return blocks
+
+
+def health(port):
+    try:
+        status, _, body = request(port, "GET", "/healthz", timeout=2)
+        return status, json.loads(body)
+    except (OSError, ValueError):
+        return None, {}
+
+
+def metrics(port):
+    _, _, body = request(port, "GET", "/metrics")
+    return body.decode()
+
+
+def run(binary):
+    start_block, failover_block = docs_blocks()
+    names = ["6379", "6380", "26379", "26380", "26381", "8081", "8082", "8083"]
+    for name in names:
+        check(name in start_block, "the docs block lacks port %s" % name)
+    # Distinct ports: every socket stays bound until all are chosen (a port released at once
+    # may be handed out again).
+    held = []
+    for _ in names:
+        sock = socket.socket()
+        sock.bind((HOST, 0))
+        held.append(sock)
+    ports = {name: sock.getsockname()[1] for name, sock in zip(names, held)}
+    for sock in held:
+        sock.close()
+
+    def substitute(block):
+        # Longest first, so that 26379 is replaced before 6379 could match inside it.
+        for name in sorted(names, key=len, reverse=True):
+            block = re.sub(r"(?<![0-9])%s(?![0-9])" % name, str(ports[name]), block)
+        return block
+
+    folder = tempfile.mkdtemp(prefix="e2e-sentinel-docs-")
+    bin_dir = os.path.join(folder, "bin")
+    os.mkdir(bin_dir)
+    os.symlink(binary, os.path.join(bin_dir, "forge-push-token-server"))
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("FORGE_PUSH_TOKEN_STATE_FILE", None)
+    output = open(os.path.join(folder, "output.log"), "w")
+    proc = subprocess.Popen(["bash", "-c", substitute(start_block)], cwd=folder, env=env, stdout=output,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    service = [ports["8081"], ports["8082"], ports["8083"]]
+    try:
+        wait_until(lambda: all(health(p) == (200, {"redis": "connected", "status": "ok"}) for p in service), 20,
+                   interval=0.1, what="the three replicas connected through the sentinels")
+        token = token_hex(0x5D0C, 1)
+        status, _, body = write(service[0], token)
+        check(status == 200, "POST /register: %s %r" % (status, body))
+        first = version_of(service[0])
+        wait_until(lambda: all(version_of(p) == first for p in service[1:]), 5, what="the others at %r" % (first,))
+        log("the docs block's three replicas found the master through three sentinels and share %r" % (first,))
+
+        def sentinel_lists_replica():
+            out = subprocess.run(["redis-cli", "-p", str(ports["26379"]), "SENTINEL", "replicas", "mymaster"],
+                                 capture_output=True, text=True, timeout=5).stdout
+            return str(ports["6380"]) in out
+
+        try:
+            wait_until(sentinel_lists_replica, 30, interval=0.2, what="the sentinels to list the replica")
+        except Exception:
+            for args in (["-p", str(ports["26379"]), "SENTINEL", "replicas", "mymaster"],
+                         ["-p", str(ports["6380"]), "INFO", "replication"]):
+                log("redis-cli %s: %s" % (" ".join(args), subprocess.run(
+                    ["redis-cli"] + args, capture_output=True, text=True, timeout=5).stdout[-600:]))
+            raise
+        subprocess.run(["bash", "-c", substitute(failover_block)], cwd=folder, env=env, stdout=output,
+                       stderr=subprocess.STDOUT, timeout=10)
+        promoted = 'forge_push_token_redis_master_info{address="127.0.0.1:%d"} 1' % ports["6380"]
+        wait_until(lambda: all(promoted in metrics(p) for p in service), 20, interval=0.1,
+                   what="every replica on the promoted master")
+        for index, port in enumerate(service):
+            wait_until(lambda: write(port, token_hex(0x5D0C, 2 + index))[0] == 200, 5, interval=0.1,
+                       what="a write through replica %d after the failover" % index)
+        log("after the docs block's failover every replica follows 127.0.0.1:%d and writes" % ports["6380"])
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        output.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    arguments = parser.parse_args()
+    main(lambda: run(os.path.abspath(arguments.server)))
