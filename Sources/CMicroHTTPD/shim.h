@@ -2,9 +2,11 @@
  * shim.h: the C surface of libmicrohttpd that Swift uses.
  *
  * libmicrohttpd's MHD_start_daemon, MHD_get_connection_info, MHD_get_daemon_info and
- * MHD_set_connection_option are variadic, which Swift cannot call. The static inline functions
- * below give them fixed arguments (daemon options travel as an MHD_OPTION_ARRAY). They add no
- * behaviour of their own. Reference: the libmicrohttpd manual, "microhttpd-init" and
+ * MHD_set_connection_option are variadic, and its log callback takes a va_list, neither of which
+ * Swift can call or take. The static inline functions below give them fixed arguments (daemon
+ * options travel as an MHD_OPTION_ARRAY), format the log message, read one field of an info
+ * union, or pass a combination of enum MHD_ValueKind values (a closed enum to Swift). They add no behaviour of their own: every decision (the framing checks included) is made
+ * in Swift. Reference: the libmicrohttpd manual, "microhttpd-init" and
  * "microhttpd-info" sections, and microhttpd.h of libmicrohttpd 0.9.75.
  */
 #ifndef FORGE_PUSH_TOKEN_CMICROHTTPD_SHIM_H
@@ -72,83 +74,21 @@ static inline const struct sockaddr *fpt_connection_address(struct MHD_Connectio
     return info == NULL ? NULL : info->client_addr;
 }
 
-/* What one pass over a request's header fields found (fpt_count_framing_fields). */
-struct fpt_framing_counts {
-    unsigned int host;
-    unsigned int content_length;
-    unsigned int transfer_encoding;
-    unsigned int authorization;
-    /* Fields whose name is empty or holds a space or tab: "Content-Length : 4" is not a
-       Content-Length field to libmicrohttpd, but may be one to a proxy in front (RFC 9112 §5.1). */
-    unsigned int malformed_names;
-    /* libmicrohttpd's records of the head: one per header field, query argument and cookie. */
-    unsigned int records;
-    /* Whether a Cookie field came, and the length of the first one's value (which libmicrohttpd
-       copies into the connection's pool to parse it). */
-    unsigned int has_cookie;
-    size_t cookie_bytes;
-    /* MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE: the head's bytes as sent, from the method to the
-       end of the blank line. */
-    size_t head_bytes;
-    /* Fields whose name or value holds a bare CR (libmicrohttpd ends lines at CRLF or LF only, so
-       "Host: x\rContent-Length: 43" is one Host field to it; RFC 9112 §2.2). */
-    unsigned int bare_cr;
-    /* Expect fields asking for anything but 100-continue (RFC 9110 §10.1.1). */
-    unsigned int unmet_expectations;
-    /* The first header field's name as it lies in libmicrohttpd's read buffer (NULL when there is
-       none): where the line after the request line starts. */
-    const char *first_name;
-};
-
-/* Whether value (of value_size bytes) is "100-continue", ASCII case-insensitive, with optional
-   whitespace around it. */
-static inline int fpt_is_100_continue(const char *value, size_t value_size) {
-    while (value_size > 0 && (value[0] == ' ' || value[0] == '\t')) { value++; value_size--; }
-    while (value_size > 0 && (value[value_size - 1] == ' ' || value[value_size - 1] == '\t')) value_size--;
-    return value_size == 12 && strncasecmp(value, "100-continue", 12) == 0;
+/* MHD_get_connection_values_n over the header fields, cookies and query arguments at once: Swift
+   imports enum MHD_ValueKind as a closed enum, which cannot hold the combination of its values. */
+static inline int fpt_get_head_records(struct MHD_Connection *connection, MHD_KeyValueIteratorN iterator,
+                                       void *iterator_cls) {
+    return MHD_get_connection_values_n(connection,
+                                       (enum MHD_ValueKind)(MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND),
+                                       iterator, iterator_cls);
 }
 
-static enum MHD_Result fpt_framing_iterator(void *cls, enum MHD_ValueKind kind, const char *key,
-                                            size_t key_size, const char *value, size_t value_size) {
-    struct fpt_framing_counts *counts = (struct fpt_framing_counts *)cls;
-    counts->records++;
-    if (key == NULL || kind != MHD_HEADER_KIND) return MHD_YES;
-    if (counts->first_name == NULL) counts->first_name = key;
-    if (memchr(key, '\r', key_size) != NULL || (value != NULL && memchr(value, '\r', value_size) != NULL))
-        counts->bare_cr++;
-    if (key_size == 0 || strnlen(key, key_size) != key_size || strpbrk(key, " \t") != NULL) counts->malformed_names++;
-    if (strcasecmp(key, "Host") == 0) counts->host++;
-    else if (strcasecmp(key, "Content-Length") == 0) counts->content_length++;
-    else if (strcasecmp(key, "Transfer-Encoding") == 0) counts->transfer_encoding++;
-    else if (strcasecmp(key, "Authorization") == 0) counts->authorization++;
-    else if (strcasecmp(key, "Expect") == 0) {
-        if (value == NULL || !fpt_is_100_continue(value, value_size)) counts->unmet_expectations++;
-    }
-    else if (!counts->has_cookie && strcasecmp(key, "Cookie") == 0) {
-        counts->has_cookie = 1;
-        counts->cookie_bytes = value_size;
-    }
-    return MHD_YES;
-}
-
-/*
- * Counts, in one pass over a request's header fields, query arguments and cookies, the Host,
- * Content-Length, Transfer-Encoding and Authorization fields (MHD_lookup_connection_value returns
- * only the first of a name; a repeated one must be seen to be refused, RFC 9112 §3.2, §6.3), the
- * malformed names, bare CRs, unmet expectations, where the first field's name lies,
- * libmicrohttpd's records and the first Cookie field's length; and reads the head's size (what
- * RequestHeadBudget needs). (A raw NUL in a value cannot be seen
- * here: libmicrohttpd has already cut the value there.)
- */
-static inline struct fpt_framing_counts fpt_count_framing_fields(struct MHD_Connection *connection) {
-    struct fpt_framing_counts counts = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL};
-    MHD_get_connection_values_n(connection,
-                                (enum MHD_ValueKind)(MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND),
-                                fpt_framing_iterator, &counts);
+/* The head's bytes as sent, from the method to the end of the blank line
+   (MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE), or 0. */
+static inline size_t fpt_request_header_size(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-    counts.head_bytes = info == NULL ? 0 : info->header_size;
-    return counts;
+    return info == NULL ? 0 : info->header_size;
 }
 
 /* Whether this libmicrohttpd was built with HTTPS support (GnuTLS). */

@@ -51,12 +51,13 @@ public struct BearerAuthentication: Sendable {
         }
     }
 
-    /// Whether a request for `route` needs the token under this scope.
+    /// Whether a request for `route` needs the token under this scope (the route table's
+    /// `Route.access`).
     public func protects(_ route: Route) -> Bool {
-        switch route {
-        case .healthz: false
-        case .register, .fail: true
-        case .token, .stream, .metrics, .page: scope == .all
+        switch route.access {
+        case .open: false
+        case .token: true
+        case .tokenUnderScopeAll: scope == .all
         }
     }
 

@@ -51,18 +51,21 @@ public struct CrossOriginPolicy: Sendable, Equatable {
         return origins.first { $0.caseInsensitiveEquals(origin) }
     }
 
-    /// `response` with the CORS header fields added when `origin` is allowed; unchanged otherwise
-    /// (and when it has them already, as a preflight answer does).
-    public func decorate(_ response: HTTPResponse, origin: String?) -> HTTPResponse {
-        guard isEnabled, response.headers["Access-Control-Allow-Origin"] == nil else { return response }
-        var decorated = response
+    /// `headers` with the CORS header fields added for a request from `origin`: `Vary: Origin`
+    /// whenever cross-origin reads are on, and `Access-Control-Allow-Origin` and
+    /// `Access-Control-Expose-Headers` when `origin` is allowed; unchanged when cross-origin reads
+    /// are off, and when `headers` has `Access-Control-Allow-Origin` already (a preflight answer).
+    /// `ResponseHeaders.completing(_:crossOrigin:origin:)` calls it for every answer.
+    public func decorating(_ headers: HTTPHeaders, origin: String?) -> HTTPHeaders {
+        guard isEnabled, headers["Access-Control-Allow-Origin"] == nil else { return headers }
+        var decorated = headers
         // With CORS on, every answer depends on the request's Origin (the Fetch standard, "CORS
         // protocol and HTTP caches"): a cache must not serve one origin's answer to another, nor
         // the answer to a request without Origin to one with it.
-        if decorated.headers["Vary"] == nil { decorated.headers.add("Vary", "Origin") }
+        if decorated["Vary"] == nil { decorated.add("Vary", "Origin") }
         guard let allowed = allowOriginValue(for: origin) else { return decorated }
-        decorated.headers.add("Access-Control-Allow-Origin", allowed)
-        decorated.headers.add("Access-Control-Expose-Headers", Self.exposedHeaders)
+        decorated.add("Access-Control-Allow-Origin", allowed)
+        decorated.add("Access-Control-Expose-Headers", Self.exposedHeaders)
         return decorated
     }
 

@@ -46,10 +46,15 @@ public struct HTTPResponse: Sendable {
     /// The whole message as HTTP/1.1 bytes (RFC 9112 §4, §6), for an answer the engine writes to
     /// the socket itself, bypassing libmicrohttpd (a `408` for a request it is still reading): the
     /// status line with `reason`, `Date: date` (an IMF-fixdate, RFC 9110 §5.6.7), `Connection:
-    /// close`, the fields with `ResponseHeaders`' defaults, `Content-Length`, then the body.
-    public func closingMessage(reason: String, date: String) -> [UInt8] {
+    /// close`, the fields completed as every answer's are (`ResponseHeaders.completing`: the CORS
+    /// fields for `origin` under `crossOrigin`, the defaults), `Content-Length`, then the body.
+    public func closingMessage(
+        reason: String, date: String, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), origin: String? = nil
+    ) -> [UInt8] {
         var head = "HTTP/1.1 \(status) \(reason)\r\nDate: \(date)\r\nConnection: close\r\n"
-        for field in ResponseHeaders.completing(headers) { head += "\(field.name): \(field.value)\r\n" }
+        for field in ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin) {
+            head += "\(field.name): \(field.value)\r\n"
+        }
         head += "Content-Length: \(body.count)\r\n\r\n"
         return Array(head.utf8) + body
     }

@@ -87,4 +87,90 @@ public enum RequestFraming {
         }
         return nil
     }
+
+    /// What one pass over a request's records (header fields, query arguments, cookies) finds that
+    /// the framing checks need; the engine feeds it each record as libmicrohttpd lists them
+    /// (`MHD_get_connection_values_n`, which, unlike `MHD_lookup_connection_value`, sees every
+    /// field of a repeated name: a repeated one must be seen to be refused, RFC 9112 §3.2, §6.3).
+    /// A raw NUL in a value cannot be seen: libmicrohttpd has already cut the value there.
+    ///
+    /// A value type; `Sendable`. Counting allocates nothing.
+    public struct FieldCounts: Sendable, Equatable {
+        /// `Host` fields.
+        public var host = 0
+        /// `Content-Length` fields.
+        public var contentLength = 0
+        /// `Transfer-Encoding` fields.
+        public var transferEncoding = 0
+        /// `Authorization` fields.
+        public var authorization = 0
+        /// Fields whose name is empty or holds a space, tab or NUL: `Content-Length : 4` is not a
+        /// `Content-Length` field to libmicrohttpd, but may be one to a proxy in front (RFC 9112
+        /// §5.1).
+        public var malformedNames = 0
+        /// libmicrohttpd's records of the head: one per header field, query argument and cookie
+        /// (`RequestHeadBudget`).
+        public var records = 0
+        /// The length of the first `Cookie` field's value (which libmicrohttpd copies into the
+        /// connection's pool to parse it), or `nil` without one.
+        public var cookieValueBytes: Int?
+        /// Fields whose name or value holds a bare CR (libmicrohttpd ends lines at CRLF or LF only,
+        /// so `Host: x\rContent-Length: 43` is one `Host` field to it; RFC 9112 §2.2).
+        public var bareCR = 0
+        /// `Expect` fields asking for anything but `100-continue` (RFC 9110 §10.1.1).
+        public var unmetExpectations = 0
+
+        /// Nothing counted yet.
+        public init() {}
+
+        /// Counts a record that is not a header field (a query argument or a cookie).
+        public mutating func countRecord() {
+            records += 1
+        }
+
+        /// Counts a header field: `name` as libmicrohttpd holds it (its full length, NULs
+        /// included), `value` likewise, or `nil` for a field without one.
+        public mutating func countHeader(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) {
+            records += 1
+            let cr = UInt8(ascii: "\r")
+            if name.contains(cr) || value?.contains(cr) == true { bareCR += 1 }
+            if name.isEmpty || name.contains(where: { $0 == 0 || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
+            {
+                malformedNames += 1
+            }
+            if Self.named(name, "Host") {
+                host += 1
+            } else if Self.named(name, "Content-Length") {
+                contentLength += 1
+            } else if Self.named(name, "Transfer-Encoding") {
+                transferEncoding += 1
+            } else if Self.named(name, "Authorization") {
+                authorization += 1
+            } else if Self.named(name, "Expect") {
+                if value.map(Self.is100Continue) != true { unmetExpectations += 1 }
+            } else if cookieValueBytes == nil, Self.named(name, "Cookie") {
+                cookieValueBytes = value?.count ?? 0
+            }
+        }
+
+        /// Whether `name` is `literal`, ASCII case-insensitively (RFC 9110 §5.1).
+        static func named(_ name: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
+            guard name.count == literal.utf8CodeUnitCount else { return false }
+            let expected = literal.utf8Start
+            for index in 0..<name.count where asciiLower(name[index]) != asciiLower(expected[index]) {
+                return false
+            }
+            return true
+        }
+
+        /// Whether `value` is `100-continue`, ASCII case-insensitively, with optional spaces and
+        /// tabs around it.
+        static func is100Continue(_ value: UnsafeRawBufferPointer) -> Bool {
+            let blank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+            guard let first = value.firstIndex(where: { !blank($0) }),
+                let last = value.lastIndex(where: { !blank($0) })
+            else { return false }
+            return named(UnsafeRawBufferPointer(rebasing: value[first...last]), "100-continue")
+        }
+    }
 }

@@ -9,8 +9,9 @@ import ForgePushTokenOwner
 /// request and its body, which answers at once, asks for an event stream (`openEventStream`), or
 /// answers later (a `PendingResponse`, for a write the store decides on its own thread); at the
 /// end `recordFinished(_:)`. `GET /token` may be answered from a response the engine caches per
-/// version (`tokenVersion`, `tokenReadResponse()`). The CORS header fields are added here, to
-/// every answer.
+/// version (`owner.version`, `tokenReadResponses()`). The CORS header fields are not added here:
+/// the engine adds them to every answer, its own included, where it completes each answer's
+/// header (`ResponseHeaders.completing(_:crossOrigin:origin:)`, with `crossOrigin`).
 ///
 /// Thread-safety: all members may be called from any thread, concurrently.
 public final class Responder: Sendable {
@@ -79,8 +80,10 @@ public final class Responder: Sendable {
         }
     }
 
-    /// The one owner of the token and its subscribers.
-    let owner: TokenOwner<TokenSnapshot>
+    /// The one owner of the token and its subscribers. The engine calls it directly for what is
+    /// the owner's alone (its version for the `GET /token` cache, the heartbeat, graceful shutdown,
+    /// the number of open streams); an event stream ends through its `StreamSubscription`.
+    public let owner: TokenOwner<TokenSnapshot>
     /// The service's counters, served at `GET /metrics`.
     public let metrics = ServiceMetrics()
     /// Events sent to and skipped by every subscriber, past and present.
@@ -89,8 +92,9 @@ public final class Responder: Sendable {
     public let retryAfterSeconds = 5
     /// Who may call which route; `nil` when the service runs without a token.
     let authentication: BearerAuthentication?
-    /// Which other origins' browser pages may read the responses.
-    let crossOrigin: CrossOriginPolicy
+    /// Which other origins' browser pages may read the responses: the engine completes every
+    /// answer's header with it (`ResponseHeaders.completing(_:crossOrigin:origin:)`).
+    public let crossOrigin: CrossOriginPolicy
     /// Where failures and (with `accessLog`) finished requests are logged.
     let log: ServerLog?
     /// Whether every finished request is logged (`--access-log`).
@@ -135,23 +139,19 @@ public final class Responder: Sendable {
     /// engine calls it once, as soon as the header fields have arrived, so that a refused
     /// request's body is never kept.
     public func admit(_ head: HTTPRequest) -> Admission {
-        let origin = head.headers["Origin"]
         guard let route = Route(path: head.path) else {
-            return .answer(
-                refuse(.error(404, ServiceError("not_found", "no route for \(head.path)")), origin: origin),
-                route: nil)
+            return .answer(.error(404, ServiceError("not_found", "no route for \(head.path)")), route: nil)
         }
         let method = head.method
         if method == "OPTIONS" {
-            return .answer(refuse(crossOrigin.options(for: route, request: head), origin: origin), route: route)
+            return .answer(crossOrigin.options(for: route, request: head), route: route)
         }
         guard route.allowedMethods.contains(method) else {
             let allow = route.allowedMethods.joined(separator: ", ")
             return .answer(
-                refuse(
-                    .error(
-                        405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
-                        headers: ["Allow": allow]), origin: origin), route: route)
+                .error(
+                    405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
+                    headers: ["Allow": allow]), route: route)
         }
         if let authentication, authentication.protects(route) {
             let outcome = authentication.check(
@@ -159,28 +159,25 @@ public final class Responder: Sendable {
                 method: method)
             if outcome != .authorized {
                 metrics.increment(.unauthorizedRequests)
-                return .answer(
-                    refuse(BearerAuthentication.unauthorized(outcome, method: method), origin: origin), route: route)
+                return .answer(BearerAuthentication.unauthorized(outcome, method: method), route: route)
             }
         }
         return .proceed(AdmittedRequest(route: route, request: head))
     }
 
-    /// The reply to an admitted request. Never throws: every failure is an error response. A
-    /// response to an allowed cross-origin request carries the CORS header fields.
+    /// The reply to an admitted request. Never throws: every failure is an error response.
     public func respond(to admitted: AdmittedRequest) -> Reply {
         let request = admitted.request
-        let origin = request.headers["Origin"]
         switch admitted.route {
         case .register:
             do {
                 let token = try RequestBodies.deviceToken(
                     contentType: request.headers["Content-Type"], body: request.body)
                 metrics.increment(.registrationsAccepted)
-                return write(DeviceTokenHex.encode(token), origin: origin)
+                return write(DeviceTokenHex.encode(token))
             } catch {
                 metrics.increment(.registrationsRejected)
-                return .response(refuse(.error(400, error), origin: origin))
+                return .response(.error(400, error))
             }
         case .fail:
             do {
@@ -189,23 +186,22 @@ public final class Responder: Sendable {
                     body: request.body)
                 metrics.increment(.failuresReported)
                 log?.log(.error, "registration failed: \(failure)")
-                return write(nil, origin: origin)
+                return write(nil)
             } catch {
-                return .response(refuse(.error(400, error), origin: origin))
+                return .response(.error(400, error))
             }
         case .token:
             if let replica {
-                return .response(refuse(replica.decorate(tokenRead(request), health: owner.health), origin: origin))
+                return .response(replica.decorate(tokenRead(request), health: owner.health))
             }
-            return .response(refuse(tokenRead(request), origin: origin))
+            return .response(tokenRead(request))
         case .stream:
             if request.method == "HEAD" {
-                return .response(
-                    refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin))
+                return .response(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders))
             }
             return .eventStream
         case .healthz:
-            return .response(refuse(health(), origin: origin))
+            return .response(health())
         case .metrics:
             let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: .stateNotSaved) : nil
             let text =
@@ -214,30 +210,23 @@ public final class Responder: Sendable {
                     maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved)
                 + (replica?.metrics() ?? "")
             return .response(
-                refuse(
-                    HTTPResponse(
-                        status: 200,
-                        headers: [
-                            "Content-Type": ServiceMetrics.contentType,
-                            "Cache-Control": "no-store",
-                        ],
-                        body: Array(text.utf8)), origin: origin))
+                HTTPResponse(
+                    status: 200,
+                    headers: [
+                        "Content-Type": ServiceMetrics.contentType,
+                        "Cache-Control": "no-store",
+                    ],
+                    body: Array(text.utf8)))
         case .page:
-            return .response(refuse(pageRead(request), origin: origin))
+            return .response(pageRead(request))
         }
     }
 
-    /// `response` with the CORS header fields for `origin` (when it is allowed): for the answers
-    /// the engine makes itself (413, 414, framing refusals).
-    public func refuse(_ response: HTTPResponse, origin: String?) -> HTTPResponse {
-        crossOrigin.decorate(response, origin: origin)
-    }
-
     /// Commits `token` through the owner, answering now when the store decides at once.
-    private func write(_ token: String?, origin: String?) -> Reply {
+    private func write(_ token: String?) -> Reply {
         let pending = PendingResponse()
         owner.commit(token) { [self] outcome in
-            pending.fulfil(refuse(answer(outcome), origin: origin))
+            pending.fulfil(answer(outcome))
         }
         return pending.takeIfReady().map(Reply.response) ?? .later(pending)
     }
@@ -283,9 +272,6 @@ public final class Responder: Sendable {
         }
     }
 
-    /// The current token's version: the key of the engine's cached `GET /token` response.
-    public var tokenVersion: UInt64 { owner.version }
-
     /// The current token and the `GET /token` responses for it, the 200 and its `304 Not
     /// Modified` (the engine's cache entry, for reads that `answersTokenReadsBlindly`).
     public func tokenReadResponses() -> (snapshot: TokenSnapshot, response: HTTPResponse, notModified: HTTPResponse) {
@@ -300,22 +286,26 @@ public final class Responder: Sendable {
 
     // MARK: Event streams
 
+    /// An event stream's subscription: its `EventSubscriber`, and the handle the engine ends it
+    /// with when its connection goes (`cancel()`) or its client leaves (`abort()`).
+    public typealias StreamSubscription = TokenOwner<TokenSnapshot>.Subscription<EventSubscriber>
+
     /// Registers an event-stream subscriber whose first event is the current token.
     /// - Parameters:
-    ///   - admitted: the `GET /token/stream` request (for the CORS header fields of the answer).
+    ///   - admitted: the `GET /token/stream` request (its `Last-Event-ID`).
     ///   - wake: resumes the subscriber's connection (see `EventSubscriber`).
-    /// - Returns: the response head (200 with the SSE header fields) and the subscriber, or a 503
+    /// - Returns: the response head (200 with the SSE header fields) and the subscription (the
+    ///   subscriber, and the handle its connection ends it with), or a 503
     ///   (`too_many_subscribers` with `Retry-After`, or `shutting_down`) and `nil`.
     public func openEventStream(
         for admitted: AdmittedRequest,
         wake: @escaping @Sendable () -> Void
-    ) -> (HTTPResponse, EventSubscriber?) {
-        let origin = admitted.request.headers["Origin"]
+    ) -> (HTTPResponse, StreamSubscription?) {
         var preamble: [UInt8] = []
         var floor: UInt64?
         if let replica {
             if case .starting = owner.health, !owner.isStopping {
-                return (refuse(ReplicaMode.notReadYet, origin: origin), nil)
+                return (ReplicaMode.notReadYet, nil)
             }
             preamble = ServerSentEvents.retry(milliseconds: Int.random(in: replica.retryMilliseconds))
             floor = ReplicaMode.lastEventID(admitted.request.headers["Last-Event-ID"])
@@ -323,60 +313,22 @@ public final class Responder: Sendable {
             if let floor, floor > owner.version { replica.refresh() }
         }
         do {
-            let subscriber = try owner.subscribe { [deliveries] id, first in
+            let subscription = try owner.subscribe { [deliveries] id, first in
                 EventSubscriber(id: id, first: first, tally: deliveries, preamble: preamble, floor: floor, wake: wake)
             }
-            // The owner built it with the closure above, so it is an EventSubscriber.
-            let stream = subscriber as! EventSubscriber
-            return (
-                refuse(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), origin: origin), stream
-            )
+            return (HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), subscription)
         } catch .full {
             let error = ServiceError(
                 "too_many_subscribers",
                 "the service is at its limit of \(owner.maxSubscribers) subscribers; retry later")
-            return (
-                refuse(.error(503, error, headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil
-            )
+            return (.error(503, error, headers: ["Retry-After": String(retryAfterSeconds)]), nil)
         } catch {
             return (
-                refuse(
-                    .error(
-                        503, ServiceError("shutting_down", "the service is stopping"),
-                        headers: ["Retry-After": String(retryAfterSeconds)]), origin: origin), nil
+                .error(
+                    503, ServiceError("shutting_down", "the service is stopping"),
+                    headers: ["Retry-After": String(retryAfterSeconds)]), nil
             )
         }
-    }
-
-    /// Subscriber `id`'s connection is gone (its response was freed): forget it.
-    public func streamClosed(_ id: UInt64) {
-        owner.unsubscribe(id)
-    }
-
-    /// Subscriber `id`'s client has left (its socket closed): end its stream at once.
-    public func subscriberDeparted(_ id: UInt64) {
-        owner.abort(id)
-    }
-
-    /// One heartbeat period has passed: idle streams get a `: keep-alive` comment.
-    public func heartbeat() {
-        owner.heartbeat()
-    }
-
-    /// The number of open event streams.
-    public var openStreams: Int { owner.subscriberCount }
-
-    // MARK: Lifecycle
-
-    /// Begins graceful shutdown: `/healthz` answers 503, every stream ends cleanly and new ones
-    /// are refused. Idempotent.
-    public func beginShutdown() {
-        owner.stop()
-    }
-
-    /// Ends every remaining stream at once (shutdown's last step, before the engine stops).
-    public func endAllStreams() {
-        owner.abortAll()
     }
 
     // MARK: Records
@@ -394,11 +346,6 @@ public final class Responder: Sendable {
         log.access(
             method: finished.method, path: finished.path, status: finished.status == 0 ? nil : finished.status,
             bytes: finished.bytes, durationMicros: Int64(finished.microseconds ?? 0), remote: finished.remote)
-    }
-
-    /// Counts a connection refused on accept because of `limit`.
-    public func recordRefusedConnection(_ limit: ServiceMetrics.Counter) {
-        metrics.increment(limit)
     }
 
     /// The 408 for a request whose head (or, when `body`, body) was not complete within `seconds`

@@ -1,6 +1,13 @@
 /// The header fields every response of the service carries, added in one place: the server engine
-/// passes each response's fields through `completing(_:)` before it sends them (plain answers,
-/// error answers, the cached `GET /token` answer and the event stream's head alike).
+/// passes each response's fields through `completing(_:crossOrigin:origin:)` before it sends them
+/// (plain answers, error answers, the engine's own refusals, the cached `GET /token` answer and the
+/// event stream's head alike). Neither the responder nor the engine adds these fields elsewhere.
+///
+/// - The CORS fields (`CrossOriginPolicy.decorating(_:origin:)`), when cross-origin reads are on:
+///   `Vary: Origin` on every answer, and for a request from an allowed `Origin`
+///   `Access-Control-Allow-Origin` and `Access-Control-Expose-Headers` (WHATWG Fetch, "CORS
+///   protocol"). The request's `Origin` is kept with the request from its head on, so that the
+///   engine's own answers (413, 414, 431, 408, framing refusals) carry them as the responder's do.
 ///
 /// - `X-Content-Type-Options: nosniff` on every response (WHATWG Fetch, "X-Content-Type-Options"):
 ///   a browser never guesses a type other than the `Content-Type` sent (a JSON error body that
@@ -19,10 +26,18 @@ public enum ResponseHeaders {
         (name: "Cache-Control", value: "no-store"),
     ]
 
-    /// `headers` followed by each of `defaults` whose name (ASCII case-insensitive) it lacks.
-    public static func completing(_ headers: HTTPHeaders) -> HTTPHeaders {
-        var completed = headers
-        for field in defaults where headers[field.name] == nil {
+    /// `headers`, then the CORS fields for a request from `origin` under `crossOrigin` (none when
+    /// it is off, the default), then each of `defaults` whose name (ASCII case-insensitive) it
+    /// lacks.
+    /// - Parameters:
+    ///   - crossOrigin: the service's CORS policy (`--cors-origin`).
+    ///   - origin: the request's `Origin` field value, or `nil` when it had none (or is not known:
+    ///     a request whose head never arrived).
+    public static func completing(
+        _ headers: HTTPHeaders, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), origin: String? = nil
+    ) -> HTTPHeaders {
+        var completed = crossOrigin.isEnabled ? crossOrigin.decorating(headers, origin: origin) : headers
+        for field in defaults where completed[field.name] == nil {
             completed.add(field.name, field.value)
         }
         return completed

@@ -1,5 +1,7 @@
 /// The routes of the HTTP API (http-api.md, "Routes"), matched on the path alone: the query string
-/// never changes routing.
+/// never changes routing. The route table: each route's path, its methods (`allowedMethods`) and
+/// who may call it (`access`); `Responder.respond(to:)` dispatches each to its handler
+/// (docs/architecture.md, "Adding a route").
 public enum Route: String, Sendable, CaseIterable {
     /// `POST /register`: `didRegister(deviceToken:)`.
     case register = "/register"
@@ -19,6 +21,25 @@ public enum Route: String, Sendable, CaseIterable {
     /// The route of `path`, or `nil` (404).
     public init?(path: String) {
         self.init(rawValue: path)
+    }
+
+    /// Who may call a route when the service has a bearer token (`--auth-token`, `--auth-scope`).
+    public enum Access: Sendable, Equatable {
+        /// Anyone, under every scope (`/healthz`, for probes).
+        case open
+        /// Only with the token, under every scope (the writes).
+        case token
+        /// With the token under `--auth-scope all`, anyone under `writes` (the reads).
+        case tokenUnderScopeAll
+    }
+
+    /// Who may call the route (`BearerAuthentication.protects(_:)`).
+    public var access: Access {
+        switch self {
+        case .healthz: .open
+        case .register, .fail: .token
+        case .token, .stream, .metrics, .page: .tokenUnderScopeAll
+        }
     }
 
     /// The methods the route accepts, as listed in a 405's `Allow` header (RFC 9110 §10.2.1).

@@ -125,11 +125,55 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
 
     /// Registers a subscriber built by `make` from its id and the current rendition (its first
     /// event), in the same step: no change is lost or sent twice.
+    /// - Returns: the subscriber's `Subscription`: the subscriber, and the handle its connection
+    ///   ends it with (`cancel()`, `abort()`), so that nothing in between routes its id.
     /// - Throws: `Refusal.full` at `maxSubscribers`, `Refusal.stopping` after `stop()`.
-    public func subscribe(_ make: (UInt64, Rendition) -> Subscriber)
-        throws(TokenOwnerStateMachine<Rendition>.Refusal) -> Subscriber
+    public func subscribe<Made: TokenSubscriber<Rendition>>(_ make: (UInt64, Rendition) -> Made)
+        throws(TokenOwnerStateMachine<Rendition>.Refusal) -> Subscription<Made>
     {
-        try machine.withLock { $0.subscribe(make) }.get()
+        var made: Made?
+        _ = try machine.withLock { machine in
+            machine.subscribe { id, first in
+                let subscriber = make(id, first)
+                made = subscriber
+                return subscriber
+            }
+        }.get()
+        guard let made else { preconditionFailure("the state machine admitted a subscriber it did not make") }
+        return Subscription(subscriber: made, owner: self)
+    }
+
+    /// One subscriber's registration with this owner, as `subscribe(_:)` returns it: the subscriber
+    /// and the calls its connection makes when it ends. Its connection keeps it (the HTTP engine's
+    /// event stream) and calls exactly one of `cancel()` (the connection is gone) or `abort()`
+    /// (its client has left) first, or both; either is idempotent.
+    ///
+    /// A value type; `Sendable`. Holds its owner strongly: the owner never holds a subscription, so
+    /// there is no cycle.
+    public struct Subscription<Made: TokenSubscriber<Rendition>>: Sendable {
+        /// The subscriber, as `make` built it.
+        public let subscriber: Made
+        private let owner: TokenOwner
+
+        init(subscriber: Made, owner: TokenOwner) {
+            self.subscriber = subscriber
+            self.owner = owner
+        }
+
+        /// The subscriber's id within its owner.
+        public var id: UInt64 { subscriber.id }
+
+        /// The subscriber's connection is gone (its response was freed): the owner forgets it
+        /// (`TokenOwner.unsubscribe`). Idempotent.
+        public func cancel() {
+            owner.unsubscribe(subscriber.id)
+        }
+
+        /// The subscriber's client has left (its socket closed): its stream ends at once
+        /// (`TokenOwner.abort`). Idempotent.
+        public func abort() {
+            owner.abort(subscriber.id)
+        }
     }
 
     /// Removes subscriber `id` (its connection is gone). Unknown ids are ignored.

@@ -11,10 +11,11 @@ import ForgePushTokenHTTP
 // Every function libmicrohttpd calls, in one place: the C boundary of the server. Each is a
 // module-level, nonisolated function passed as a C function pointer (`@convention(c)`), run on
 // a daemon's thread (DaemonLoop); each unwraps its C arguments and hands over to Swift code in
-// RequestHandling.swift, EventStream.swift or ConnectionLimits.swift. Their contracts are the
-// libmicrohttpd manual's "microhttpd-cb" section. `cls` is always the daemon's `DaemonContext`,
-// unretained (the server outlives its daemons), except for the stream callbacks (an `EventStream`)
-// and the logger (a `LogBox`).
+// RequestHandling.swift, RequestFramingCheck.swift, EventStream.swift or ConnectionLimits.swift.
+// Their contracts are the libmicrohttpd manual's "microhttpd-cb" section. `cls` is always the
+// daemon's `DaemonContext`, unretained (the server outlives its daemons), except for the stream
+// callbacks (an `EventStream`), the logger (a `LogBox`) and the framing iterator (the caller's
+// `FramingScan`, on its stack for the one call).
 
 /// `MHD_AccessHandlerCallback`: called once with the header fields (`*con_cls` `NULL` or a target
 /// marker), once per piece of body, and once more with `*upload_data_size == 0` when the body is
@@ -102,6 +103,26 @@ func mhdStreamReader(
 func mhdStreamFree(_ cls: UnsafeMutableRawPointer?) {
     guard let cls else { return }
     Unmanaged<EventStream>.fromOpaque(cls).takeRetainedValue().close()
+}
+
+/// `MHD_KeyValueIteratorN` of `scanFraming`: one record of a request's head (a header field, query
+/// argument or cookie), counted into the `FramingScan` that `cls` points to. Keys and values come
+/// with their full lengths, NULs included.
+func mhdFramingIterator(
+    _ cls: UnsafeMutableRawPointer?, _ kind: MHD_ValueKind, _ key: UnsafePointer<CChar>?, _ keySize: Int,
+    _ value: UnsafePointer<CChar>?, _ valueSize: Int
+) -> MHD_Result {
+    guard let cls else { return .YES }
+    let scan = cls.assumingMemoryBound(to: FramingScan.self)
+    guard let key, kind == .HEADER_KIND else {
+        scan.pointee.counts.countRecord()
+        return .YES
+    }
+    if scan.pointee.firstName == nil { scan.pointee.firstName = key }
+    scan.pointee.counts.countHeader(
+        name: UnsafeRawBufferPointer(start: key, count: keySize),
+        value: value.map { UnsafeRawBufferPointer(start: $0, count: valueSize) })
+    return .YES
 }
 
 /// libmicrohttpd's own error messages (`MHD_OPTION_EXTERNAL_LOGGER`, through the shim's

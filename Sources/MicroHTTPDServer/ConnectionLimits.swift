@@ -118,11 +118,11 @@ extension MicroHTTPDServer {
         case .admitted:
             return true
         case .refusedTotal:
-            responder.recordRefusedConnection(.connectionsRefusedTotalLimit)
+            responder.metrics.increment(.connectionsRefusedTotalLimit)
             warnOfRefusals("\(limiter.maxTotal) connections are open (--max-connections)")
             return false
         case .refusedPerAddress:
-            responder.recordRefusedConnection(.connectionsRefusedPerAddressLimit)
+            responder.metrics.increment(.connectionsRefusedPerAddressLimit)
             warnOfRefusals("a client address has \(limiter.maxPerAddress) connections open (--max-connections-per-ip)")
             return false
         }

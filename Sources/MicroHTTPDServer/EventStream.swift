@@ -1,20 +1,25 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 
-/// One `GET /token/stream` response: the subscriber, its connection and its socket.
+/// One `GET /token/stream` response: the subscription (the subscriber and the owner's handle
+/// that ends it), its connection and its socket.
 ///
 /// Retained by libmicrohttpd's response (the content reader's `cls`) until the free callback;
 /// only the connection's polling thread reads or writes `bytesWritten`.
 final class EventStream {
-    let subscriber: EventSubscriber
+    let subscription: Responder.StreamSubscription
     let connection: ConnectionHandle
     let fd: Int32
     unowned let server: MicroHTTPDServer
     var bytesWritten = 0
 
-    init(subscriber: EventSubscriber, connection: ConnectionHandle, fd: Int32, server: MicroHTTPDServer) {
-        self.subscriber = subscriber
+    var subscriber: EventSubscriber { subscription.subscriber }
+
+    init(subscription: Responder.StreamSubscription, connection: ConnectionHandle, fd: Int32, server: MicroHTTPDServer)
+    {
+        self.subscription = subscription
         self.connection = connection
         self.fd = fd
         self.server = server
@@ -44,7 +49,7 @@ final class EventStream {
     /// The response is gone (`mhdStreamFree`): stops watching the socket and forgets the subscriber.
     func close() {
         if fd >= 0 { server.watcher.unwatch(fd: fd) }
-        server.responder.streamClosed(subscriber.id)
+        subscription.cancel()
     }
 }
 
@@ -81,10 +86,10 @@ func openStream(
 ) -> MHD_Result {
     let server = daemon.server
     let handle = ConnectionHandle(pointer: connection, loop: daemon.loop)
-    let (head, subscriber) = server.responder.openEventStream(for: admitted, wake: { handle.resume() })
-    guard let subscriber else { return respond(head, on: connection, context: context) }
+    let (head, subscription) = server.responder.openEventStream(for: admitted, wake: { handle.resume() })
+    guard let subscription else { return respond(head, on: connection, context: context) }
     let fd = fpt_connection_fd(connection)
-    let stream = EventStream(subscriber: subscriber, connection: handle, fd: fd, server: server)
+    let stream = EventStream(subscription: subscription, connection: handle, fd: fd, server: server)
     let cls = Unmanaged.passRetained(stream).toOpaque()
     guard
         let response = MHD_create_response_from_callback(
@@ -92,11 +97,11 @@ func openStream(
             mhdStreamFree)
     else {
         Unmanaged<EventStream>.fromOpaque(cls).release()
-        server.responder.streamClosed(subscriber.id)
+        subscription.cancel()
         return .NO
     }
-    addHeaders(head.headers, to: response)
-    if fd >= 0 { server.watcher.watch(fd: fd, id: subscriber.id) }
+    addHeaders(head.headers, to: response, crossOrigin: context.crossOrigin, origin: context.origin)
+    if fd >= 0 { server.watcher.watch(fd: fd, id: subscription.id) }
     daemon.deadlines.forget(connection)  // an established stream has no deadline
     // A timeout of its own puts the connection on libmicrohttpd's list of connections with custom
     // timeouts, which every run of the daemon walks in full. That walk is what finishes a stream
@@ -109,7 +114,7 @@ func openStream(
     _ = fpt_set_connection_timeout(connection, eventStreamStallSeconds)
     let result = MHD_queue_response(connection, UInt32(head.status), response)
     MHD_destroy_response(response)
-    context.progress = .answered
+    context.machine.sent()
     context.status = head.status
     context.stream = stream
     return result

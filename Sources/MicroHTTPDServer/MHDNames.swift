@@ -55,19 +55,49 @@ enum SlotMarker {
     static var tokenHeadNotModified: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 7)! }
     /// `*socket_context` of a connection that holds a place in the `ConnectionLimiter`.
     static var admittedConnection: UnsafeMutableRawPointer { UnsafeMutableRawPointer(bitPattern: 1)! }
+}
 
-    /// Whether `pointer` is one of the markers `mhdURILog` sets.
-    static func isTargetMarker(_ pointer: UnsafeMutableRawPointer?) -> Bool {
-        pointer == uriTooLong || pointer == encodedNUL || pointer == encodedSlash || pointer == malformedTarget
+/// What a request's slot (`*con_cls`) holds, decoded from its bit pattern in this one place: the
+/// protocol between `mhdURILog` (which sets a target marker), the access handler (which sets a
+/// fast-path marker or a retained `RequestContext`) and the request-completed callback (which
+/// reads it). The access handler and the completed callback switch over this value, never over
+/// raw pointers; the target markers are made by `targetMarker` (ConnectionLimits.swift) and
+/// answered by `targetRefusal` (RequestFramingCheck.swift).
+enum RequestSlot {
+    /// The access handler's first call: the slot is empty, or holds the marker `mhdURILog` set for
+    /// a target it refuses (`SlotMarker.uriTooLong`, `.encodedNUL`, `.encodedSlash`,
+    /// `.malformedTarget`). In the completed callback: the access handler never ran.
+    case firstCall(target: UnsafeMutableRawPointer?)
+    /// A `GET` (`isHead` false) or `HEAD /token` on the allocation-free path; `notModified` once it
+    /// was answered `304 Not Modified`.
+    case tokenRead(isHead: Bool, notModified: Bool)
+    /// An ordinary request: its `RequestContext`, retained by the slot.
+    case context(UnsafeMutableRawPointer)
+
+    /// Decodes `raw`, what the slot holds.
+    init(_ raw: UnsafeMutableRawPointer?) {
+        guard let raw else {
+            self = .firstCall(target: nil)
+            return
+        }
+        switch raw {
+        case SlotMarker.uriTooLong, SlotMarker.encodedNUL, SlotMarker.encodedSlash, SlotMarker.malformedTarget:
+            self = .firstCall(target: raw)
+        case SlotMarker.tokenGet: self = .tokenRead(isHead: false, notModified: false)
+        case SlotMarker.tokenHead: self = .tokenRead(isHead: true, notModified: false)
+        case SlotMarker.tokenGetNotModified: self = .tokenRead(isHead: false, notModified: true)
+        case SlotMarker.tokenHeadNotModified: self = .tokenRead(isHead: true, notModified: true)
+        default: self = .context(raw)
+        }
     }
 
-    /// Whether `pointer` is a fast-path `GET`/`HEAD /token` answered `304 Not Modified`.
-    static func isTokenNotModified(_ pointer: UnsafeMutableRawPointer?) -> Bool {
-        pointer == tokenGetNotModified || pointer == tokenHeadNotModified
-    }
-
-    /// Whether `pointer` is a `GET`/`HEAD /token` fast-path marker (not yet answered).
-    static func isTokenRead(_ pointer: UnsafeMutableRawPointer?) -> Bool {
-        pointer == tokenGet || pointer == tokenHead
+    /// The marker of a fast-path token read, for the slot.
+    static func tokenReadMarker(isHead: Bool, notModified: Bool) -> UnsafeMutableRawPointer {
+        switch (isHead, notModified) {
+        case (false, false): SlotMarker.tokenGet
+        case (true, false): SlotMarker.tokenHead
+        case (false, true): SlotMarker.tokenGetNotModified
+        case (true, true): SlotMarker.tokenHeadNotModified
+        }
     }
 }

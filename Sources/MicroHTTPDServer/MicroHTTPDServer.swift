@@ -54,7 +54,7 @@ public final class MicroHTTPDServer: Sendable {
         self.configuration = configuration
         self.responder = responder
         self.log = log
-        self.watcher = try SubscriberWatcher(responder: responder, heartbeatSeconds: configuration.heartbeatSeconds)
+        self.watcher = try SubscriberWatcher(owner: responder.owner, heartbeatSeconds: configuration.heartbeatSeconds)
         let files = Self.raiseFileLimit(log: log)
         // Each connection holds a descriptor; some are the service's own (listening socket, epoll
         // sets, eventfds, the state file, standard streams). Over the file limit, libmicrohttpd
@@ -186,15 +186,15 @@ public final class MicroHTTPDServer: Sendable {
         // Each daemon is quiesced by its own loop's thread (see DaemonLoop.quiesce).
         for context in run.contexts { listenFD = max(listenFD, context.loop.quiesce()) }
         if listenFD >= 0 { close(listenFD) }
-        responder.beginShutdown()
+        responder.owner.stop()
         let grace = configuration.shutdownGraceSeconds
         if !waitUntilIdle(seconds: grace) {
             log.log(.warning, "\(inFlight.withLock { $0 }) requests still open after \(grace) s; closing them")
         }
         // libmicrohttpd must not be stopped with a suspended connection: abort every remaining
         // subscriber (which resumes it) and let the daemon close them.
-        responder.endAllStreams()
-        _ = waitUntil(seconds: 1) { responder.openStreams == 0 }
+        responder.owner.abortAll()
+        _ = waitUntil(seconds: 1) { responder.owner.subscriberCount == 0 }
         watcher.stop()
         for context in run.contexts { context.loop.stop() }
         for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }
@@ -205,7 +205,7 @@ public final class MicroHTTPDServer: Sendable {
     }
 
     private func waitUntilIdle(seconds: Double) -> Bool {
-        waitUntil(seconds: seconds) { inFlight.withLock { $0 } == 0 && responder.openStreams == 0 }
+        waitUntil(seconds: seconds) { inFlight.withLock { $0 } == 0 && responder.owner.subscriberCount == 0 }
     }
 
     private func waitUntil(seconds: Double, _ condition: () -> Bool) -> Bool {

@@ -22,6 +22,16 @@ final class ConnectionDeadlines: Sendable {
     private struct Entry: Sendable {
         var deadline: RequestDeadline
         let fd: Int32
+        /// The `Origin` of the request whose body is arriving (kept only while CORS is on), for
+        /// the CORS fields of its 408.
+        var origin: String?
+
+        /// Its request is over: the deadline moves on, and the next request's `Origin` is not
+        /// known yet.
+        mutating func completed(at now: ContinuousClock.Instant) {
+            deadline.completed(at: now)
+            origin = nil
+        }
     }
 
     private struct State: Sendable {
@@ -60,13 +70,17 @@ final class ConnectionDeadlines: Sendable {
         closed(connection)
     }
 
-    /// A request's head has arrived; false when its connection is past its deadline (the request
-    /// must not be carried out). See `RequestDeadline.headReceived`.
-    func headReceived(_ connection: OpaquePointer, at now: ContinuousClock.Instant, bodyExpected: Bool) -> Bool {
+    /// A request's head has arrived, from `origin` (its `Origin`, `nil` while CORS is off); false
+    /// when its connection is past its deadline (the request must not be carried out). See
+    /// `RequestDeadline.headReceived`.
+    func headReceived(
+        _ connection: OpaquePointer, at now: ContinuousClock.Instant, bodyExpected: Bool, origin: String?
+    ) -> Bool {
         state.withLock { state in
             state.progressed = true
-            return state.entries[UInt(bitPattern: connection)]?.deadline.headReceived(
-                at: now, bodyExpected: bodyExpected) ?? true
+            let key = UInt(bitPattern: connection)
+            if origin != nil { state.entries[key]?.origin = origin }
+            return state.entries[key]?.deadline.headReceived(at: now, bodyExpected: bodyExpected) ?? true
         }
     }
 
@@ -79,23 +93,26 @@ final class ConnectionDeadlines: Sendable {
     func completed(_ connection: OpaquePointer, at now: ContinuousClock.Instant) {
         state.withLock { state in
             state.progressed = true
-            state.entries[UInt(bitPattern: connection)]?.deadline.completed(at: now)
+            state.entries[UInt(bitPattern: connection)]?.completed(at: now)
         }
     }
 
     /// The connections that must be expired or closed at `now` with a deadline of `timeout`, as
-    /// (socket, action) pairs, for the caller to act on after the lock is released. Looking at a
-    /// kept-alive connection's socket (`TCP_INFO`) changes nothing, so it is done under the lock.
-    func due(at now: ContinuousClock.Instant, timeout: Duration) -> [(fd: Int32, action: RequestDeadline.Action)] {
+    /// (socket, action, the request's `Origin` when known) triples, for the caller to act on after
+    /// the lock is released. Looking at a kept-alive connection's socket (`TCP_INFO`) changes
+    /// nothing, so it is done under the lock.
+    func due(at now: ContinuousClock.Instant, timeout: Duration) -> [(
+        fd: Int32, action: RequestDeadline.Action, origin: String?
+    )] {
         state.withLock { state in
-            var due: [(fd: Int32, action: RequestDeadline.Action)] = []
+            var due: [(fd: Int32, action: RequestDeadline.Action, origin: String?)] = []
             for index in state.entries.indices {
                 let fd = state.entries.values[index].fd
                 let action = state.entries.values[index].deadline.check(at: now, timeout: timeout) { since in
                     guard let silent = millisecondsSinceDataReceived(fd) else { return false }
                     return .milliseconds(silent) < now - since
                 }
-                if action != .none { due.append((fd, action)) }
+                if action != .none { due.append((fd, action, state.entries.values[index].origin)) }
             }
             return due
         }
@@ -104,19 +121,22 @@ final class ConnectionDeadlines: Sendable {
 
 extension MicroHTTPDServer {
     /// Enforces `deadlines` at `now` (the loop's tick): a connection past `--header-timeout` is
-    /// answered `408` when it is plain HTTP (nothing of an answer has been sent while a request is
+    /// answered `408` (with the CORS fields for the request's `Origin` when its head had arrived)
+    /// when it is plain HTTP (nothing of an answer has been sent while a request is
     /// still arriving, so the bytes cannot interleave with libmicrohttpd's; over TLS they cannot be
     /// written beside GnuTLS), closed for writing, counted and logged at debug level; a second
     /// later it is closed for reading, which libmicrohttpd takes as the client's departure and
     /// closes the connection.
     func enforce(_ deadlines: ConnectionDeadlines, at now: ContinuousClock.Instant) {
         let seconds = configuration.headerTimeoutSeconds
-        for (fd, action) in deadlines.due(at: now, timeout: .seconds(seconds)) where fd >= 0 {
+        for (fd, action, origin) in deadlines.due(at: now, timeout: .seconds(seconds)) where fd >= 0 {
             switch action {
             case .expire(let body):
                 if configuration.tls == nil {
                     let message = Responder.requestTimeout(seconds: seconds, body: body)
-                        .closingMessage(reason: "Request Timeout", date: httpDate())
+                        .closingMessage(
+                            reason: "Request Timeout", date: httpDate(), crossOrigin: responder.crossOrigin,
+                            origin: origin)
                     _ = message.withUnsafeBytes {
                         send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
                     }

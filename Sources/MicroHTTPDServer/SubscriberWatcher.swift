@@ -1,6 +1,7 @@
 import CLinuxEvents
 import Dispatch
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 
 #if canImport(Glibc)
     import Glibc
@@ -14,10 +15,10 @@ import ForgePushTokenHTTP
 /// connection is suspended (its manual, "Flow control"), and a subscriber is suspended whenever it
 /// has nothing to send. So each subscriber's socket is also registered, edge-triggered, for
 /// `EPOLLRDHUP` (peer closed), `EPOLLHUP` and `EPOLLERR` in an epoll set of our own; when one fires
-/// the responder aborts that subscriber, which resumes its connection, and libmicrohttpd closes it. A
+/// the owner aborts that subscriber, which resumes its connection, and libmicrohttpd closes it. A
 /// departed client is thus released within milliseconds, heartbeat or not.
 ///
-/// The same thread calls `responder.heartbeat()` every `heartbeatSeconds`, from its `epoll_wait`
+/// The same thread calls the owner's `heartbeat()` every `heartbeatSeconds`, from its `epoll_wait`
 /// timeout: no busy loop, one thread for every subscriber.
 ///
 /// Thread-safety: `watch`/`unwatch` may be called from any thread (epoll_ctl is thread-safe);
@@ -26,14 +27,14 @@ import ForgePushTokenHTTP
 final class SubscriberWatcher: Sendable {
     private let epoll: Int32
     private let stopSignal: Int32
-    private let responder: Responder
+    private let owner: TokenOwner<TokenSnapshot>
     private let heartbeatSeconds: Int
     private let finished = DispatchSemaphore(value: 0)
     private static let stopID = UInt64.max
 
-    init(responder: Responder, heartbeatSeconds: Int) throws(ServerError) {
+    init(owner: TokenOwner<TokenSnapshot>, heartbeatSeconds: Int) throws(ServerError) {
         precondition(heartbeatSeconds >= 1, "heartbeat must be at least 1 second")
-        self.responder = responder
+        self.owner = owner
         self.heartbeatSeconds = heartbeatSeconds
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else { throw .socket(call: "epoll_create1", address: "subscriber watcher", errno: errno) }
@@ -87,7 +88,7 @@ final class SubscriberWatcher: Sendable {
         while true {
             let now = DispatchTime.now().uptimeNanoseconds
             if now >= nextTick {
-                responder.heartbeat()
+                owner.heartbeat()
                 nextTick = now + period
             }
             let timeout = Int32(clamping: (nextTick - min(now, nextTick)) / 1_000_000 + 1)
@@ -95,7 +96,7 @@ final class SubscriberWatcher: Sendable {
             if count < 0 { continue }  // EINTR
             for event in events.prefix(Int(count)) {
                 if event.data.u64 == Self.stopID { return }
-                responder.subscriberDeparted(event.data.u64)
+                owner.abort(event.data.u64)
             }
         }
     }

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenOwner
 
 #if canImport(Glibc)
     import Glibc
@@ -41,13 +42,15 @@ final class TokenResponseCache: Sendable {
         on connection: OpaquePointer, responder: Responder,
         ifNoneMatch: UnsafePointer<CChar>?
     ) -> (result: MHD_Result, status: Int, bytes: Int) {
-        let version = responder.tokenVersion
+        let version = responder.owner.version
         // The owner's lock nests inside the cache's (never the other way round).
         return entry.withLock { entry -> (result: MHD_Result, status: Int, bytes: Int) in
             if entry?.version != version {
                 let (snapshot, full, conditional) = responder.tokenReadResponses()
-                guard let response = makeResponse(full) else { return (.NO, 500, 0) }
-                guard let notModified = makeResponse(conditional) else {
+                // Only served while CORS is off (`Responder.answersTokenReadsBlindly`): no CORS fields.
+                let off = CrossOriginPolicy()
+                guard let response = makeResponse(full, crossOrigin: off, origin: nil) else { return (.NO, 500, 0) }
+                guard let notModified = makeResponse(conditional, crossOrigin: off, origin: nil) else {
                     MHD_destroy_response(response)
                     return (.NO, 500, 0)
                 }
@@ -86,9 +89,9 @@ final class TokenResponseCache: Sendable {
     }
 }
 
-/// A libmicrohttpd response holding a copy of `response`'s body and its header fields; the caller
-/// owns the one reference.
-func makeResponse(_ response: HTTPResponse) -> OpaquePointer? {
+/// A libmicrohttpd response holding a copy of `response`'s body and its header fields, completed
+/// for a request from `origin` (`addHeaders`); the caller owns the one reference.
+func makeResponse(_ response: HTTPResponse, crossOrigin: CrossOriginPolicy, origin: String?) -> OpaquePointer? {
     let body = response.body
     let mhdResponse = body.withUnsafeBytes {
         MHD_create_response_from_buffer(
@@ -96,6 +99,6 @@ func makeResponse(_ response: HTTPResponse) -> OpaquePointer? {
             .RESPMEM_MUST_COPY)
     }
     guard let mhdResponse else { return nil }
-    addHeaders(response.headers, to: mhdResponse)
+    addHeaders(response.headers, to: mhdResponse, crossOrigin: crossOrigin, origin: origin)
     return mhdResponse
 }

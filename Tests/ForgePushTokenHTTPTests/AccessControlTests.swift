@@ -184,10 +184,10 @@ struct CrossOriginTests {
         let policy = try CrossOriginPolicy(origins: ["HTTPS://App.Example", "http://localhost:3000"])
         #expect(policy.origins == ["https://app.example", "http://localhost:3000"])
         let responder = try responder(["https://app.example"])
-        let shouted = try responder.send("GET", "/token", headers: ["Origin": "HTTPS://APP.EXAMPLE"])
+        let shouted = try responder.sent("GET", "/token", headers: ["Origin": "HTTPS://APP.EXAMPLE"])
         #expect(shouted.headers["Access-Control-Allow-Origin"] == "https://app.example")
         let browser = try Responder(owner: makeOwner(maxSubscribers: 4), crossOrigin: policy)
-            .send("GET", "/token", headers: ["Origin": "https://app.example"])
+            .sent("GET", "/token", headers: ["Origin": "https://app.example"])
         #expect(browser.headers["Access-Control-Allow-Origin"] == "https://app.example")
     }
 
@@ -195,16 +195,18 @@ struct CrossOriginTests {
     func allowedOrigin() throws {
         let responder = try responder(["https://app.example", "http://localhost:3000"])
         #expect(!responder.answersTokenReadsBlindly)
-        let response = try responder.send("GET", "/token", headers: ["Origin": "https://app.example"])
+        let response = try responder.sent("GET", "/token", headers: ["Origin": "https://app.example"])
         #expect(response.status == 200)
         #expect(response.headers["Access-Control-Allow-Origin"] == "https://app.example")
         #expect(response.headers["Vary"] == "Origin")
         let (head, subscriber) = responder.openEventStream(origin: "http://localhost:3000", wake: {})
         #expect(head.status == 200 && subscriber != nil)
-        #expect(head.headers["Access-Control-Allow-Origin"] == "http://localhost:3000")
+        #expect(
+            responder.completed(head.headers, origin: "http://localhost:3000")["Access-Control-Allow-Origin"]
+                == "http://localhost:3000")
         #expect(head.headers["Content-Type"] == "text/event-stream")
         // An error answer to an allowed origin is readable by the page too.
-        let refused = try responder.send(
+        let refused = try responder.sent(
             "POST", "/register", contentType: "text/plain", body: utf8("xyz"),
             headers: ["Origin": "https://app.example"])
         #expect(refused.status == 400 && refused.headers["Access-Control-Allow-Origin"] == "https://app.example")
@@ -214,25 +216,26 @@ struct CrossOriginTests {
     func otherOrigins() throws {
         let responder = try responder(["https://app.example"])
         for headers: HTTPHeaders in [["Origin": "https://evil.example"], ["Origin": "https://app.example.evil"], [:]] {
-            let response = try responder.send("GET", "/token", headers: headers)
+            let response = try responder.sent("GET", "/token", headers: headers)
             #expect(response.status == 200)
             #expect(response.headers["Access-Control-Allow-Origin"] == nil)
         }
         let (head, _) = responder.openEventStream(origin: "https://evil.example", wake: {})
         #expect(head.headers["Access-Control-Allow-Origin"] == nil)
+        #expect(responder.completed(head.headers, origin: "https://evil.example")["Access-Control-Allow-Origin"] == nil)
     }
 
     @Test("* allows every origin")
     func anyOrigin() throws {
         let responder = try responder(["*"])
-        let response = try responder.send("GET", "/token", headers: ["Origin": "https://anything.example"])
+        let response = try responder.sent("GET", "/token", headers: ["Origin": "https://anything.example"])
         #expect(response.headers["Access-Control-Allow-Origin"] == "*")
     }
 
     @Test("preflight from an allowed origin: 204 with the Access-Control-Allow fields, once each")
     func preflightAllowed() throws {
         let responder = try responder(["https://app.example"])
-        let response = try responder.send(
+        let response = try responder.sent(
             "OPTIONS", "/register",
             headers: [
                 "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
@@ -250,7 +253,7 @@ struct CrossOriginTests {
     func preflightRefused() throws {
         for origins in [["https://app.example"], []] {
             let responder = try responder(origins)
-            let response = try responder.send(
+            let response = try responder.sent(
                 "OPTIONS", "/token/stream",
                 headers: [
                     "Origin": "https://evil.example", "Access-Control-Request-Method": "GET",
@@ -263,10 +266,10 @@ struct CrossOriginTests {
     @Test("plain OPTIONS: 204 with Allow on every route; 404 on unknown paths", arguments: Route.allCases)
     func plainOptions(route: Route) throws {
         let responder = try responder([])
-        let response = try responder.send("OPTIONS", route.rawValue)
+        let response = try responder.sent("OPTIONS", route.rawValue)
         #expect(response.status == 204)
         #expect(response.headers["Allow"] == route.allowedMethods.joined(separator: ", "))
         #expect(response.headers["Allow"]?.hasSuffix("OPTIONS") == true)
-        try expectError(try responder.send("OPTIONS", "/nope"), status: 404, code: "not_found")
+        try expectError(try responder.sent("OPTIONS", "/nope"), status: 404, code: "not_found")
     }
 }

@@ -160,14 +160,14 @@ struct ConditionalGETTests {
         let responder = Responder(
             owner: makeOwner(maxSubscribers: 4),
             crossOrigin: try CrossOriginPolicy(origins: [origin]))
-        let full = try responder.send("GET", "/token", headers: ["Origin": origin])
+        let full = try responder.sent("GET", "/token", headers: ["Origin": origin])
         #expect(full.headers["Access-Control-Expose-Headers"]?.contains("ETag") == true)
         let etag = try #require(full.headers["ETag"])
-        let notModified = try responder.send("GET", "/token", headers: ["Origin": origin, "If-None-Match": etag])
+        let notModified = try responder.sent("GET", "/token", headers: ["Origin": origin, "If-None-Match": etag])
         #expect(notModified.status == 304)
         #expect(notModified.headers["Access-Control-Allow-Origin"] == origin)
         #expect(notModified.headers["Vary"] == "Origin")
-        let preflight = try responder.send(
+        let preflight = try responder.sent(
             "OPTIONS", "/token",
             headers: [
                 "Origin": origin, "Access-Control-Request-Method": "GET",

@@ -31,10 +31,10 @@ struct FanOutTests {
     /// An `EventSubscriber` of `owner` whose wakes are counted.
     static func subscribe(_ owner: Owner) throws -> Client {
         let wakes = Counter()
-        let subscriber = try owner.subscribe { id, first in
+        let subscription = try owner.subscribe { id, first in
             EventSubscriber(id: id, first: first, wake: { wakes.increment() })
         }
-        return Client(subscriber: subscriber as! EventSubscriber, wakes: wakes)
+        return Client(subscriber: subscription.subscriber, wakes: wakes)
     }
 
     /// A change made elsewhere reaches the owner through its store.
@@ -185,6 +185,33 @@ struct FanOutTests {
         #expect(owner.subscriberCount == 2, "abort does not remove; the engine removes when the connection is gone")
     }
 
+    @Test("a subscription ends its own subscriber alone: abort() ends its stream, cancel() removes it, each idempotent")
+    func subscriptionHandle() throws {
+        let (owner, _) = Self.owner(maxSubscribers: 8)
+        let wakes = Counter()
+        let subscription = try owner.subscribe { id, first in
+            EventSubscriber(id: id, first: first, wake: { wakes.increment() })
+        }
+        let other = try Self.subscribe(owner)
+        #expect(subscription.id == subscription.subscriber.id && subscription.id != other.subscriber.id)
+        #expect(drain(subscription.subscriber).result == .suspended)
+        #expect(drain(other.subscriber).result == .suspended)
+
+        subscription.abort()
+        subscription.abort()  // again: no second wake
+        #expect(wakes.value == 1 && other.wakes.value == 0)
+        #expect(readOnce(subscription.subscriber).result == .abort)
+        #expect(readOnce(other.subscriber).result == .suspended)
+        #expect(owner.subscriberCount == 2)
+
+        subscription.cancel()
+        subscription.cancel()  // again: ignored
+        #expect(owner.subscriberCount == 1)
+        owner.commit("ab") { _ in }
+        #expect(other.wakes.value == 1, "the other subscriber still gets changes")
+        #expect(wakes.value == 1, "the cancelled one does not")
+    }
+
     @Test("abortAll() ends every stream at once")
     func abortAll() throws {
         let (owner, _) = Self.owner(maxSubscribers: 8)
@@ -242,7 +269,7 @@ struct FanOutTests {
                         subscriber =
                             try owner.subscribe { id, first in
                                 EventSubscriber(id: id, first: first, wake: { wakes.increment() })
-                            } as! EventSubscriber
+                            }.subscriber
                     } catch {
                         problems.withLock { $0.append("subscribe refused: \(error)") }
                         continue

@@ -78,6 +78,44 @@ struct HTTPHygieneTests {
         }
     }
 
+    @Test("with CORS on, completing adds Vary to every answer, and the allow fields for an allowed Origin, once")
+    func completingWithCrossOrigin() throws {
+        let policy = try CrossOriginPolicy(origins: ["https://app.example"])
+        let answers = [
+            Responder.payloadTooLarge(limit: 10), Responder.uriTooLong(limit: 10),
+            Responder.requestTimeout(seconds: 1, body: true), HTTPResponse.json(200, encoding: ["status": "ok"]),
+        ]
+        for response in answers {
+            let allowed = ResponseHeaders.completing(
+                response.headers, crossOrigin: policy, origin: "https://app.example")
+            #expect(allowed["Access-Control-Allow-Origin"] == "https://app.example" && allowed["Vary"] == "Origin")
+            #expect(allowed["Access-Control-Expose-Headers"] == CrossOriginPolicy.exposedHeaders)
+            #expect(allowed["X-Content-Type-Options"] == "nosniff" && allowed["Cache-Control"] == "no-store")
+            for origin in ["https://other.example", nil] {
+                let other = ResponseHeaders.completing(response.headers, crossOrigin: policy, origin: origin)
+                #expect(other["Access-Control-Allow-Origin"] == nil && other["Vary"] == "Origin")
+            }
+            let off = ResponseHeaders.completing(response.headers, origin: "https://app.example")
+            #expect(off["Access-Control-Allow-Origin"] == nil && off["Vary"] == nil)
+        }
+        // A preflight answer names its own fields: they are not added twice.
+        let preflight = policy.options(
+            for: .token,
+            request: HTTPRequest(
+                method: "OPTIONS", path: "/token", query: nil,
+                headers: ["Origin": "https://app.example", "Access-Control-Request-Method": "GET"]))
+        let sent = ResponseHeaders.completing(preflight.headers, crossOrigin: policy, origin: "https://app.example")
+        #expect(sent.filter { $0.name == "Access-Control-Allow-Origin" }.count == 1)
+        #expect(sent.filter { $0.name == "Vary" }.count == 1)
+        // The 408 the engine writes itself is completed the same way.
+        let timeout = String(
+            decoding: Responder.requestTimeout(seconds: 1, body: true).closingMessage(
+                reason: "Request Timeout", date: "Wed, 02 Dec 2026 13:00:00 GMT", crossOrigin: policy,
+                origin: "https://app.example"), as: UTF8.self)
+        #expect(timeout.contains("\r\nAccess-Control-Allow-Origin: https://app.example\r\n"))
+        #expect(timeout.contains("\r\nVary: Origin\r\n"))
+    }
+
     // MARK: The live page
 
     @Test("GET /: Content-Security-Policy, Referrer-Policy, no-cache and an ETag")

@@ -90,7 +90,7 @@ import Testing
                 for: Responder.AdmittedRequest(
                     route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
                 wake: {})
-            let text = String(decoding: drain(try #require(subscriber)).bytes, as: UTF8.self)
+            let text = String(decoding: drain(try #require(subscriber).subscriber).bytes, as: UTF8.self)
             #expect(text.hasPrefix("retry: "))
             let value = Int(text.dropFirst(7).prefix(while: { $0.isNumber }))!
             #expect((1000...5000).contains(value))
@@ -110,7 +110,7 @@ import Testing
                     headers: headers)),
             wake: {})
         #expect(refreshes.withLock { $0 } == 1)
-        let ahead = try #require(aheadSubscriber)
+        let ahead = try #require(aheadSubscriber).subscriber
         let first = drain(ahead)
         #expect(!String(decoding: first.bytes, as: UTF8.self).contains("id:"))
         store.report(.changed(TokenState(version: 4, token: "bb")))

@@ -56,4 +56,67 @@ struct RequestFramingTests {
         let body = String(decoding: expectation?.body ?? [], as: UTF8.self)
         #expect(body.contains("expectation_failed"))
     }
+
+    /// The counts of `fields` (name, value or `nil`), given one by one as libmicrohttpd lists them.
+    func counts(_ fields: [(String, String?)], otherRecords: Int = 0) -> RequestFraming.FieldCounts {
+        var counts = RequestFraming.FieldCounts()
+        for (name, value) in fields {
+            let nameBytes = Array(name.utf8)
+            let valueBytes = value.map { Array($0.utf8) }
+            nameBytes.withUnsafeBytes { name in
+                if let valueBytes {
+                    valueBytes.withUnsafeBytes { counts.countHeader(name: name, value: $0) }
+                } else {
+                    counts.countHeader(name: name, value: nil)
+                }
+            }
+        }
+        for _ in 0..<otherRecords { counts.countRecord() }
+        return counts
+    }
+
+    @Test("the fields that decide framing are counted by name, ASCII case-insensitively, repeats included")
+    func fieldCounts() {
+        let found = counts(
+            [
+                ("host", "a"), ("HOST", "b"), ("Content-Length", "4"), ("content-length", "5"),
+                ("Transfer-Encoding", "chunked"), ("Authorization", "Bearer a"), ("X-Other", "1"),
+            ], otherRecords: 3)
+        var expected = RequestFraming.FieldCounts()
+        expected.host = 2
+        expected.contentLength = 2
+        expected.transferEncoding = 1
+        expected.authorization = 1
+        expected.records = 10
+        #expect(found == expected)
+        #expect(counts([("Hostx", "a"), ("Hos", "a")]).host == 0)
+    }
+
+    @Test("an empty name, or one with a space, tab or NUL, is malformed; a bare CR in a name or value is counted")
+    func malformedNamesAndBareCR() {
+        for name in ["", "Content-Length ", " Host", "X\tY", "A\u{0}B"] {
+            #expect(counts([(name, "1")]).malformedNames == 1, "\(name.debugDescription)")
+        }
+        #expect(counts([("Content-Length ", "4")]).contentLength == 0, "not Content-Length to libmicrohttpd")
+        #expect(counts([("Host", "x\rContent-Length: 43")]).bareCR == 1)
+        #expect(counts([("X\rY", "1")]).bareCR == 1)
+        #expect(counts([("Host", "x")]).bareCR == 0 && counts([("Host", "x")]).malformedNames == 0)
+    }
+
+    @Test("Expect: only 100-continue (any case, blanks around it) is met; no value is unmet")
+    func expectations() {
+        for value in ["100-continue", "100-Continue", " \t100-CONTINUE\t "] {
+            #expect(counts([("Expect", value)]).unmetExpectations == 0, "\(value.debugDescription)")
+        }
+        for value: String? in ["", "  ", "100-continued", "200-ok", "100 -continue", nil] {
+            #expect(counts([("expect", value)]).unmetExpectations == 1, "\(String(describing: value))")
+        }
+    }
+
+    @Test("the first Cookie field's value length is kept, for the head budget; none without one")
+    func cookie() {
+        #expect(counts([("Host", "x")]).cookieValueBytes == nil)
+        #expect(counts([("Cookie", "a=123"), ("cookie", "b=1234567")]).cookieValueBytes == 5)
+        #expect(counts([("COOKIE", nil)]).cookieValueBytes == 0)
+    }
 }

@@ -231,7 +231,7 @@ struct ResponderRouteTests {
 
     // MARK: /healthz
 
-    @Test("/healthz: 200 ok, then 503 shutting_down after beginShutdown")
+    @Test("/healthz: 200 ok, then 503 shutting_down after graceful shutdown begins (owner.stop())")
     func healthz() throws {
         let responder = makeResponder()
         for method in ["GET", "HEAD"] {
@@ -242,8 +242,8 @@ struct ResponderRouteTests {
         }
         #expect(!responder.isStopping)
 
-        responder.beginShutdown()
-        responder.beginShutdown()  // idempotent
+        responder.owner.stop()
+        responder.owner.stop()  // idempotent
         #expect(responder.isStopping)
         for method in ["GET", "HEAD"] {
             let response = try responder.send(method, "/healthz")
@@ -333,14 +333,14 @@ struct ResponderRouteTests {
         #expect(subscriber != nil)
     }
 
-    @Test("openEventStream after beginShutdown: 503, and open streams end cleanly")
+    @Test("openEventStream after owner.stop(): 503, and open streams end cleanly")
     func streamAfterShutdown() throws {
         let responder = makeResponder()
         let wakes = Counter()
         let open = try #require(responder.openEventStream { wakes.increment() }.1)
         #expect(drain(open).result == .suspended)
 
-        responder.beginShutdown()
+        responder.owner.stop()
         #expect(wakes.value == 1, "the suspended stream is woken to end")
         #expect(drain(open).result == .endOfStream)
 

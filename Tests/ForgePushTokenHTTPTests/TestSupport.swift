@@ -35,7 +35,7 @@ extension Responder {
         }
     }
 
-    /// Whether `beginShutdown()` was called.
+    /// Whether graceful shutdown began (`owner.stop()`).
     var isStopping: Bool { owner.isStopping }
 
     /// `openEventStream(for:wake:)` for a `GET /token/stream` from `origin`.
@@ -52,7 +52,8 @@ extension Responder {
         else {
             preconditionFailure("GET /token/stream is always admitted without a token")
         }
-        return openEventStream(for: admitted, wake: wake)
+        let (head, subscription) = openEventStream(for: admitted, wake: wake)
+        return (head, subscription?.subscriber)
     }
 }
 
@@ -131,6 +132,27 @@ extension Responder {
                 sourceLocation: sourceLocation)
             throw Unexpected(description: "later")
         }
+    }
+}
+
+extension Responder {
+    /// The complete response to one request as the engine sends it: its header completed in the
+    /// engine's one place (`ResponseHeaders.completing`: the CORS fields for the request's
+    /// `Origin`, then the defaults).
+    func sent(
+        _ method: String, _ target: String, contentType: String? = nil, body: [UInt8] = [],
+        headers: HTTPHeaders = HTTPHeaders(),
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> HTTPResponse {
+        var response = try send(
+            method, target, contentType: contentType, body: body, headers: headers, sourceLocation: sourceLocation)
+        response.headers = completed(response.headers, origin: headers["Origin"])
+        return response
+    }
+
+    /// `headers` completed as the engine completes an answer's to a request from `origin`.
+    func completed(_ headers: HTTPHeaders, origin: String?) -> HTTPHeaders {
+        ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin)
     }
 }
 

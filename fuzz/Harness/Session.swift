@@ -76,9 +76,9 @@ final class Session {
                                                                       headers: Configuration.observerHeaders(configuration))) else {
             fatalError("the observer's GET /token/stream was not admitted")
         }
-        let (head, subscriber) = responder.openEventStream(for: stream, wake: {})
-        require(head.status == 200 && subscriber != nil, "the observer could not subscribe: \(head.status)")
-        observer = subscriber!
+        let (head, subscription) = responder.openEventStream(for: stream, wake: {})
+        require(head.status == 200 && subscription != nil, "the observer could not subscribe: \(head.status)")
+        observer = subscription!.subscriber
         let first = Self.readAll(observer)
         require(first.bytes == owner.current.event && first.end == .suspended,
                 "the observer's first event is not the current snapshot's")
@@ -319,11 +319,17 @@ final class Session {
         return object
     }
 
-    /// A response to an allowed origin carries `Access-Control-Allow-Origin`; to any other, none.
+    /// A response to an allowed origin carries `Access-Control-Allow-Origin`; to any other, none;
+    /// with CORS on, every one carries `Vary`. As the engine sends it: its header completed in the
+    /// engine's one place (`ResponseHeaders.completing`).
     func checkCrossOrigin(_ response: HTTPResponse, request: HTTPRequest) {
-        let allowed = responder.crossOrigin.allowOriginValue(for: request.headers["Origin"])
-        let sent = response.headers["Access-Control-Allow-Origin"]
+        let origin = request.headers["Origin"]
+        let allowed = responder.crossOrigin.allowOriginValue(for: origin)
+        let headers = ResponseHeaders.completing(response.headers, crossOrigin: responder.crossOrigin, origin: origin)
+        let sent = headers["Access-Control-Allow-Origin"]
         require(sent == allowed, "Access-Control-Allow-Origin \(String(reflecting: sent)), expected \(String(reflecting: allowed))",
+                context: context)
+        require(!responder.crossOrigin.isEnabled || headers["Vary"] != nil, "an answer without Vary while CORS is on",
                 context: context)
     }
 
@@ -332,29 +338,33 @@ final class Session {
     /// A `GET /token/stream` of the harness's own (with the bearer token where one is needed).
     func openStream() -> (HTTPResponse, EventSubscriber?) {
         let request = HTTPRequest(method: "GET", target: "/token/stream", headers: Configuration.observerHeaders(configuration))
-        return responder.openEventStream(for: Responder.AdmittedRequest(route: .stream, request: request), wake: {})
+        let (head, subscription) = responder.openEventStream(for: Responder.AdmittedRequest(route: .stream, request: request),
+                                                             wake: {})
+        return (head, subscription?.subscriber)
     }
 
     /// `GET /token/stream`: subscribe, read the first event, cancel. Returns the status sent.
     func stream(_ request: HTTPRequest) -> Int {
-        let (head, subscriber) = responder.openEventStream(for: Responder.AdmittedRequest(route: .stream, request: request),
-                                                           wake: {})
+        let (head, subscription) = responder.openEventStream(for: Responder.AdmittedRequest(route: .stream, request: request),
+                                                             wake: {})
         checkCrossOrigin(head, request: request)
-        guard let subscriber else {
+        guard let subscription else {
             require(false, "a stream was refused with \(head.status) while only the observer is subscribed", context: context)
             return head.status
         }
         require(head.status == 200 && head.headers["Content-Type"] == ServerSentEvents.contentType,
                 "an event stream's head is \(head.status)", context: context)
+        let subscriber = subscription.subscriber
         let first = Self.readAll(subscriber)
         require(first.end == .suspended && first.bytes == owner.current.event,
                 "a new subscriber's first event is not the current snapshot's", context: context)
         checkEvent(first.bytes)
-        // The client goes away: the engine aborts the stream and removes the subscriber.
-        responder.subscriberDeparted(subscriber.id)
+        // The client goes away: the engine aborts the stream and removes the subscriber, through
+        // the subscription the owner handed out.
+        subscription.abort()
         require(Self.readAll(subscriber).end == .abort, "an aborted stream did not abort", context: context)
-        responder.streamClosed(subscriber.id)
-        require(responder.openStreams == 1, "\(responder.openStreams) subscribers after a removal", context: context)
+        subscription.cancel()
+        require(owner.subscriberCount == 1, "\(owner.subscriberCount) subscribers after a removal", context: context)
         return head.status
     }
 
@@ -451,16 +461,16 @@ final class Session {
                 "a subscriber over the limit answered \(refused.0.status)", context: context)
         checkErrorBody(refused.0)
         require(errorCode(refused.0) == "too_many_subscribers", "a full service answered \(String(reflecting: errorCode(refused.0)))", context: context)
-        if let subscriber = extra.1 { responder.streamClosed(subscriber.id) }
+        if let subscriber = extra.1 { owner.unsubscribe(subscriber.id) }
 
-        responder.beginShutdown()
+        owner.stop()
         let closed = openStream()
         require(closed.0.status == 503 && closed.1 == nil && errorCode(closed.0) == "shutting_down",
                 "a subscriber after shutdown answered \(closed.0.status)", context: context)
         checkErrorBody(closed.0)
         let end = Self.readAll(observer)
         require(end.end == .endOfStream && end.bytes.isEmpty, "the observer's stream did not end cleanly: \(end.end)", context: context)
-        responder.streamClosed(observer.id)
+        owner.unsubscribe(observer.id)
         let healthz = HTTPRequest(method: "GET", target: "/healthz")
         let reply: Responder.Reply
         switch responder.admit(healthz) {

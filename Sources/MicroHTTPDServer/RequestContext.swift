@@ -1,0 +1,46 @@
+import CMicroHTTPD
+import ForgePushToken
+import ForgePushTokenHTTP
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// Per-request state, owned by libmicrohttpd's `*con_cls` from the first access-handler call until
+/// the request-completed callback. Only the connection's polling thread touches it. Where the
+/// request stands is one value, `machine` (`RequestStateMachine`); the rest is what the engine
+/// keeps beside it (the body's bytes, what was sent, for the metrics and the access log).
+final class RequestContext {
+    let method: String
+    let path: String
+    let started = ContinuousClock.now
+    /// Where the request stands, and the body bytes received.
+    var machine: RequestStateMachine
+    /// The route `Responder.admit` matched (kept for the metrics once the request is over).
+    var route: Route?
+    /// The body bytes kept (`RequestStateMachine.Action.keep`).
+    var body: [UInt8] = []
+    /// Whether the body comes chunked (its connection has a short idle timeout until it is complete).
+    let chunked: Bool
+    var status = 0
+    var bytes = 0
+    var stream: EventStream?
+    /// The request's `Origin` field value, kept from its head on so that every answer to it, the
+    /// engine's own included, gets the same CORS fields (`ResponseHeaders.completing`).
+    let origin: String?
+    /// The service's CORS policy (`Responder.crossOrigin`).
+    let crossOrigin: CrossOriginPolicy
+
+    init(
+        method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy, limit: Int
+    ) {
+        self.machine = RequestStateMachine(limit: limit)
+        self.method = method
+        self.path = path
+        self.chunked = chunked
+        self.origin = origin
+        self.crossOrigin = crossOrigin
+    }
+}

@@ -1,0 +1,143 @@
+import Testing
+
+@testable import ForgePushTokenHTTP
+
+/// Issue 19 §3: the engine's per-request state machine, as plain values: every event in, every
+/// action out, no sockets.
+@Suite("Request state machine")
+struct RequestStateMachineTests {
+    static let limit = 16
+
+    /// `action` in a few words, so that sequences compare as text.
+    func describe(_ action: RequestStateMachine.Action) -> String {
+        switch action {
+        case .readOn: "readOn"
+        case .keep: "keep"
+        case .drop: "drop"
+        case .discardAll: "discardAll"
+        case .queue(let response): "queue \(response.status)"
+        case .queueTokenRead: "queueTokenRead"
+        case .respond(let admitted): "respond \(admitted.request.method) \(admitted.route.rawValue)"
+        case .openStream(let admitted): "openStream \(admitted.route.rawValue)"
+        case .takeOrSuspend: "takeOrSuspend"
+        case .close: "close"
+        case .none: "none"
+        }
+    }
+
+    func admitted(_ method: String = "POST", _ route: Route = .register) -> Responder.AdmittedRequest {
+        Responder.AdmittedRequest(route: route, request: HTTPRequest(method: method, path: route.rawValue, query: nil))
+    }
+
+    func refusal(_ status: Int) -> HTTPResponse {
+        .error(status, ServiceError("x", "y"))
+    }
+
+    @Test("a refusal without a body waits for the next call, which answers it; then nothing more")
+    func refusalWithoutBody() {
+        var machine = RequestStateMachine(limit: Self.limit)
+        #expect(describe(machine.head(.refused(refusal(404)), contentLength: nil, chunked: false)) == "readOn")
+        #expect(describe(machine.complete()) == "queue 404")
+        #expect(describe(machine.complete()) == "none")
+    }
+
+    @Test(
+        "a refusal of a request with a body, or of its framing, is answered at once, the body unread",
+        arguments: [
+            (404, UInt64(5), false), (401, nil, true), (400, nil, false), (417, nil, false), (501, UInt64(0), false),
+        ] as [(Int, UInt64?, Bool)])
+    func refusalAtOnce(status: Int, contentLength: UInt64?, chunked: Bool) {
+        var machine = RequestStateMachine(limit: Self.limit)
+        #expect(
+            describe(machine.head(.refused(refusal(status)), contentLength: contentLength, chunked: chunked))
+                == "queue \(status)")
+        #expect(describe(machine.bodyChunk(count: 4)) == "drop")
+        #expect(describe(machine.complete()) == "none")
+    }
+
+    @Test("a Content-Length over the limit: 413 at once, for the responder's routes and the token read alike")
+    func contentLengthOverLimit() {
+        for head in [RequestStateMachine.Head.admitted(admitted()), .tokenRead] {
+            var machine = RequestStateMachine(limit: Self.limit)
+            #expect(describe(machine.head(head, contentLength: UInt64(Self.limit + 1), chunked: false)) == "queue 413")
+            #expect(describe(machine.complete()) == "none")
+        }
+        var atLimit = RequestStateMachine(limit: Self.limit)
+        #expect(
+            describe(atLimit.head(.admitted(admitted()), contentLength: UInt64(Self.limit), chunked: false)) == "readOn"
+        )
+    }
+
+    @Test("a body within the limit is kept and handed to the responder; its reply is queued")
+    func bodyWithinLimit() {
+        var machine = RequestStateMachine(limit: Self.limit)
+        #expect(describe(machine.head(.admitted(admitted()), contentLength: 16, chunked: false)) == "readOn")
+        #expect(describe(machine.bodyChunk(count: 10)) == "keep")
+        #expect(describe(machine.bodyChunk(count: 6)) == "keep")
+        #expect(machine.kept == 16 && machine.received == 16)
+        #expect(describe(machine.complete()) == "respond POST /register")
+        #expect(describe(machine.complete()) == "none", "a call while the responder is asked does nothing")
+        #expect(describe(machine.replied(.response(HTTPResponse(status: 200)))) == "queue 200")
+        #expect(describe(machine.complete()) == "none")
+    }
+
+    @Test("a chunked body over the limit: what was kept is discarded, the rest dropped, 413 at its end")
+    func chunkedOverLimit() {
+        var machine = RequestStateMachine(limit: Self.limit)
+        #expect(describe(machine.head(.admitted(admitted()), contentLength: nil, chunked: true)) == "readOn")
+        #expect(describe(machine.bodyChunk(count: 10)) == "keep")
+        #expect(describe(machine.bodyChunk(count: 7)) == "discardAll")
+        #expect(describe(machine.bodyChunk(count: 100)) == "drop")
+        #expect(machine.kept == 0 && machine.received == 117)
+        #expect(describe(machine.complete()) == "queue 413")
+    }
+
+    @Test("an endless over-limit body is cut off past the drop limit: close, no answer")
+    func endlessBody() {
+        var machine = RequestStateMachine(limit: Self.limit)
+        _ = machine.head(.admitted(admitted()), contentLength: nil, chunked: true)
+        #expect(describe(machine.bodyChunk(count: Self.limit + 1)) == "discardAll")
+        #expect(describe(machine.bodyChunk(count: machine.dropLimit - Self.limit - 1)) == "drop")
+        #expect(describe(machine.bodyChunk(count: 1)) == "close")
+    }
+
+    @Test("GET /token/stream: the responder's .eventStream opens the stream")
+    func eventStream() {
+        var machine = RequestStateMachine(limit: Self.limit)
+        _ = machine.head(.admitted(admitted("GET", .stream)), contentLength: nil, chunked: false)
+        #expect(describe(machine.complete()) == "respond GET /token/stream")
+        #expect(describe(machine.replied(.eventStream)) == "openStream /token/stream")
+        #expect(describe(machine.complete()) == "none")
+    }
+
+    @Test("an answer decided later: take it or suspend; each resume tries again; once sent, nothing more")
+    func later() {
+        var machine = RequestStateMachine(limit: Self.limit)
+        _ = machine.head(.admitted(admitted()), contentLength: 2, chunked: false)
+        _ = machine.bodyChunk(count: 2)
+        _ = machine.complete()
+        let pending = PendingResponse()
+        guard case .takeOrSuspend(let first) = machine.replied(.later(pending)) else {
+            Issue.record("a later answer is not taken or waited for")
+            return
+        }
+        #expect(first === pending)
+        #expect(describe(machine.complete()) == "takeOrSuspend", "resumed")
+        machine.sent()
+        #expect(describe(machine.complete()) == "none")
+        #expect(describe(machine.replied(.response(HTTPResponse(status: 200)))) == "none", "no reply was asked for")
+    }
+
+    @Test("GET /token from the cache: after its body (if any, within the limit), the cached answer")
+    func tokenRead() {
+        var plain = RequestStateMachine(limit: Self.limit)
+        #expect(describe(plain.head(.tokenRead, contentLength: nil, chunked: false)) == "readOn")
+        #expect(describe(plain.complete()) == "queueTokenRead")
+        #expect(describe(plain.complete()) == "none")
+
+        var chunked = RequestStateMachine(limit: Self.limit)
+        _ = chunked.head(.tokenRead, contentLength: nil, chunked: true)
+        #expect(describe(chunked.bodyChunk(count: Self.limit + 1)) == "discardAll")
+        #expect(describe(chunked.complete()) == "queue 413")
+    }
+}
