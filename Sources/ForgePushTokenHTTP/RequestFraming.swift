@@ -119,6 +119,9 @@ public enum RequestFraming {
         public var bareCR = 0
         /// `Expect` fields asking for anything but `100-continue` (RFC 9110 §10.1.1).
         public var unmetExpectations = 0
+        /// `Expect: 100-continue` fields: libmicrohttpd answers them with `100 Continue` before the
+        /// body, even when there is none (`RequestStateMachine.head`).
+        public var continueExpectations = 0
 
         /// Nothing counted yet.
         public init() {}
@@ -147,7 +150,7 @@ public enum RequestFraming {
             } else if Self.named(name, "Authorization") {
                 authorization += 1
             } else if Self.named(name, "Expect") {
-                if value.map(Self.is100Continue) != true { unmetExpectations += 1 }
+                if value.map(Self.is100Continue) == true { continueExpectations += 1 } else { unmetExpectations += 1 }
             } else if cookieValueBytes == nil, Self.named(name, "Cookie") {
                 cookieValueBytes = value?.count ?? 0
             }

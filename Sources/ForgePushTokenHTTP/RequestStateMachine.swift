@@ -91,14 +91,33 @@ public struct RequestStateMachine: Sendable {
         self.limit = limit
     }
 
-    /// The head has arrived: what it decided, its `Content-Length` (`nil` without one) and
-    /// whether its body is chunked.
+    /// The head has arrived: what it decided, its `Content-Length` (`nil` without one), whether
+    /// its body is chunked, and whether it asks for `100 Continue` (`Expect: 100-continue`).
     /// - Returns: `.queue` to answer at once: a `Content-Length` over the limit (413), or a
     ///   refusal of a request with a body (unread: no `100 Continue`, and libmicrohttpd then closes
     ///   the connection, so that a refused client cannot make the service take in bodies) or of a
     ///   framing error (400, 417, 501); otherwise `.readOn` (a refusal without a body is answered
-    ///   in the next call, which keeps the connection).
-    public mutating func head(_ head: Head, contentLength: UInt64?, chunked: Bool) -> Action {
+    ///   in the next call, which keeps the connection). A request without a body that asks for
+    ///   `100 Continue` is answered in this call (`.queue`, `.queueTokenRead` or `.respond`):
+    ///   libmicrohttpd sends it a `100 Continue` all the same, and when more bytes are already
+    ///   buffered its next call comes where no answer can be queued, so a write was carried out
+    ///   and never answered (attack finding). Answered now, no `100` is sent.
+    public mutating func head(_ head: Head, contentLength: UInt64?, chunked: Bool, expectsContinue: Bool = false)
+        -> Action
+    {
+        if expectsContinue, (contentLength ?? 0) == 0, !chunked {
+            switch head {
+            case .refused(let response):
+                state = .answered
+                return .queue(response)
+            case .tokenRead:
+                state = .answered
+                return .queueTokenRead
+            case .admitted(let admitted):
+                state = .responding(admitted)
+                return .respond(admitted)
+            }
+        }
         switch head {
         case .refused(let response):
             let status = response.status

@@ -32,6 +32,8 @@ func handleRequest(
         // One pass over the header fields serves the framing checks and tells a chunked body.
         let scan = scanFraming(connection)
         let chunked = scan.counts.transferEncoding > 0
+        // Asks for `100 Continue`: answered in this call when it has no body (RequestStateMachine).
+        let expectsContinue = scan.counts.continueExpectations > 0
         let framing = framingRefusal(
             connection, scan: scan, method: method, url: url, version: version,
             budget: server.configuration.headBudget)
@@ -57,7 +59,7 @@ func handleRequest(
                 origin: expectsBody && responder.crossOrigin.isEnabled ? header(connection, "Origin") : nil)
         else { return .NO }
         server.inFlight.withLock { $0 += 1 }
-        if let marker, target == nil, framing == nil, length == nil, !responder.accessLog {
+        if let marker, target == nil, framing == nil, length == nil, !responder.accessLog, !expectsContinue {
             contextSlot.pointee = marker
             return .YES
         }
@@ -81,8 +83,8 @@ func handleRequest(
             }
         }
         return perform(
-            context.machine.head(decided, contentLength: length, chunked: chunked), on: connection, context: context,
-            daemon: daemon)
+            context.machine.head(decided, contentLength: length, chunked: chunked, expectsContinue: expectsContinue),
+            on: connection, context: context, daemon: daemon)
     case .tokenRead(_, notModified: true):
         return .YES  // answered
     case .tokenRead(let isHead, notModified: false):
