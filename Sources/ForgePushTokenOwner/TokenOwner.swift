@@ -81,33 +81,42 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// once, else on the store's thread.
     public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         guard let commits else {
-            let (base, stopping) = machine.withLock { ($0.current.state, $0.isStopping) }
-            if stopping { return completion(.stopping) }
+            guard let base = machine.withLock({ $0.beginCommit() }) else { return completion(.stopping) }
             store.commit(token, base: base) { [self] outcome in
                 finish(outcome, completion: completion)
             }
             return
         }
-        let (outcome, delivery) = commits.withLock {
-            count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?) in
+        let (outcome, delivery, drained) = commits.withLock {
+            count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?, [Subscriber]) in
             count &+= 1
-            let (base, stopping) = machine.withLock { ($0.current.state, $0.isStopping) }
-            if stopping { return (.stopping, nil) }
+            guard let base = machine.withLock({ $0.beginCommit() }) else { return (.stopping, nil, []) }
             let result = OutcomeSlot()
             store.commit(token, base: base) { outcome in result.value.withLock { $0 = outcome } }
             guard let outcome = result.value.withLock({ $0 }) else {
                 preconditionFailure("a store with owner-serialized ordering must complete before commit returns")
             }
             // Applied before the next commit takes its base: each commit decides on the one before.
-            return (outcome, machine.withLock { $0.committed(outcome) })
+            let (delivery, drained) = machine.withLock { ($0.committed(outcome), $0.finishIfDrained()) }
+            return (outcome, delivery, drained)
         }
         deliver(delivery)
+        finishStreams(drained)
         completion(outcome)
     }
 
     private func finish(_ outcome: CommitOutcome, completion: @Sendable (CommitOutcome) -> Void) {
-        deliver(machine.withLock { $0.committed(outcome) })
+        let (delivery, drained) = machine.withLock { ($0.committed(outcome), $0.finishIfDrained()) }
+        deliver(delivery)
+        finishStreams(drained)
         completion(outcome)
+    }
+
+    /// Ends `subscribers` cleanly (after what is pending for them) and wakes those that wait.
+    private func finishStreams(_ subscribers: [Subscriber]) {
+        for subscriber in subscribers where subscriber.end(.finish) {
+            subscriber.wake()
+        }
     }
 
     private func storeReported(_ event: TokenStoreEvent) {
@@ -194,12 +203,13 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         }
     }
 
-    /// Begins graceful shutdown: refuses new subscribers and ends every subscription cleanly.
-    /// Idempotent. The one stopping state of the service (`isStopping`).
+    /// Begins graceful shutdown: refuses new subscribers and new writes, and ends every
+    /// subscription cleanly: at once, or, while writes are with the store, when the last of them
+    /// has come back and reached the subscribers (a store answers within its own timeout; the
+    /// engine's grace period and `abortAll()` bound the wait). Idempotent. The one stopping state
+    /// of the service (`isStopping`).
     public func stop() {
-        for subscriber in machine.withLock({ $0.stop() }) where subscriber.end(.finish) {
-            subscriber.wake()
-        }
+        finishStreams(machine.withLock { $0.stop() })
     }
 
     /// Shutdown's last step: ends every remaining subscription at once.

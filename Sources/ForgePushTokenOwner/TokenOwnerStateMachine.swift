@@ -35,6 +35,11 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     public private(set) var health: StoreHealth
     /// Whether `stop()` has happened.
     public private(set) var isStopping = false
+    /// Commits proposed to the store (`beginCommit()`) whose outcome has not come back yet.
+    public private(set) var commitsInFlight = 0
+    /// `stop()` happened while commits were in flight: the subscribers are finished when the last
+    /// one comes back (`finishIfDrained()`), after its change has reached them.
+    private var finishPending = false
     /// The most subscribers at once.
     public let maxSubscribers: Int
     private var subscribers: [UInt64: Subscriber] = [:]
@@ -76,9 +81,10 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
         subscribers[id]
     }
 
-    /// A commit finished with `outcome`.
+    /// A commit finished with `outcome` (one begun with `beginCommit()` is no longer in flight).
     /// - Returns: the delivery to make when the outcome carries a newer state.
     public mutating func committed(_ outcome: CommitOutcome) -> Delivery? {
+        if commitsInFlight > 0 { commitsInFlight -= 1 }
         switch outcome {
         case .applied, .unchanged:
             if health == .degraded(reason: .stateNotSaved) { health = .ok }
@@ -115,11 +121,35 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
         Array(subscribers.values)
     }
 
-    /// Graceful shutdown begins: no new subscriber is admitted from now on.
-    /// - Returns: the subscribers to finish cleanly; empty when already stopping.
+    /// A write is about to be proposed to the store.
+    /// - Returns: the state to propose it on, or `nil` once stopping (the write is not proposed:
+    ///   no change may be made after every subscriber has had its last event).
+    public mutating func beginCommit() -> TokenState? {
+        guard !isStopping else { return nil }
+        commitsInFlight += 1
+        return current.state
+    }
+
+    /// Graceful shutdown begins: no new subscriber is admitted and no write proposed from now on.
+    /// - Returns: the subscribers to finish cleanly; empty when already stopping, and empty while
+    ///   commits are in flight: then their subscribers are finished when the last one has come
+    ///   back and its change has reached them (`finishIfDrained()`), so that a write answered
+    ///   `200` during shutdown is on every stream before it ends (attack finding).
     public mutating func stop() -> [Subscriber] {
         guard !isStopping else { return [] }
         isStopping = true
+        guard commitsInFlight == 0 else {
+            finishPending = true
+            return []
+        }
+        return Array(subscribers.values)
+    }
+
+    /// After a commit came back (`committed(_:)`): the subscribers to finish now that the last
+    /// commit in flight at `stop()` has come back; empty otherwise.
+    public mutating func finishIfDrained() -> [Subscriber] {
+        guard finishPending, commitsInFlight == 0 else { return [] }
+        finishPending = false
         return Array(subscribers.values)
     }
 

@@ -121,7 +121,7 @@ struct StateMachineTests {
 
     @Test("unsubscribe forgets a subscriber; an unknown id is ignored")
     func unsubscribe() throws {
-        var machine = Machine(initial: .initial, maxSubscribers: 2)
+        var machine = StateMachineTests.Machine(initial: .initial, maxSubscribers: 2)
         let subscriber = try #require(Self.subscriber(&machine))
         machine.unsubscribe(subscriber.id)
         machine.unsubscribe(subscriber.id)  // unknown now: ignored
@@ -163,6 +163,42 @@ struct TokenOwnerTests {
         owner.commit("cd") { _ in seenAtCompletion.withLock { $0 = subscriber.offered } }
         #expect(seenAtCompletion.withLock { $0 } == [.initial, TokenState(version: 1, token: "cd")])
         #expect(subscriber.state.withLock { $0.wakes } == 1)
+    }
+
+    @Test("stop() with a write at the store: the streams end after its change has reached them, not before")
+    func stopWaitsForWritesInFlight() throws {
+        // Attack finding: a write in flight at SIGTERM was answered 200 changed:true after every
+        // stream had ended on the version before it.
+        let store = ScriptedStore(answering: .whenReleased)
+        let owner = TokenOwner<TokenState>(store: store, initial: .initial, maxSubscribers: 4)
+        owner.start()
+        let recorded = Locked<RecordingSubscriber?>(nil)
+        _ = try owner.subscribe { id, first in
+            let subscriber = RecordingSubscriber(id: id, first: first)
+            recorded.withLock { $0 = subscriber }
+            return subscriber
+        }
+        let subscriber = try #require(recorded.withLock { $0 })
+        let answered = Locked<CommitOutcome?>(nil)
+        owner.commit("ab") { outcome in answered.withLock { $0 = outcome } }
+        owner.stop()
+        #expect(subscriber.state.withLock { $0.endings }.isEmpty, "ended while a write was at the store")
+        #expect(commitNow(owner, "cd") == .stopping, "a new write was proposed after stop()")
+        #expect(store.release())
+        #expect(answered.withLock { $0 } == .applied(TokenState(version: 1, token: "ab")))
+        #expect(subscriber.offered == [.initial, TokenState(version: 1, token: "ab")])
+        #expect(subscriber.state.withLock { $0.endings } == [.finish])
+        // Without writes in flight, stop() ends the streams at once (the machine, as a value).
+        var machine = StateMachineTests.Machine(initial: .initial, maxSubscribers: 2)
+        _ = try #require(StateMachineTests.subscriber(&machine))
+        #expect(machine.beginCommit() == .initial)
+        #expect(machine.stop().isEmpty && machine.beginCommit() == nil)
+        _ = machine.committed(.applied(TokenState(version: 1, token: "ab")))
+        #expect(machine.finishIfDrained().count == 1)
+        #expect(machine.finishIfDrained().isEmpty)
+        var idle = StateMachineTests.Machine(initial: .initial, maxSubscribers: 2)
+        _ = try #require(StateMachineTests.subscriber(&idle))
+        #expect(idle.stop().count == 1)
     }
 
     @Test("after stop(), a write is not proposed to the store: .stopping, nothing changes")
