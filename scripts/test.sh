@@ -1,28 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test of the project, in the order a failure is cheapest to find:
-#   0. the house style: swift-format lint --strict with .swift-format; every Markdown file named
-#      in Sources, docs and the README, and every relative link in Markdown, resolves
-#      (scripts/check-references.py);
-#   1. debug build of everything with -warnings-as-errors, and the unit and live-server tests;
-#   2. the same tests under Thread Sanitizer, then under Address Sanitizer with LeakSanitizer (each
-#      in its own scratch folder, so no build evicts another);
-#   3. the release build of the server (static Swift runtime, exactly as docker/Dockerfile builds
-#      it), checked by the conformance runner ../shared/conformance/run.py (when it is beside the
-#      checkout, or named by FORGE_CONFORMANCE, which makes it required), by schemathesis against
-#      openapi.yaml, and by the churn script (fds and RSS back to their baseline);
-#   4. the libFuzzer target over request decoding and routing, for about 60 s (fuzz/run.sh);
-#   5. end-to-end tests of the release binary: /metrics parsed by prometheus_client, the state
-#      file across restarts and SIGKILLs, the live page in headless Chromium, the hardening
-#      flags (auth, TLS, CORS, limits, a slowloris), a real Prometheus scraping the service,
-#      replicas through Redis (plain, TLS and Sentinel, with a failover and the delivery probe,
-#      and the commands of docs/replicas.md), and every server's --log-format json lines checked
-#      with jq (e2e/run.sh), and REDbot's HTTP lint
-#      of every route (e2e/redbot_check.sh);
-#   6. the operator checks (scripts/ops-checks.sh): promtool on the alert rules and a live scrape,
-#      systemd-analyze on the unit, the benchmark charts, the CPU cost of a scrape;
-#   7. the container checks: hadolint, the runtime-library check, and the debootstrap rootfs run.
-# Each configuration is built once and reused. Set SKIP_TSAN=1, SKIP_ASAN=1, SKIP_FUZZ=1 or
-# SKIP_DOCKER=1 to leave a step out locally; CI runs everything.
+# Runs every test of the project, in the order a failure is cheapest to find: house style and
+# references, the debug build and `swift test`, the library's platform branches and DocC, Thread
+# and Address Sanitizer, the release build with conformance, schemathesis and churn, the fuzzer,
+# idle subscribers, end to end (e2e/run.sh), REDbot, the operator checks and the container checks.
+# docs/testing.md is the one list of what each step runs and how long it takes; each step below
+# also prints its name as it starts. Each configuration is built once and reused. Set SKIP_TSAN=1,
+# SKIP_ASAN=1, SKIP_FUZZ=1 or SKIP_DOCKER=1 to leave a step out locally (TSAN_RUNS=N repeats the
+# Thread Sanitizer run); CI runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
