@@ -467,3 +467,24 @@ def run_tap_checks(checks, prefix, make_fixtures, tools=(), keep=None):
         shutil.rmtree(workdir, ignore_errors=True)
     print("# %d passed, %d failed in %.1f s" % (passed, failed, time.monotonic() - started), flush=True)
     return 1 if failed else 0
+
+
+def health_of(port):
+    """`GET /healthz` of the service on `port` as (status, parsed JSON), or (None, {}) while it
+    does not answer (the docs tests poll it while the processes of a docs block start)."""
+    try:
+        status, _, body = request(port, "GET", "/healthz", timeout=2)
+        return status, json.loads(body)
+    except (OSError, ValueError):
+        return None, {}
+
+
+def docs_sh_blocks(page, heading, until=None):
+    """The ```sh blocks of docs/`page` from `heading` to `until` (or the end of the page), the
+    commands the docs tests run as written."""
+    import re
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", page),
+                encoding="utf-8").read()
+    start = text.index(heading)
+    end = text.index(until, start) if until else len(text)
+    return re.findall(r"```sh\n(.*?)```", text[start:end], re.S)

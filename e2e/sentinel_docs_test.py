@@ -16,7 +16,6 @@ Every process the blocks started is stopped at the end (their process group).
     python3 e2e/sentinel_docs_test.py --server PATH
 """
 import argparse
-import json
 import os
 import re
 import signal
@@ -25,27 +24,14 @@ import subprocess
 import tempfile
 import time
 
-from e2e_support import HOST, check, log, main, request, token_hex, wait_until
+from e2e_support import HOST, check, docs_sh_blocks, health_of as health, log, main, request, token_hex, wait_until
 from replicas_test import version_of, write
 
-DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "replicas.md")
-
-
 def docs_blocks():
-    text = open(DOCS, encoding="utf-8").read()
-    start = text.index("### Sentinel without Docker")
-    end = text.index("With Docker Compose, `docker/compose.sentinel.yaml`", start)
-    blocks = re.findall(r"```sh\n(.*?)```", text[start:end], re.S)
+    blocks = docs_sh_blocks("replicas.md", "### Sentinel without Docker",
+                            until="With Docker Compose, `docker/compose.sentinel.yaml`")
     check(len(blocks) == 2, "docs/replicas.md: expected two sh blocks under 'Sentinel without Docker'")
     return blocks
-
-
-def health(port):
-    try:
-        status, _, body = request(port, "GET", "/healthz", timeout=2)
-        return status, json.loads(body)
-    except (OSError, ValueError):
-        return None, {}
 
 
 def metrics(port):

@@ -16,9 +16,7 @@ Every process the block started is stopped at the end (its process group).
     python3 e2e/tls_docs_test.py --server PATH
 """
 import argparse
-import json
 import os
-import re
 import secrets
 import signal
 import socket
@@ -26,26 +24,13 @@ import subprocess
 import tempfile
 import time
 
-from e2e_support import HOST, EventStream, check, log, main, request, token_hex, wait_until
-
-DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "replicas.md")
-
+from e2e_support import HOST, EventStream, check, docs_sh_blocks, health_of as health, log, main, request, token_hex, wait_until
 
 def docs_block():
     """The first ```sh block after the heading "### TLS on one machine"."""
-    text = open(DOCS, encoding="utf-8").read()
-    start = text.index("### TLS on one machine")
-    match = re.search(r"```sh\n(.*?)```", text[start:], re.S)
-    check(match is not None, "docs/replicas.md: no sh block under 'TLS on one machine'")
-    return match.group(1)
-
-
-def health(port):
-    try:
-        status, _, body = request(port, "GET", "/healthz", timeout=2)
-        return status, json.loads(body)
-    except (OSError, ValueError):
-        return None, {}
+    blocks = docs_sh_blocks("replicas.md", "### TLS on one machine")
+    check(len(blocks) > 0, "docs/replicas.md: no sh block under 'TLS on one machine'")
+    return blocks[0]
 
 
 def run(binary):
