@@ -40,17 +40,10 @@ let package = Package(
 
         // The one owner of the service's versioned token and its subscribers, and the seam where
         // the state is kept (TokenStore: memory, the state file). Neither HTTP nor C.
-        // Cross-module optimisation: the owner is generic over the HTTP layer's rendition and
-        // subscribers, and without it every call from the HTTP layer ran unspecialised (generic
-        // metadata looked up per call): POST /register was about 20 % slower than before the
-        // owner existed (docs/performance.md). Release builds only. Apps do not build this target
-        // (it is not in the ForgePushToken library product), so the unsafe flag never reaches them.
-        .target(
-            name: "ForgePushTokenOwner", dependencies: ["ForgePushToken"],
-            swiftSettings: swiftSettings + [
-                .unsafeFlags(["-cross-module-optimization"], .when(configuration: .release))
-            ]
-        ),
+        // The owner is generic over the HTTP layer's rendition and subscribers: its few hot members
+        // (current, version, commit, deliver) and Locked.withLock are @inlinable, so the HTTP
+        // layer specialises them in every build, with no unsafe flag (docs/performance.md).
+        .target(name: "ForgePushTokenOwner", dependencies: ["ForgePushToken"], swiftSettings: swiftSettings),
 
         // Linux's epoll(7) and eventfd(2) headers, which Swift's Glibc module leaves out (used by
         // the daemon loops and the subscriber watcher; no library is linked).

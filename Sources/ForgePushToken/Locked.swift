@@ -35,6 +35,11 @@
 /// - `State: Sendable` and `R: Sendable`, so values moved into and out of a critical section may
 ///   be used on any thread.
 /// - The mutex is destroyed in the buffer's `deinit`, when no thread can hold a reference.
+///
+/// `@usableFromInline` with an `@inlinable` `withLock(_:)`: the service's owner reads its state
+/// through it on every request, and inlined into the caller's module it is specialised there
+/// (docs/performance.md), without `-cross-module-optimization`.
+@usableFromInline
 package final class Locked<State: Sendable>: @unchecked Sendable {
     /// The heap storage: header = state, one element = the mutex.
     private final class Storage: ManagedBuffer<State, pthread_mutex_t> {
@@ -45,7 +50,7 @@ package final class Locked<State: Sendable>: @unchecked Sendable {
         }
     }
 
-    private let storage: ManagedBuffer<State, pthread_mutex_t>
+    @usableFromInline let storage: ManagedBuffer<State, pthread_mutex_t>
 
     /// Creates a box holding `initial`.
     package init(_ initial: State) {
@@ -66,6 +71,7 @@ package final class Locked<State: Sendable>: @unchecked Sendable {
     ///
     /// Keep `body` short, and never call from it anything that may take the same lock: the lock
     /// is not reentrant.
+    @inlinable
     package func withLock<R: Sendable>(_ body: (inout State) throws -> R) rethrows -> R {
         try storage.withUnsafeMutablePointers { state, mutex in
             let locked = pthread_mutex_lock(mutex)

@@ -20,10 +20,10 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// A subscriber of this owner.
     public typealias Subscriber = any TokenSubscriber<Rendition>
 
-    private let machine: Locked<TokenOwnerStateMachine<Rendition>>
+    @usableFromInline let machine: Locked<TokenOwnerStateMachine<Rendition>>
     /// Serialises the commits of an `.ownerSerialized` store; holds how many it ran (a lock over
     /// a zero-sized value makes Thread Sanitizer see the mutex itself as the value accessed).
-    private let commits: Locked<UInt64>?
+    @usableFromInline let commits: Locked<UInt64>?
     /// Where the state is kept.
     public let store: any TokenStore
 
@@ -55,10 +55,10 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     // MARK: Reading
 
     /// The current rendition (the newest state applied).
-    public var current: Rendition { machine.withLock { $0.current } }
+    @inlinable public var current: Rendition { machine.withLock { $0.current } }
 
     /// The current version alone (nothing is copied or retained).
-    public var version: UInt64 { machine.withLock { $0.current.state.version } }
+    @inlinable public var version: UInt64 { machine.withLock { $0.current.state.version } }
 
     /// The store's health.
     public var health: StoreHealth { machine.withLock { $0.health } }
@@ -79,6 +79,7 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// with the outcome. Once `stop()` has been called, the outcome is `.stopping` and the store is
     /// not asked. `completion` runs exactly once, on this thread when the store decides at
     /// once, else on the store's thread.
+    @inlinable
     public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         guard let commits else {
             guard let base = machine.withLock({ $0.beginCommit() }) else { return completion(.stopping) }
@@ -105,7 +106,8 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         completion(outcome)
     }
 
-    private func finish(_ outcome: CommitOutcome, completion: @Sendable (CommitOutcome) -> Void) {
+    @inlinable
+    func finish(_ outcome: CommitOutcome, completion: @Sendable (CommitOutcome) -> Void) {
         let (delivery, drained) = machine.withLock { ($0.committed(outcome), $0.finishIfDrained()) }
         deliver(delivery)
         finishStreams(drained)
@@ -113,7 +115,8 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     }
 
     /// Ends `subscribers` cleanly (after what is pending for them) and wakes those that wait.
-    private func finishStreams(_ subscribers: [Subscriber]) {
+    @inlinable
+    func finishStreams(_ subscribers: [Subscriber]) {
         for subscriber in subscribers where subscriber.end(.finish) {
             subscriber.wake()
         }
@@ -123,7 +126,8 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         deliver(machine.withLock { $0.storeReported(event) })
     }
 
-    private func deliver(_ delivery: TokenOwnerStateMachine<Rendition>.Delivery?) {
+    @inlinable
+    func deliver(_ delivery: TokenOwnerStateMachine<Rendition>.Delivery?) {
         guard let delivery else { return }
         for subscriber in delivery.subscribers where subscriber.offer(delivery.rendition) {
             subscriber.wake()
@@ -227,6 +231,9 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
 /// Thread Sanitizer reports a contended `Mutex` on Linux as a race): the completion runs before
 /// `commit` returns and the committing thread reads the slot only after that, so the two
 /// `withLock` calls never overlap and the lock is never contended.
-private final class OutcomeSlot: Sendable {
-    let value = Mutex<CommitOutcome?>(nil)
+@usableFromInline
+final class OutcomeSlot: Sendable {
+    @usableFromInline let value = Mutex<CommitOutcome?>(nil)
+
+    @usableFromInline init() {}
 }
