@@ -10,8 +10,11 @@
 #   2. POST /register req/s through one replica with Redis, against nchan's publish with Redis;
 #   3. GET /token req/s through one replica with Redis, against the same build alone;
 #   4. time from Redis coming back to every subscriber on every replica having the change made
-#      meanwhile (bench/redis_recovery.py).
-# Env: REPEATS (3), N (10000), M (5), INTERVAL_MS (1000), DURATION (10s), CONNS (64).
+#      meanwhile (bench/redis_recovery.py);
+#   5. rows 1-3 again with the replicas speaking TLS to Redis (rediss://, redis-server --tls-port,
+#      a CA and a certificate for 127.0.0.1 made here with openssl), as ratios to plain Redis
+#      (docs/replicas.md, "TLS to Redis"). TLS=0 leaves them out.
+# Env: REPEATS (3), N (10000), M (5), INTERVAL_MS (1000), DURATION (10s), CONNS (64), TLS (1).
 # Needs: redis-server, nginx with libnginx-mod-nchan, wrk, gcc, make, python3 (bench/README.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,7 +27,7 @@ while (($#)); do
   esac
 done
 REPEATS="${REPEATS:-3}" N="${N:-10000}" M="${M:-5}" INTERVAL_MS="${INTERVAL_MS:-1000}"
-DURATION="${DURATION:-10s}" CONNS="${CONNS:-64}"
+DURATION="${DURATION:-10s}" CONNS="${CONNS:-64}" TLS="${TLS:-1}"
 if [[ -z "$binary" ]]; then
   (cd "$root" && swift build -c release --product forge-push-token-server -Xswiftc -warnings-as-errors >/dev/null)
   binary="$root/.build/release/forge-push-token-server"
@@ -54,9 +57,32 @@ redis_start() { # port
   echo "redis-server on $1 did not start" >&2; return 1
 }
 redis_stop() { kill -KILL "$(cat "$work/redis-$1.pid")" 2>/dev/null || true; }
-ours_start() { # port [redis port]
+tls_files() { # a CA and a certificate for 127.0.0.1 it signed, in $work/tls (never committed)
+  mkdir -p "$work/tls" && cd "$work/tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench-ca -keyout ca.key -out ca.pem 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout redis.key -out redis.csr 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
+  openssl x509 -req -in redis.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
+      -out redis.pem 2>/dev/null
+  cd - >/dev/null
+}
+redis_tls_start() { # tls port
+  redis-server --port 0 --tls-port "$1" --bind 127.0.0.1 --save '' --appendonly no \
+      --tls-cert-file "$work/tls/redis.pem" --tls-key-file "$work/tls/redis.key" \
+      --tls-ca-cert-file "$work/tls/ca.pem" --tls-auth-clients no >/dev/null 2>&1 &
+  pids+=($!); echo $! >"$work/redis-$1.pid"; disown $!
+  for _ in $(seq 1 100); do
+    redis-cli --tls --cacert "$work/tls/ca.pem" -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.02
+  done
+  echo "redis-server with TLS on $1 did not start" >&2; return 1
+}
+ours_start() { # port [redis port [tls]]
   local args=(--port "$1" --access-log off --max-subscribers $((N + 100)))
-  [[ -n "${2:-}" ]] && args+=(--redis-url "redis://127.0.0.1:$2/0")
+  if [[ -n "${3:-}" ]]; then
+    args+=(--redis-url "rediss://127.0.0.1:$2/0" --redis-tls-ca-file "$work/tls/ca.pem")
+  elif [[ -n "${2:-}" ]]; then
+    args+=(--redis-url "redis://127.0.0.1:$2/0")
+  fi
   "$binary" "${args[@]}" 2>>"$results/server.log" &
   pids+=($!); echo $! >"$work/ours-$1.pid"; disown $!
   for _ in $(seq 1 200); do
@@ -73,6 +99,7 @@ fanout() { # label pid publish-url subscribe-url
 }
 
 echo "results in $results"
+[[ "$TLS" == 1 ]] && tls_files
 for run in $(seq 1 "$REPEATS"); do
   # 1. A -> B delivery, ours.
   rp=$(free_port); redis_start "$rp"
@@ -82,6 +109,15 @@ for run in $(seq 1 "$REPEATS"); do
   "$harness/http_rps.sh" --url "http://127.0.0.1:$a" --mode both -c "$CONNS" -d "$DURATION" --label "ours+redis" \
       --json-out "$results/rps.jsonl" | tee -a "$results/rps.txt"
   ours_stop "$a"; ours_stop "$b"; redis_stop "$rp"
+  # 5. The same over TLS to Redis, right after the plain run.
+  if [[ "$TLS" == 1 ]]; then
+    rp=$(free_port); redis_tls_start "$rp"
+    a=$(free_port); b=$(free_port); ours_start "$a" "$rp" tls; ours_start "$b" "$rp" tls
+    fanout "ours A->B tls" "$(cat "$work/ours-$b.pid")" "http://127.0.0.1:$a" "http://127.0.0.1:$b"
+    "$harness/http_rps.sh" --url "http://127.0.0.1:$a" --mode both -c "$CONNS" -d "$DURATION" \
+        --label "ours+redis tls" --json-out "$results/rps.jsonl" | tee -a "$results/rps.txt"
+    ours_stop "$a"; ours_stop "$b"; redis_stop "$rp"
+  fi
   # 3. GET /token alone (same build, no Redis).
   a=$(free_port); ours_start "$a"
   "$harness/http_rps.sh" --url "http://127.0.0.1:$a" --mode get -c "$CONNS" -d "$DURATION" --label "ours alone" \
@@ -126,6 +162,8 @@ n50, n99, nmiss, nn = fan_row("nchan A->B")
 post_o, post_n = rps_med("ours+redis", "post"), rps_med("nchan+redis", "post")
 get_r, get_a = rps_med("ours+redis", "get"), rps_med("ours alone", "get")
 recovery = med([r["seconds"] for r in rec])
+t50, t99, tmiss, tn = fan_row("ours A->B tls")
+post_t, get_t = rps_med("ours+redis tls", "post"), rps_med("ours+redis tls", "get")
 out = [
     "| measurement | ours | peer | ratio | target |",
     "|---|---|---|---|---|",
@@ -134,6 +172,12 @@ out = [
     f"| GET /token req/s with Redis | {get_r:.0f} | same build alone: {get_a:.0f} | {get_r / get_a:.2f}x | ≥ 0.95x |",
     f"| Redis back → every subscriber on 3 replicas has the change (s) | {recovery:.3f} | | | < 1 s |",
 ]
+if tn:
+    out += [
+        f"| TLS to Redis: delivery A→B p50 / p99 (ms), missed | {t50:.0f} / {t99:.0f}, {tmiss} missed | plain Redis: {o50:.0f} / {o99:.0f} | p99 {t99 / o99:.2f}x | p99 ≤ 1.1x |",
+        f"| TLS to Redis: POST /register req/s | {post_t:.0f} | plain Redis: {post_o:.0f} | {post_t / post_o:.2f}x | ≥ 0.8x |",
+        f"| TLS to Redis: GET /token req/s | {get_t:.0f} | plain Redis: {get_r:.0f} | {get_t / get_r:.2f}x | ≥ 0.95x |",
+    ]
 text = "\n".join(out)
 print(text)
 open(f"{folder}/summary.md", "w").write(text + "\n")
