@@ -50,7 +50,14 @@ public final class ScriptedStore: TokenStore {
     public let outcome: CommitOutcome?
     private let memory = MemoryTokenStore()
     private let held = Locked<[Held]>([])
-    private let reporter = Locked<(@Sendable (TokenStoreEvent) -> Void)?>(nil)
+    /// The report closure in a class box: a closure kept directly in a `Locked` is re-wrapped in
+    /// reabstraction thunks on every access (Sources/RedisTokenStore/RedisLink.swift, `ClosureBox`).
+    private let reporter = Locked<Reporter?>(nil)
+
+    private final class Reporter: Sendable {
+        let report: @Sendable (TokenStoreEvent) -> Void
+        init(_ report: @escaping @Sendable (TokenStoreEvent) -> Void) { self.report = report }
+    }
     private let proposals = Locked<[String?]>([])
 
     /// A store answering `answering`, with `outcome` or the memory store's decision.
@@ -79,7 +86,7 @@ public final class ScriptedStore: TokenStore {
 
     /// Keeps `report` for `report(_:)`.
     public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
-        reporter.withLock { $0 = report }
+        reporter.withLock { $0 = Reporter(report) }
     }
 
     /// Nothing to stop.
@@ -88,7 +95,7 @@ public final class ScriptedStore: TokenStore {
     /// Reports `event` to the owner, as the store would on its own (after `start(reporting:)`;
     /// ignored before it).
     public func report(_ event: TokenStoreEvent) {
-        reporter.withLock { $0 }?(event)
+        reporter.withLock { $0 }?.report(event)
     }
 
     /// Answers the oldest held commit (`.whenReleased`). Returns `false` when none is held.
