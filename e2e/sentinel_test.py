@@ -244,6 +244,7 @@ def failover(binary, certificates=None):
         paused.set()
         time.sleep(0.1)
         check(replica.cli("CLIENT", "PAUSE", "2500", "WRITE") == "OK", "CLIENT PAUSE on the replica")
+        pause_ends = time.monotonic() + 2.5
         lost_token = token_hex(0x1057, 1)
         status, _, body = write(ports[0], lost_token)
         check(status == 200 and body["changed"] is True, "the write before the kill: %s %r" % (status, body))
@@ -262,9 +263,14 @@ def failover(binary, certificates=None):
         wait_until(lambda: listener.switched_at is not None, 20, interval=0.05, what="+switch-master")
         switched = listener.switched_at
         log("+switch-master %.2f s after the kill" % (switched - killed_at))
-        deadline = switched + 3
+        # The promoted replica takes no write while its CLIENT PAUSE lasts: when the sentinels
+        # fail over before it ends (down-after-milliseconds 1000 can beat a 2.5 s pause), the 1 s
+        # bound runs from the pause's end (seen once in three runs: every replica wrote 1.20 s
+        # after a +switch-master that came 1.36 s after the kill).
+        writable = max(switched, pause_ends)
+        deadline = writable + 3
         while time.monotonic() < deadline:
-            if all(any(r[0] >= switched and r[2] == 200 for r in results[i]) for i in range(3)):
+            if all(any(r[0] >= writable and r[2] == 200 for r in results[i]) for i in range(3)):
                 break
             time.sleep(0.05)
         stop.set()
@@ -272,17 +278,18 @@ def failover(binary, certificates=None):
             thread.join(10)
         delays = []
         for index, rows in enumerate(results):
-            after = [r for r in rows if r[0] >= switched and r[2] == 200]
+            after = [r for r in rows if r[0] >= writable and r[2] == 200]
             check(after, "replica %d never wrote after +switch-master" % index)
-            delays.append(after[0][1] - switched)
+            delays.append(after[0][1] - writable)
             for started, finished, status, body in rows:
                 check(finished - started <= 2.5, "a write on replica %d took %.2f s" % (index, finished - started))
                 check(status == 200 or (status == 503 and body and body.get("error") == "store_unavailable"),
                       "replica %d answered %s %r" % (index, status, body))
-        check(max(delays) <= 1.0, "replicas wrote again %s s after +switch-master (bound 1 s)"
+        check(max(delays) <= 1.0, "replicas wrote again %s s after +switch-master (or the pause's end; bound 1 s)"
               % ["%.2f" % d for d in delays])
-        log("every replica wrote again within %.2f s of +switch-master; %d writes, none over 2.5 s, all 200 or 503"
-            % (max(delays), sum(len(r) for r in results)))
+        log("every replica wrote again within %.2f s of +switch-master (or the pause's end, %.2f s after it); "
+            "%d writes, none over 2.5 s, all 200 or 503"
+            % (max(delays), writable - switched, sum(len(r) for r in results)))
 
         # Every change acknowledged after the kill went on from the lost write's version: it was
         # written back to the promoted replica before (or by) the first of them.
