@@ -8,26 +8,16 @@
 ///
 /// Thread-safety: a value type; `RedisLink` keeps it behind a lock.
 struct RedisMetrics: Sendable, Equatable {
-    /// Upper bounds, in seconds, of the `forge_push_token_redis_write_seconds` buckets.
-    static let writeBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
-
-    /// Upper bounds, in seconds, of the `forge_push_token_redis_probe_seconds` buckets.
-    static let probeBuckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2]
-    /// Probes per bucket (cumulative), their count and summed round trips.
-    private(set) var probeBuckets = [UInt64](repeating: 0, count: RedisMetrics.probeBuckets.count)
-    private(set) var probeCount: UInt64 = 0
-    private(set) var probeSum = 0.0
+    /// The round trip of each commit, from enqueue to reply.
+    private(set) var writes = Histogram(
+        bounds: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5])
+    /// A delivery probe's round trip, from publish to hearing it.
+    private(set) var probes = Histogram(bounds: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2])
 
     /// Subscriptions made again after one was lost.
     private(set) var reconnects: UInt64 = 0
     /// Failed connects, commands and timeouts.
     private(set) var errors: UInt64 = 0
-    /// Commits per bucket (cumulative: a commit counts in every bucket whose bound it is within).
-    private(set) var writeBuckets = [UInt64](repeating: 0, count: RedisMetrics.writeBuckets.count)
-    /// Commits answered by Redis.
-    private(set) var writeCount: UInt64 = 0
-    /// Their round trips, summed, in seconds.
-    private(set) var writeSum = 0.0
 
     /// A subscription was made again.
     mutating func countReconnect() { reconnects &+= 1 }
@@ -36,22 +26,10 @@ struct RedisMetrics: Sendable, Equatable {
     mutating func countError() { errors &+= 1 }
 
     /// A commit was answered `seconds` after it was queued.
-    mutating func recordWrite(seconds: Double) {
-        for (index, bound) in Self.writeBuckets.enumerated() where seconds <= bound {
-            writeBuckets[index] &+= 1
-        }
-        writeCount &+= 1
-        writeSum += seconds
-    }
+    mutating func recordWrite(seconds: Double) { writes.record(seconds) }
 
     /// A delivery probe came back after `seconds`.
-    mutating func recordProbe(seconds: Double) {
-        for (index, bound) in Self.probeBuckets.enumerated() where seconds <= bound {
-            probeBuckets[index] &+= 1
-        }
-        probeCount &+= 1
-        probeSum += seconds
-    }
+    mutating func recordProbe(seconds: Double) { probes.record(seconds) }
 
     /// The text of every series; `up` is whether the link is connected, `masterChanges` how often
     /// the master's address changed, and with a sentinel URL (`sentinel`) `master` the master in
@@ -68,23 +46,10 @@ struct RedisMetrics: Sendable, Equatable {
         out += "# HELP forge_push_token_redis_errors_total Failed Redis connects, commands and timeouts.\n"
         out += "# TYPE forge_push_token_redis_errors_total counter\n"
         out += "forge_push_token_redis_errors_total \(errors)\n"
-        out += "# HELP forge_push_token_redis_write_seconds Round trip of a token write through Redis.\n"
-        out += "# TYPE forge_push_token_redis_write_seconds histogram\n"
-        for (index, bound) in Self.writeBuckets.enumerated() {
-            out += "forge_push_token_redis_write_seconds_bucket{le=\"\(bound)\"} \(writeBuckets[index])\n"
-        }
-        out += "forge_push_token_redis_write_seconds_bucket{le=\"+Inf\"} \(writeCount)\n"
-        out += "forge_push_token_redis_write_seconds_sum \(writeSum)\n"
-        out += "forge_push_token_redis_write_seconds_count \(writeCount)\n"
-        out +=
-            "# HELP forge_push_token_redis_probe_seconds Round trip of a delivery probe, from publish to hearing it.\n"
-        out += "# TYPE forge_push_token_redis_probe_seconds histogram\n"
-        for (index, bound) in Self.probeBuckets.enumerated() {
-            out += "forge_push_token_redis_probe_seconds_bucket{le=\"\(bound)\"} \(probeBuckets[index])\n"
-        }
-        out += "forge_push_token_redis_probe_seconds_bucket{le=\"+Inf\"} \(probeCount)\n"
-        out += "forge_push_token_redis_probe_seconds_sum \(probeSum)\n"
-        out += "forge_push_token_redis_probe_seconds_count \(probeCount)\n"
+        out += writes.render(
+            "forge_push_token_redis_write_seconds", help: "Round trip of a token write through Redis.")
+        out += probes.render(
+            "forge_push_token_redis_probe_seconds", help: "Round trip of a delivery probe, from publish to hearing it.")
         out += "# HELP forge_push_token_redis_master_changes_total Times the Redis master's address changed.\n"
         out += "# TYPE forge_push_token_redis_master_changes_total counter\n"
         out += "forge_push_token_redis_master_changes_total \(masterChanges)\n"
@@ -97,6 +62,46 @@ struct RedisMetrics: Sendable, Equatable {
                 out += "forge_push_token_redis_master_info{address=\"\(master)\"} 1\n"
             }
         }
+        return out
+    }
+}
+
+/// A Prometheus histogram of seconds: cumulative counts per upper bound, the count and the sum.
+///
+/// Thread-safety: a value type; its owner keeps it behind a lock.
+struct Histogram: Sendable, Equatable {
+    /// Upper bounds of the buckets, in seconds, ascending.
+    let bounds: [Double]
+    /// Observations per bucket, cumulative (an observation counts in every bucket whose bound it
+    /// is within).
+    private(set) var buckets: [UInt64]
+    /// Observations.
+    private(set) var count: UInt64 = 0
+    /// Their sum, in seconds.
+    private(set) var sum = 0.0
+
+    /// An empty histogram with `bounds`.
+    init(bounds: [Double]) {
+        self.bounds = bounds
+        buckets = [UInt64](repeating: 0, count: bounds.count)
+    }
+
+    /// Counts an observation of `seconds`.
+    mutating func record(_ seconds: Double) {
+        for (index, bound) in bounds.enumerated() where seconds <= bound {
+            buckets[index] &+= 1
+        }
+        count &+= 1
+        sum += seconds
+    }
+
+    /// The family `name` in the text format: HELP, TYPE, every bucket, `+Inf`, sum and count.
+    func render(_ name: String, help: String) -> String {
+        var out = "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
+        for (index, bound) in bounds.enumerated() {
+            out += "\(name)_bucket{le=\"\(bound)\"} \(buckets[index])\n"
+        }
+        out += "\(name)_bucket{le=\"+Inf\"} \(count)\n\(name)_sum \(sum)\n\(name)_count \(count)\n"
         return out
     }
 }
