@@ -488,3 +488,17 @@ def docs_sh_blocks(page, heading, until=None):
     start = text.index(heading)
     end = text.index(until, start) if until else len(text)
     return re.findall(r"```sh\n(.*?)```", text[start:end], re.S)
+
+
+def check_list():
+    """The named checks of a TAP file and the decorator that adds to them:
+    `CHECKS, test = check_list()`, then `@test("description")` above each check function; the list
+    goes to `run_tap_checks`."""
+    checks = []
+
+    def test(description):
+        def register(function):
+            checks.append((description, function))
+            return function
+        return register
+    return checks, test

@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.parse
 
-from e2e_support import run_tap_checks, HOST, EventStream, Failure, Server, check, token_hex, wait_until
+from e2e_support import check_list, run_tap_checks, HOST, EventStream, Failure, Server, check, token_hex, wait_until
 
 REALM = 'Bearer realm="forge-push-token"'
 INVALID = 'Bearer realm="forge-push-token", error="invalid_token"'
@@ -372,14 +372,7 @@ def curl(server, *args, timeout=10):
 
 
 # -- checks -------------------------------------------------------------------------------------
-CHECKS = []
-
-
-def test(description):
-    def register(function):
-        CHECKS.append((description, function))
-        return function
-    return register
+CHECKS, test = check_list()
 
 
 # ---- auth, scope writes ----

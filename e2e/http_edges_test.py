@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from e2e_support import run_tap_checks, HOST, EventStream, Failure, Server, check
+from e2e_support import check_list, run_tap_checks, HOST, EventStream, Failure, Server, check
 
 VERBOSE = False
 
@@ -143,14 +143,7 @@ def is_json_error(data, code):
 
 
 # -- checks -------------------------------------------------------------------------------------
-CHECKS = []
-
-
-def test(description):
-    def register_check(function):
-        CHECKS.append((description, function))
-        return function
-    return register_check
+CHECKS, test = check_list()
 
 
 HEAD_SIZES = range(3500, 8201, 10)

@@ -90,11 +90,7 @@ class DroppingProxy:
                 upstream.sendall(data)
         except OSError:
             pass
-        for sock in (client, upstream):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self._shut(client, upstream)
 
     def _to_client(self, upstream, client, state):
         buffer = b""
@@ -124,7 +120,12 @@ class DroppingProxy:
                     client.sendall(out)
         except OSError:
             pass
-        for sock in (client, upstream):
+        self._shut(client, upstream)
+
+    @staticmethod
+    def _shut(*socks):
+        """Ends both directions of each socket, so that the other pump's read returns."""
+        for sock in socks:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
