@@ -152,13 +152,7 @@ struct TokenOwnerTests {
     @Test("a change is delivered to subscribers before the writer's completion")
     func deliveredBeforeAnswer() throws {
         let owner = TokenOwner<TokenState>(store: MemoryTokenStore(), initial: .initial, maxSubscribers: 4)
-        let recorded = Locked<RecordingSubscriber?>(nil)
-        _ = try owner.subscribe { id, first in
-            let subscriber = RecordingSubscriber(id: id, first: first)
-            recorded.withLock { $0 = subscriber }
-            return subscriber
-        }
-        let subscriber = try #require(recorded.withLock { $0 })
+        let subscriber = try owner.subscribe { id, first in RecordingSubscriber(id: id, first: first) }.subscriber
         let seenAtCompletion = Locked<[TokenState]>([])
         owner.commit("cd") { _ in seenAtCompletion.withLock { $0 = subscriber.offered } }
         #expect(seenAtCompletion.withLock { $0 } == [.initial, TokenState(version: 1, token: "cd")])
@@ -172,13 +166,7 @@ struct TokenOwnerTests {
         let store = ScriptedStore(answering: .whenReleased)
         let owner = TokenOwner<TokenState>(store: store, initial: .initial, maxSubscribers: 4)
         owner.start()
-        let recorded = Locked<RecordingSubscriber?>(nil)
-        _ = try owner.subscribe { id, first in
-            let subscriber = RecordingSubscriber(id: id, first: first)
-            recorded.withLock { $0 = subscriber }
-            return subscriber
-        }
-        let subscriber = try #require(recorded.withLock { $0 })
+        let subscriber = try owner.subscribe { id, first in RecordingSubscriber(id: id, first: first) }.subscriber
         let answered = Locked<CommitOutcome?>(nil)
         owner.commit("ab") { outcome in answered.withLock { $0 = outcome } }
         owner.stop()
