@@ -21,15 +21,24 @@ package enum DeviceTokenHex {
     ///   significant nibble of each byte first, byte order kept: `[0x00, 0x0f, 0xa0, 0xff]`
     ///   becomes `"000fa0ff"`. No bytes give the empty string.
     ///
-    /// The UTF-8 code units are written into one buffer and the `String` is created once.
+    /// Contiguous bytes (an array, `Data`) are written straight into the new string's storage:
+    /// one pass, one allocation; other sequences are copied into an array first.
     package static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        var utf8: [UInt8] = []
-        utf8.reserveCapacity(2 * bytes.underestimatedCount)
-        for byte in bytes {
-            utf8.append(digits[Int(byte >> 4)])
-            utf8.append(digits[Int(byte & 0x0f)])
+        if let text = bytes.withContiguousStorageIfAvailable({ encode(buffer: $0) }) { return text }
+        return Array(bytes).withUnsafeBufferPointer { encode(buffer: $0) }
+    }
+
+    /// ``encode(_:)`` over contiguous bytes; not generic, so it runs specialised from any caller.
+    package static func encode(buffer bytes: UnsafeBufferPointer<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: 2 * bytes.count) { out in
+            var index = 0
+            for byte in bytes {
+                out[index] = digit(byte >> 4)
+                out[index + 1] = digit(byte & 0x0f)
+                index += 2
+            }
+            return index
         }
-        return String(decoding: utf8, as: UTF8.self)
     }
 
     /// Decodes hexadecimal text into bytes.
@@ -47,24 +56,60 @@ package enum DeviceTokenHex {
     /// ``decode(_:)`` over the UTF-8 bytes of the text, for callers that hold bytes (a request
     /// body) and need no `String`.
     package static func decode<UTF8Bytes: Collection>(utf8: UTF8Bytes) -> [UInt8]? where UTF8Bytes.Element == UInt8 {
+        if let bytes = utf8.withContiguousStorageIfAvailable({ decode(buffer: $0) }) { return bytes }
+        return Array(utf8).withUnsafeBufferPointer { decode(buffer: $0) }
+    }
+
+    /// ``decode(utf8:)`` over contiguous bytes; not generic, so it runs specialised from any caller.
+    package static func decode(buffer utf8: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         let count = utf8.count
         guard count > 0, count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(count / 2)
-        var high: UInt8?
-        for codeUnit in utf8 {
-            guard let nibble = nibble(codeUnit) else { return nil }
-            if let pending = high {
-                bytes.append(pending << 4 | nibble)
-                high = nil
-            } else {
-                high = nibble
+        var valid = true
+        let bytes = [UInt8](unsafeUninitializedCapacity: count / 2) { out, initialized in
+            var index = 0
+            while index < count {
+                guard let high = nibble(utf8[index]), let low = nibble(utf8[index + 1]) else {
+                    valid = false
+                    break
+                }
+                out[index / 2] = high << 4 | low
+                index += 2
             }
+            initialized = index / 2
         }
-        return bytes
+        return valid ? bytes : nil
+    }
+
+    /// The lowercase hex text of hex text: `text` (contiguous UTF-8) with `A`–`F` lowered, made
+    /// in one pass straight into the string's storage; `nil` exactly when ``decode(buffer:)``
+    /// gives `nil`. For every text it accepts, the result equals
+    /// `encode(decode(buffer: text)!)`, without the bytes in between.
+    package static func lowercased(buffer utf8: UnsafeBufferPointer<UInt8>) -> String? {
+        let count = utf8.count
+        guard count > 0, count % 2 == 0 else { return nil }
+        var valid = true
+        let text = String(unsafeUninitializedCapacity: count) { out in
+            for index in 0..<count {
+                let codeUnit = utf8[index]
+                guard let value = nibble(codeUnit) else {
+                    valid = false
+                    return 0
+                }
+                out[index] = digit(value)
+            }
+            return count
+        }
+        return valid ? text : nil
+    }
+
+    /// The lowercase ASCII hex digit of `nibble` (0...15), computed rather than looked up.
+    @inline(__always)
+    private static func digit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") - 10 + nibble
     }
 
     /// The value of one ASCII hex digit, or `nil` if `codeUnit` is not one.
+    @inline(__always)
     private static func nibble(_ codeUnit: UInt8) -> UInt8? {
         switch codeUnit {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): codeUnit - UInt8(ascii: "0")
@@ -74,3 +119,4 @@ package enum DeviceTokenHex {
         }
     }
 }
+

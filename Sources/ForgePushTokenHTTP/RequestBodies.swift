@@ -66,6 +66,21 @@ public enum RequestBodies {
         }
     }
 
+    /// The device token of a `POST /register` body as the service keeps it: lowercase hex, two
+    /// digits per byte (`DeviceTokenHex`). The same bodies, rules and errors as
+    /// `deviceToken(contentType:body:)`; a body of plain hex text (the common case) becomes the
+    /// text directly, lowered, without decoding it into bytes and encoding them again.
+    /// - Throws: `ServiceError` with code `invalid_token`.
+    public static func deviceTokenHex(contentType: String?, body: [UInt8]) throws(ServiceError) -> String {
+        switch mediaType(contentType) {
+        case "application/octet-stream", "application/json", "multipart/form-data":
+            break
+        default:
+            if let text = plainHexText(body) { return text }
+        }
+        return DeviceTokenHex.encode(try deviceToken(contentType: contentType, body: body))
+    }
+
     /// The error a `POST /fail` body describes.
     ///
     /// - `application/json`: an object with `"message"` (string, required), optional `"domain"`
@@ -115,12 +130,28 @@ public enum RequestBodies {
     /// a bad length), which the general path then decodes or rejects with its message. For every
     /// body it accepts, the result is the one the general path gives.
     static func plainHexToken(_ body: [UInt8]) -> [UInt8]? {
-        var start = body.startIndex
-        var end = body.endIndex
+        body.withUnsafeBufferPointer { bytes in
+            plainHexRange(bytes).flatMap { DeviceTokenHex.decode(buffer: UnsafeBufferPointer(rebasing: bytes[$0])) }
+        }
+    }
+
+    /// `plainHexToken(_:)` as the service keeps a token (lowercase hex text), made straight from
+    /// the body's digits; `nil` exactly when `plainHexToken(_:)` is.
+    static func plainHexText(_ body: [UInt8]) -> String? {
+        body.withUnsafeBufferPointer { bytes in
+            plainHexRange(bytes).flatMap { DeviceTokenHex.lowercased(buffer: UnsafeBufferPointer(rebasing: bytes[$0])) }
+        }
+    }
+
+    /// The body without ASCII whitespace at both ends, when what is left has a token's length in
+    /// hex digits (2 to `2 * maxTokenBytes`); `nil` otherwise.
+    private static func plainHexRange(_ body: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
+        var start = 0
+        var end = body.count
         while start < end, isASCIISpace(body[start]) { start += 1 }
         while end > start, isASCIISpace(body[end - 1]) { end -= 1 }
         guard (2...2 * maxTokenBytes).contains(end - start) else { return nil }
-        return DeviceTokenHex.decode(utf8: body[start..<end])
+        return start..<end
     }
 
     /// Whether `byte` is ASCII whitespace: space, tab, LF, FF or CR.

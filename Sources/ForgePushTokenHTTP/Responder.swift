@@ -171,10 +171,10 @@ public final class Responder: Sendable {
         switch admitted.route {
         case .register:
             do {
-                let token = try RequestBodies.deviceToken(
+                let token = try RequestBodies.deviceTokenHex(
                     contentType: request.headers["Content-Type"], body: request.body)
                 metrics.increment(.registrationsAccepted)
-                return write(DeviceTokenHex.encode(token))
+                return write(token)
             } catch {
                 metrics.increment(.registrationsRejected)
                 return .response(.error(400, error))
@@ -222,8 +222,10 @@ public final class Responder: Sendable {
         }
     }
 
-    /// Commits `token` through the owner, answering now when the store decides at once.
+    /// Commits `token` through the owner, answering now when the store decides at once (a local
+    /// store: no pending response, no closure).
     private func write(_ token: String?) -> Reply {
+        if let outcome = owner.commitNow(token) { return .response(answer(outcome)) }
         let pending = PendingResponse()
         owner.commit(token) { [self] outcome in
             pending.fulfil(answer(outcome))

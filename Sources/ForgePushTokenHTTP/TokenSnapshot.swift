@@ -1,28 +1,33 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import Synchronization
 
 /// The service's token at one version, with the bytes every reader of that version shares: the
 /// HTTP layer's `TokenRendition`, which the `TokenOwner` makes once per version it applies.
 ///
 /// `version` is the event id of `GET /token/stream` (docs/http-api.md). The JSON body of
-/// `GET /token` and the SSE event are rendered once per version, not once per request or
-/// subscriber.
-/// A value type; `Sendable`; the byte arrays share storage between copies.
+/// `GET /token`, its `ETag` and the SSE event are rendered once per version, not once per request
+/// or subscriber, and lazily: by the first reader of any of them, outside the owner's lock. A write
+/// that nobody reads before the next one (a burst of `POST /register`) renders nothing.
+/// A value type; `Sendable`; copies share one rendering.
 public struct TokenSnapshot: TokenRendition, Equatable {
     /// The change counter: 0 at start, +1 per change of `token`.
     public let version: UInt64
     /// The device token as lowercase hex digits (2 per byte), or `nil` when none is registered.
     public let token: String?
+    /// Where the rendering is made, once, and kept for every copy.
+    private let rendering: LazyRendering
+
     /// The body of `GET /token`: `{"token":"<hex>"}` or `{"token":null}`, UTF-8 JSON.
-    public let tokenBody: [UInt8]
+    public var tokenBody: [UInt8] { rendering.rendered.tokenBody }
     /// The SSE event for this version: `id: <version>`, `event: token`,
     /// `data: {"token":…}`, empty line.
-    public let event: [UInt8]
+    public var event: [UInt8] { rendering.rendered.event }
     /// The `ETag` of `tokenBody` (`EntityTag.strong(digesting:)`): it follows from the token's value
     /// alone, so it stays right across restarts and version resets.
-    public let entityTag: EntityTag
+    public var entityTag: EntityTag { rendering.rendered.entityTag }
 
-    /// Renders `state`.
+    /// The snapshot of `state` (nothing is rendered yet).
     public init(_ state: TokenState) {
         self.init(version: state.version, token: state.token)
     }
@@ -30,18 +35,11 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     /// The version and token this snapshot renders.
     public var state: TokenState { TokenState(version: version, token: token) }
 
-    /// Renders the snapshot of `token` at `version`.
+    /// The snapshot of `token` at `version` (nothing is rendered yet).
     public init(version: UInt64, token: String?) {
         self.version = version
         self.token = token
-        var body: [UInt8] = []
-        body.reserveCapacity(12 + (token?.utf8.count ?? 4))
-        body.append(contentsOf: #"{"token":"#.utf8)
-        JSONText.append(token, to: &body)
-        body.append(UInt8(ascii: "}"))
-        self.tokenBody = body
-        self.entityTag = EntityTag.strong(digesting: body)
-        self.event = ServerSentEvents.event(id: version, name: "token", data: body)
+        self.rendering = LazyRendering(version: version, token: token)
     }
 
     /// The body of `POST /register` and `POST /fail` for `state`:
@@ -59,6 +57,46 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     /// Equal when version and token are (the rendered bytes follow from them).
     public static func == (lhs: TokenSnapshot, rhs: TokenSnapshot) -> Bool {
         lhs.version == rhs.version && lhs.token == rhs.token
+    }
+}
+
+/// The bytes of one `TokenSnapshot`, made by its first reader and shared by every copy after.
+///
+/// `Sendable`: its stored properties are immutable, and the one mutable part, the reference to
+/// the rendering, is an `AtomicLazyReference` (Synchronization): readers that race to render
+/// each make a `Rendered`, the first stored wins and every reader returns that one.
+final class LazyRendering: Sendable {
+    /// The rendered bytes (immutable once made).
+    final class Rendered: Sendable {
+        let tokenBody: [UInt8]
+        let event: [UInt8]
+        let entityTag: EntityTag
+
+        init(version: UInt64, token: String?) {
+            var body: [UInt8] = []
+            body.reserveCapacity(12 + (token?.utf8.count ?? 4))
+            body.append(contentsOf: #"{"token":"#.utf8)
+            JSONText.append(token, to: &body)
+            body.append(UInt8(ascii: "}"))
+            self.tokenBody = body
+            self.entityTag = EntityTag.strong(digesting: body)
+            self.event = ServerSentEvents.event(id: version, name: "token", data: body)
+        }
+    }
+
+    private let version: UInt64
+    private let token: String?
+    private let made = AtomicLazyReference<Rendered>()
+
+    init(version: UInt64, token: String?) {
+        self.version = version
+        self.token = token
+    }
+
+    /// The rendering, made now if no reader has made it yet.
+    var rendered: Rendered {
+        if let rendered = made.load() { return rendered }
+        return made.storeIfNil(Rendered(version: version, token: token))
     }
 }
 

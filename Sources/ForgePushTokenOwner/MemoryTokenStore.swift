@@ -12,9 +12,18 @@ public final class MemoryTokenStore: TokenStore {
 
     /// `.unchanged(base)` for the current token, else `.applied` at the next version; at once.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        if token == base.token { return completion(.unchanged(base)) }
-        guard base.version < .max else { return completion(.versionExhausted) }
-        completion(.applied(base.changed(to: token)))
+        completion(decide(token, base: base))
+    }
+
+    /// The decision of `commit(_:base:completion:)`, returned.
+    public func commitNow(_ token: String?, base: TokenState) -> CommitOutcome? {
+        decide(token, base: base)
+    }
+
+    private func decide(_ token: String?, base: TokenState) -> CommitOutcome {
+        if token == base.token { return .unchanged(base) }
+        guard base.version < .max else { return .versionExhausted }
+        return .applied(base.changed(to: token))
     }
 
     /// Nothing to report: memory never fails and nothing else writes to it.

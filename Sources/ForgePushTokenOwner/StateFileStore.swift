@@ -39,22 +39,26 @@ public final class StateFileStore: TokenStore {
     /// Decides against `base`, writes the new state (or `base` again while unsaved) and completes
     /// at once: `.applied`/`.unchanged` when the file holds the result, `.notSaved` when not.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        completion(decide(token, base: base))
+    }
+
+    /// The decision of `commit(_:base:completion:)` (the file written first), returned.
+    public func commitNow(_ token: String?, base: TokenState) -> CommitOutcome? {
+        decide(token, base: base)
+    }
+
+    private func decide(_ token: String?, base: TokenState) -> CommitOutcome {
         let changed = token != base.token
-        guard !changed || base.version < .max else {
-            return completion(.versionExhausted)
-        }
+        guard !changed || base.version < .max else { return .versionExhausted }
         let state = changed ? base.changed(to: token) : base
-        guard changed || unsaved.withLock({ $0 }) else {
-            completion(.unchanged(base))
-            return
-        }
+        guard changed || unsaved.withLock({ $0 }) else { return .unchanged(base) }
         do throws(StateFile.Failure) {
             try file.save(.init(token: state.token, version: state.version))
             unsaved.withLock { $0 = false }
-            completion(changed ? .applied(state) : .unchanged(state))
+            return changed ? .applied(state) : .unchanged(state)
         } catch {
             unsaved.withLock { $0 = true }
-            completion(.notSaved(state, changed: changed, reason: error.description))
+            return .notSaved(state, changed: changed, reason: error.description)
         }
     }
 

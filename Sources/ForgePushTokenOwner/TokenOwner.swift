@@ -77,33 +77,48 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// Proposes `token` (lowercase hex, or `nil` to clear) to the store and applies its decision:
     /// a newer state becomes current and reaches every subscriber before `completion` is called
     /// with the outcome. Once `stop()` has been called, the outcome is `.stopping` and the store is
-    /// not asked. `completion` runs exactly once, on this thread when the store decides at
-    /// once, else on the store's thread.
+    /// not asked. `completion` runs exactly once, on this thread when the store decides at once, else
+    /// on the store's thread.
     @inlinable
     public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        guard let commits else {
-            guard let base = machine.withLock({ $0.beginCommit() }) else { return completion(.stopping) }
-            store.commit(token, base: base) { [self] outcome in
-                finish(outcome, completion: completion)
-            }
-            return
+        if let outcome = commitNow(token) { return completion(outcome) }
+        guard let base = machine.withLock({ $0.beginCommit() }) else { return completion(.stopping) }
+        store.commit(token, base: base) { [self] outcome in
+            finish(outcome, completion: completion)
         }
+    }
+
+    /// `commit(_:completion:)` for a store with `.ownerSerialized` ordering, whose decision comes
+    /// before the call returns: the outcome, returned (applied and delivered, as by `commit`),
+    /// without a completion closure. `nil` for a store that orders commits itself: nothing is
+    /// proposed then, and the caller uses `commit(_:completion:)`.
+    @inlinable
+    public func commitNow(_ token: String?) -> CommitOutcome? {
+        guard let commits else { return nil }
         let (outcome, delivery, drained) = commits.withLock {
             count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?, [Subscriber]) in
             count &+= 1
             guard let base = machine.withLock({ $0.beginCommit() }) else { return (.stopping, nil, []) }
-            let result = OutcomeSlot()
-            store.commit(token, base: base) { outcome in result.value.withLock { $0 = outcome } }
-            guard let outcome = result.value.withLock({ $0 }) else {
-                preconditionFailure("a store with owner-serialized ordering must complete before commit returns")
-            }
+            let outcome = store.commitNow(token, base: base) ?? commitThroughCompletion(token, base: base)
             // Applied before the next commit takes its base: each commit decides on the one before.
             let (delivery, drained) = machine.withLock { ($0.committed(outcome), $0.finishIfDrained()) }
             return (outcome, delivery, drained)
         }
         deliver(delivery)
         finishStreams(drained)
-        completion(outcome)
+        return outcome
+    }
+
+    /// The outcome of an `.ownerSerialized` store that answers through its completion alone
+    /// (`TokenStore.commitNow` is `nil`), which it must call before `commit` returns.
+    @usableFromInline
+    func commitThroughCompletion(_ token: String?, base: TokenState) -> CommitOutcome {
+        let result = OutcomeSlot()
+        store.commit(token, base: base) { outcome in result.value.withLock { $0 = outcome } }
+        guard let outcome = result.value.withLock({ $0 }) else {
+            preconditionFailure("a store with owner-serialized ordering must complete before commit returns")
+        }
+        return outcome
     }
 
     @inlinable

@@ -26,6 +26,12 @@ public protocol TokenStore: AnyObject, Sendable {
     ///   - completion: receives the outcome.
     func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
 
+    /// `commit(_:base:completion:)` for a store with `.ownerSerialized` ordering that decides
+    /// without a callback: the same decision, returned. The owner then needs no completion closure
+    /// and no slot for the outcome (`POST /register` on a local store allocates less). `nil` by
+    /// default, and always for a store that decides later: the owner then calls `commit`.
+    func commitNow(_ token: String?, base: TokenState) -> CommitOutcome?
+
     /// Starts reporting what the owner cannot learn from its own commits: changes that arrive from
     /// elsewhere (another replica) and the store's health. Called once, before any commit.
     /// `report` may be called on any thread, never while the store holds a lock the owner's
@@ -85,6 +91,9 @@ extension TokenStore {
 
     /// No metrics of its own.
     public func metricsText() -> String { "" }
+
+    /// `nil`: the store answers through `commit(_:base:completion:)` alone.
+    public func commitNow(_ token: String?, base: TokenState) -> CommitOutcome? { nil }
 }
 
 /// How a store's commits are ordered.

@@ -317,4 +317,34 @@ struct RegisterBodyTests {
             try RequestBodies.deviceToken(contentType: nil, body: [])
         }
     }
+
+    // MARK: the hex text the service keeps
+
+    @Test(
+        "deviceTokenHex gives the lowercase hex of deviceToken's bytes, or the same error",
+        arguments: [
+            BodyCase("plain hex", nil, "0aF9"), BodyCase("padded hex", "text/plain", " \tABcd\r\n"),
+            BodyCase("octet-stream", "application/octet-stream", "ab"),
+            BodyCase("json", "application/json", #"{"deviceToken":"ABcd"}"#),
+            BodyCase("form", "application/x-www-form-urlencoded", "deviceToken=ABcd"),
+            BodyCase("odd", nil, "abc"), BodyCase("not hex", nil, "zz"), BodyCase("empty", nil, ""),
+            BodyCase("too long", nil, String(repeating: "ab", count: 257)),
+            BodyCase("multipart", "multipart/form-data; boundary=x", "ab"),
+        ])
+    func deviceTokenHexMatchesDeviceToken(_ body: BodyCase) {
+        let bytes = Result { () throws(ServiceError) in
+            try RequestBodies.deviceToken(contentType: body.contentType, body: body.body)
+        }
+        let text = Result { () throws(ServiceError) in
+            try RequestBodies.deviceTokenHex(contentType: body.contentType, body: body.body)
+        }
+        switch (bytes, text) {
+        case (.success(let bytes), .success(let text)):
+            #expect(text == DeviceTokenHex.encode(bytes))
+        case (.failure(let expected), .failure(let error)):
+            #expect(error == expected)
+        default:
+            Issue.record("deviceToken gave \(bytes), deviceTokenHex \(text)")
+        }
+    }
 }

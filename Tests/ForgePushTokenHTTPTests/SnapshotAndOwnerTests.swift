@@ -33,6 +33,21 @@ struct SnapshotAndOwnerTests {
         #expect(string(big.event) == expectedEvent(UInt64.max, long))
     }
 
+    @Test("copies share one rendering, made once even when readers race for it")
+    func renderingIsSharedAndMadeOnce() async {
+        let snapshot = TokenSnapshot(version: 7, token: "0a")
+        let bodies = await withTaskGroup(of: [UInt8].self) { group in
+            for _ in 0..<8 { group.addTask { [snapshot] in snapshot.tokenBody } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(bodies.allSatisfy { $0 == utf8(#"{"token":"0a"}"#) })
+        // One rendering for every copy: the arrays share one storage.
+        let copy = snapshot
+        let first = snapshot.event.withUnsafeBufferPointer { $0.baseAddress }
+        #expect(copy.event.withUnsafeBufferPointer { $0.baseAddress } == first)
+        #expect(copy.entityTag == EntityTag.strong(digesting: utf8(#"{"token":"0a"}"#)))
+    }
+
     @Test("snapshots are equal by version and token")
     func snapshotEquality() {
         #expect(TokenSnapshot(version: 1, token: "ab") == TokenSnapshot(version: 1, token: "ab"))
@@ -42,6 +57,28 @@ struct SnapshotAndOwnerTests {
     }
 
     // MARK: TokenOwner over the memory store
+
+    @Test("commitNow: a local store's decision is returned, applied and current, without a closure")
+    func commitNowOnALocalStore() {
+        let owner = makeOwner()
+        #expect(owner.commitNow("ab") == .applied(TokenState(version: 1, token: "ab")))
+        #expect(owner.commitNow("ab") == .unchanged(TokenState(version: 1, token: "ab")))
+        #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
+        let scripted = TokenOwner<TokenSnapshot>(store: ScriptedStore(answering: .atOnce), initial: .initial, maxSubscribers: 1)
+        #expect(scripted.commitNow("cd") == .applied(TokenState(version: 1, token: "cd")))
+        owner.stop()
+        #expect(owner.commitNow("ef") == .stopping)
+        #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
+    }
+
+    @Test("commitNow: a store that decides later is not asked, and nothing changes")
+    func commitNowOnAStoreThatDecidesLater() {
+        let store = ScriptedStore(answering: .whenReleased)
+        let owner = TokenOwner<TokenSnapshot>(store: store, initial: .initial, maxSubscribers: 1)
+        #expect(owner.commitNow("ab") == nil)
+        #expect(store.proposed.isEmpty)
+        #expect(owner.current == TokenSnapshot(version: 0, token: nil))
+    }
 
     @Test("an owner starts at the state it is given")
     func initialState() {

@@ -22,7 +22,7 @@ extension TokenOwner where Rendition == TokenSnapshot {
     /// Registers `deviceToken` as `POST /register` would; the snapshot after it.
     @discardableResult
     func register(deviceToken: [UInt8]) -> TokenSnapshot {
-        TokenSnapshot(commitNow(self, lowerHex(deviceToken)).state!)
+        TokenSnapshot(ForgePushTokenOwnerTestSupport.commitNow(self, lowerHex(deviceToken)).state!)
     }
 }
 

@@ -64,4 +64,25 @@ struct HexEncodingTests {
     func decodeRejects(text: String) {
         #expect(DeviceTokenHex.decode(text) == nil)
     }
+
+    @Test(arguments: ["", "a", "abc", "0g", "zz", " 00", "00 ", "0x00", "é0", "00\n", "+1", "ab:cd"])
+    func lowercasedRejectsWhatDecodeRejects(text: String) {
+        #expect(Array(text.utf8).withUnsafeBufferPointer { DeviceTokenHex.lowercased(buffer: $0) } == nil)
+    }
+
+    @Test("lowercased text equals encode(decode(text)) for every byte value, in any case")
+    func lowercasedIsTheRoundTrip() {
+        let bytes = (0...255).map { UInt8($0) }
+        for text in [DeviceTokenHex.encode(bytes), DeviceTokenHex.encode(bytes).uppercased(), "0aF9", "Ab"] {
+            let lowered = Array(text.utf8).withUnsafeBufferPointer { DeviceTokenHex.lowercased(buffer: $0) }
+            #expect(lowered == DeviceTokenHex.decode(text).map { DeviceTokenHex.encode($0) })
+            #expect(lowered == text.lowercased())
+        }
+    }
+
+    @Test("a sequence without contiguous storage encodes like an array")
+    func nonContiguousSequenceEncodes() {
+        #expect(DeviceTokenHex.encode((0..<4).lazy.map { UInt8($0 * 0x41) }) == "004182c3")
+        #expect(DeviceTokenHex.decode(utf8: "0aF9".utf8.reversed().reversed()) == [0x0a, 0xf9])
+    }
 }
