@@ -27,7 +27,8 @@
 # /token/stream fan-out, RSS per subscriber).
 #
 # --peers also runs the C fan-out floor (fanout-c: epoll, one write per subscriber, no HTTP
-# parsing) through the same sse_fanout client.
+# parsing) through the same sse_fanout client, with as many threads as ours ($MHD_THREADS), so that
+# the fan-out is compared with the floor on the same threads.
 #
 # Results (raw JSON and summary.md) go to bench/results/<stamp>/ (ignored by git) or --out DIR,
 # with charts (bench/charts.py: fanout.png/.svg, the delay p50/p99 against the subscriber count;
@@ -38,7 +39,7 @@
 # Env: REPEATS (3) DURATION (5s) WRK_THREADS (2) WRK_CONNS (64) SSE_NS ("1000 5000 10000 20000") SSE_M (5)
 #      SSE_INTERVAL_MS (1000) IDLE_N (10000) IDLE_SECONDS (8) TRIES (3) MAX_FOREIGN (0.10)
 #      WAIT_QUIET (30) PORT_BASE (18080) BENCH_SCRATCH SHARED_BENCH BUDGET (300 / 840 with --peers)
-#      MHD_THREADS (the C server's threads; default as ours)
+#      MHD_THREADS (the C server's and the C fan-out floor's threads; default as ours)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -49,7 +50,7 @@ while (($#)); do
     --peers) PEERS=1; shift;;
     --binary) BINARY="$2"; shift 2;;
     --out) OUT="$2"; shift 2;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done
@@ -135,7 +136,7 @@ fi
   echo "settings: REPEATS=$REPEATS DURATION=$DURATION WRK_THREADS=$WRK_THREADS WRK_CONNS=$WRK_CONNS SSE_NS='$SSE_NS' SSE_M=$SSE_M SSE_INTERVAL_MS=$SSE_INTERVAL_MS IDLE_N=$IDLE_N IDLE_SECONDS=$IDLE_SECONDS MAX_FOREIGN=$MAX_FOREIGN peers=$PEERS"
 } > "$out/versions.txt"
 cat "$out/versions.txt"
-echo "{\"threads\": $MHD_THREADS}" > "$out/meta.json"
+echo "{\"threads\": $MHD_THREADS, \"fanout_c_threads\": $MHD_THREADS}" > "$out/meta.json"
 
 # ---- our server
 start_ours() { # extra flags...
@@ -237,7 +238,7 @@ ng_start() { PORT="$NGINX_PORT" WORKERS=1 "$peer_dir/peers/nginx-nchan/start.sh"
 ng_stop() { PORT="$NGINX_PORT" "$peer_dir/peers/nginx-nchan/stop.sh" >/dev/null; }
 mh_start() { PORT="$MHD_PORT" THREADS="$MHD_THREADS" "$peer_dir/peers/mhd-c/start.sh" >/dev/null; }
 mh_stop() { "$peer_dir/peers/mhd-c/stop.sh" >/dev/null; }
-fc_start() { PORT="$FC_PORT" "$peer_dir/peers/fanout-c/start.sh" >/dev/null; }
+fc_start() { PORT="$FC_PORT" THREADS="$MHD_THREADS" "$peer_dir/peers/fanout-c/start.sh" >/dev/null; }
 fc_stop() { "$peer_dir/peers/fanout-c/stop.sh" >/dev/null; }
 
 for r in $(seq 1 "$REPEATS"); do
