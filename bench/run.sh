@@ -21,10 +21,10 @@
 # Our server runs with --access-log off and no state file unless stated.
 #
 # --peers also copies $SHARED_BENCH (default ../shared/bench) to a temporary folder and measures, with
-# the same tools and settings and interleaved with ours: the C libmicrohttpd server (GET /token;
-# epoll, as many threads as ours: one per core up to 8, a pool when more than one), nginx
-# `return 200` (GET /token) and nginx + nchan (1 worker; POST /register publish and
-# /token/stream fan-out, RSS per subscriber).
+# the same tools and settings and interleaved with ours: the C libmicrohttpd server (GET /token and
+# POST /register, its token kept under a mutex; epoll, as many threads as ours: one per core up to
+# 8, a pool when more than one), nginx `return 200` (GET /token) and nginx + nchan (1 worker;
+# POST /register publish and /token/stream fan-out, RSS per subscriber).
 #
 # --peers also runs the C fan-out floor (fanout-c: epoll, one write per subscriber, no HTTP
 # parsing) through the same sse_fanout client, with as many threads as ours ($MHD_THREADS), so that
@@ -250,6 +250,7 @@ for r in $(seq 1 "$REPEATS"); do
   if [[ "$PEERS" == 1 ]]; then
     mh_start
     http mhd-c "$(cat "$MH_PID")" get "$mh" /token
+    http mhd-c "$(cat "$MH_PID")" post "$mh" /register
     mh_stop
     ng_start
     http nginx "$(cat "$NG_PID")" get "$ng" /token
