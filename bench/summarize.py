@@ -210,11 +210,18 @@ def main(folder):
                    + ", ".join(f"{r['median_ms']:.1f}" for r in startup))
     guard = lines(os.path.join(folder, "guard.jsonl"))
     if guard:
+        # guard.jsonl holds every try in order, labelled "<run>#<try>": a run starts at its try 1 and
+        # was disturbed when none of its tries was clean (it is kept, its figures marked *).
+        runs_clean = []
+        for g in guard:
+            if g["label"].endswith("#1") or not runs_clean:
+                runs_clean.append(False)
+            runs_clean[-1] = runs_clean[-1] or g["clean"]
         clean = [g for g in guard if g["clean"]]
-        dirty = [g for g in guard if not g["clean"]]
         out.append("")
-        out.append(f"cpuguard: {len(guard)} tries, {len(dirty)} disturbed by other processes and redone; "
-                   f"kept runs saw at most {max((g['foreign_cpu'] for g in clean), default=0):.2f} foreign CPUs.")
+        out.append(f"cpuguard: {runs_clean.count(False)} of {len(runs_clean)} runs disturbed ({len(guard)} tries, "
+                   f"{len(guard) - len(clean)} of them disturbed by other processes); clean tries saw at most "
+                   f"{max((g['foreign_cpu'] for g in clean), default=0):.2f} foreign CPUs.")
     print("\n".join(out))
 
 
