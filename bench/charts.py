@@ -52,6 +52,7 @@ HTTP_BARS = [
     (("nginx", "get"), "nginx: return 200"),
     (("ours-access-log", "get"), "ours: GET /token, access log on"),
     (("ours", "post"), "ours: POST /register"),
+    (("mhd-c", "post"), "C libmicrohttpd: POST /register"),
     (("nchan", "post"), "nchan: publish"),
     (("ours-access-log", "post"), "ours: POST /register, access log on"),
     (("ours-state-file", "post"), "ours: POST /register, --state-file (fsync)"),

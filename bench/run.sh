@@ -21,13 +21,14 @@
 # Our server runs with --access-log off and no state file unless stated.
 #
 # --peers also copies $SHARED_BENCH (default ../shared/bench) to a temporary folder and measures, with
-# the same tools and settings and interleaved with ours: the C libmicrohttpd server (GET /token;
-# epoll, as many threads as ours: one per core up to 8, a pool when more than one), nginx
-# `return 200` (GET /token) and nginx + nchan (1 worker; POST /register publish and
-# /token/stream fan-out, RSS per subscriber).
+# the same tools and settings and interleaved with ours: the C libmicrohttpd server (GET /token and
+# POST /register, its token kept under a mutex; epoll, as many threads as ours: one per core up to
+# 8, a pool when more than one), nginx `return 200` (GET /token) and nginx + nchan (1 worker;
+# POST /register publish and /token/stream fan-out, RSS per subscriber).
 #
 # --peers also runs the C fan-out floor (fanout-c: epoll, one write per subscriber, no HTTP
-# parsing) through the same sse_fanout client.
+# parsing) through the same sse_fanout client, with as many threads as ours ($MHD_THREADS), so that
+# the fan-out is compared with the floor on the same threads.
 #
 # Results (raw JSON and summary.md) go to bench/results/<stamp>/ (ignored by git) or --out DIR,
 # with charts (bench/charts.py: fanout.png/.svg, the delay p50/p99 against the subscriber count;
@@ -38,7 +39,7 @@
 # Env: REPEATS (3) DURATION (5s) WRK_THREADS (2) WRK_CONNS (64) SSE_NS ("1000 5000 10000 20000") SSE_M (5)
 #      SSE_INTERVAL_MS (1000) IDLE_N (10000) IDLE_SECONDS (8) TRIES (3) MAX_FOREIGN (0.10)
 #      WAIT_QUIET (30) PORT_BASE (18080) BENCH_SCRATCH SHARED_BENCH BUDGET (300 / 840 with --peers)
-#      MHD_THREADS (the C server's threads; default as ours)
+#      MHD_THREADS (the C server's and the C fan-out floor's threads; default as ours)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -49,7 +50,7 @@ while (($#)); do
     --peers) PEERS=1; shift;;
     --binary) BINARY="$2"; shift 2;;
     --out) OUT="$2"; shift 2;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2;;
   esac
 done
@@ -135,15 +136,14 @@ fi
   echo "settings: REPEATS=$REPEATS DURATION=$DURATION WRK_THREADS=$WRK_THREADS WRK_CONNS=$WRK_CONNS SSE_NS='$SSE_NS' SSE_M=$SSE_M SSE_INTERVAL_MS=$SSE_INTERVAL_MS IDLE_N=$IDLE_N IDLE_SECONDS=$IDLE_SECONDS MAX_FOREIGN=$MAX_FOREIGN peers=$PEERS"
 } > "$out/versions.txt"
 cat "$out/versions.txt"
-echo "{\"threads\": $MHD_THREADS}" > "$out/meta.json"
+echo "{\"threads\": $MHD_THREADS, \"fanout_c_threads\": $MHD_THREADS}" > "$out/meta.json"
 
 # ---- our server
 start_ours() { # extra flags...
   local log="$work/server.log"
   "$BINARY" --host 127.0.0.1 --port "$OUR_PORT" --access-log off "$@" 2> "$log" < /dev/null &
   OUR_PID=$!
-  local i
-  for i in $(seq 1 100); do
+  for _ in $(seq 1 100); do
     grep -q "listening on" "$log" 2>/dev/null && return 0
     kill -0 "$OUR_PID" 2>/dev/null || break
     sleep 0.05
@@ -153,8 +153,7 @@ start_ours() { # extra flags...
 stop_ours() {
   [[ -n "$OUR_PID" ]] || return 0
   kill -TERM "$OUR_PID" 2>/dev/null || true
-  local i
-  for i in $(seq 1 100); do kill -0 "$OUR_PID" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 100); do kill -0 "$OUR_PID" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$OUR_PID" 2>/dev/null || true
   wait "$OUR_PID" 2>/dev/null || true
   OUR_PID=""
@@ -176,7 +175,8 @@ guarded() {
     python3 "$here/cpuguard.py" --label "$label#$try" --log "$out/guard.jsonl" --pid "$pid" \
       --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$@" > "$work/out" || rc=$?
     [[ $rc == 75 ]] || return $rc
-    echo "  (other processes were busy during $label: redone)" >&2
+    if (( try < tries )); then echo "  (other processes were busy during $label: redone)" >&2
+    else echo "  (other processes were busy during $label on every try: kept, marked disturbed)" >&2; fi
   done
   DISTURBED=1
   return 0
@@ -224,7 +224,8 @@ sse() {
       > "$work/out" || rc=$?
     if [[ "$label" == ours ]]; then stop_ours; elif [[ "$label" == fanout-c ]]; then fc_stop; else ng_stop; fi
     if [[ $rc != 75 ]]; then DISTURBED=0; break; fi
-    echo "  (other processes were busy during $label N=$n: redone with a fresh server)" >&2
+    if (( try < tries )); then echo "  (other processes were busy during $label N=$n: redone with a fresh server)" >&2
+    else echo "  (other processes were busy during $label N=$n on every try: kept, marked disturbed)" >&2; fi
   done
   grep -E "^all|RSS per|connect phase" "$work/out" | sed 's/^/  /' || true
   [[ $rc == 0 || $rc == 75 ]] || echo "  $label N=$n: sse_fanout exit $rc (3 = missed events or incomplete)"
@@ -237,7 +238,7 @@ ng_start() { PORT="$NGINX_PORT" WORKERS=1 "$peer_dir/peers/nginx-nchan/start.sh"
 ng_stop() { PORT="$NGINX_PORT" "$peer_dir/peers/nginx-nchan/stop.sh" >/dev/null; }
 mh_start() { PORT="$MHD_PORT" THREADS="$MHD_THREADS" "$peer_dir/peers/mhd-c/start.sh" >/dev/null; }
 mh_stop() { "$peer_dir/peers/mhd-c/stop.sh" >/dev/null; }
-fc_start() { PORT="$FC_PORT" "$peer_dir/peers/fanout-c/start.sh" >/dev/null; }
+fc_start() { PORT="$FC_PORT" THREADS="$MHD_THREADS" "$peer_dir/peers/fanout-c/start.sh" >/dev/null; }
 fc_stop() { "$peer_dir/peers/fanout-c/stop.sh" >/dev/null; }
 
 for r in $(seq 1 "$REPEATS"); do
@@ -249,6 +250,7 @@ for r in $(seq 1 "$REPEATS"); do
   if [[ "$PEERS" == 1 ]]; then
     mh_start
     http mhd-c "$(cat "$MH_PID")" get "$mh" /token
+    http mhd-c "$(cat "$MH_PID")" post "$mh" /register
     mh_stop
     ng_start
     http nginx "$(cat "$NG_PID")" get "$ng" /token
@@ -280,11 +282,13 @@ done
 for r in $(seq 1 "$REPEATS"); do
   echo "=== idle: $IDLE_N subscribers, $IDLE_SECONDS s between heartbeats, repeat $r/$REPEATS"
   # Each try writes its own JSON; only the kept one is appended.
+  # shellcheck disable=SC2016 # $1..$5 are the inner shell's arguments
   guarded idle "$$" -- bash -c 'rm -f "$1"; exec python3 "$2" --server "$3" -n "$4" --seconds "$5" --max-percent 100 --json "$1"' \
     _ "$work/idle.json" "$here/idle_subscribers.py" "$BINARY" "$IDLE_N" "$IDLE_SECONDS" || true
   [[ -s "$work/idle.json" ]] && cat "$work/idle.json" >> "$out/idle.jsonl"
   sed 's/^/  /' "$work/out"
   echo "=== start to listening, repeat $r/$REPEATS"
+  # shellcheck disable=SC2016 # as above
   guarded startup "$$" -- bash -c 'rm -f "$1"; exec python3 "$2" --server "$3" --runs 5 --json "$1"' \
     _ "$work/startup.json" "$here/startup.py" "$BINARY" || true
   [[ -s "$work/startup.json" ]] && cat "$work/startup.json" >> "$out/startup.jsonl"
