@@ -119,4 +119,3 @@ package enum DeviceTokenHex {
         }
     }
 }
-

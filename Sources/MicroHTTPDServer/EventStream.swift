@@ -93,7 +93,7 @@ func openStream(
     let cls = Unmanaged.passRetained(stream).toOpaque()
     guard
         let response = MHD_create_response_from_callback(
-            responseSizeUnknown, 256, mhdStreamReader, cls,
+            responseSizeUnknown, streamResponseBlockBytes, mhdStreamReader, cls,
             mhdStreamFree)
     else {
         Unmanaged<EventStream>.fromOpaque(cls).release()
@@ -119,6 +119,14 @@ func openStream(
     context.stream = stream
     return result
 }
+
+/// The block size given to `MHD_create_response_from_callback` for an event stream: libmicrohttpd
+/// allocates it with the response, one per subscriber, but a chunked body (every HTTP/1.1
+/// stream) is read straight into the connection's write buffer and never uses it
+/// (libmicrohttpd 0.9.75, `try_ready_chunked_body` in its connection.c). Only an HTTP/1.0 stream, sent
+/// unchunked until the connection closes, is read through it, in pieces of this size. 64 bytes
+/// instead of 256 is 192 bytes less per subscriber (docs/performance.md, "What bounds us").
+let streamResponseBlockBytes = 64
 
 /// Seconds an event stream may have something to send that its client does not take before
 /// libmicrohttpd closes it (a client that stopped reading but did not close).

@@ -64,7 +64,8 @@ struct SnapshotAndOwnerTests {
         #expect(owner.commitNow("ab") == .applied(TokenState(version: 1, token: "ab")))
         #expect(owner.commitNow("ab") == .unchanged(TokenState(version: 1, token: "ab")))
         #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
-        let scripted = TokenOwner<TokenSnapshot>(store: ScriptedStore(answering: .atOnce), initial: .initial, maxSubscribers: 1)
+        let scripted = TokenOwner<TokenSnapshot>(
+            store: ScriptedStore(answering: .atOnce), initial: .initial, maxSubscribers: 1)
         #expect(scripted.commitNow("cd") == .applied(TokenState(version: 1, token: "cd")))
         owner.stop()
         #expect(owner.commitNow("ef") == .stopping)
