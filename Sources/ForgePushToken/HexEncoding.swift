@@ -5,7 +5,7 @@
 /// original order, each written as two lowercase hex digits: a token of N bytes becomes exactly
 /// 2N characters from `0123456789abcdef`.
 ///
-/// The text is built from a 16-entry lookup table, never from `Data.description` (whose format
+/// The text is built digit by digit from each nibble, never from `Data.description` (whose format
 /// changed in iOS 13 and broke apps that parsed it) and never from `String(format:)` (slow, and
 /// locale- and Foundation-dependent).
 ///

@@ -33,23 +33,41 @@ public enum RequestBodies {
     /// an even number of them.
     /// - Throws: `ServiceError` with code `invalid_token`.
     public static func deviceToken(contentType: String?, body: [UInt8]) throws(ServiceError) -> [UInt8] {
+        try decodeToken(contentType: contentType, body: body, plainHex: plainHexToken, fromBytes: { $0 })
+    }
+
+    /// The device token of a `POST /register` body as the service keeps it: lowercase hex, two
+    /// digits per byte (`DeviceTokenHex`). The same bodies, rules and errors as
+    /// `deviceToken(contentType:body:)`; a body of plain hex text (the common case) becomes the
+    /// text directly, lowered, without decoding it into bytes and encoding them again.
+    /// - Throws: `ServiceError` with code `invalid_token`.
+    public static func deviceTokenHex(contentType: String?, body: [UInt8]) throws(ServiceError) -> String {
+        try decodeToken(
+            contentType: contentType, body: body, plainHex: plainHexText, fromBytes: { DeviceTokenHex.encode($0) })
+    }
+
+    /// The one decision behind `deviceToken` and `deviceTokenHex`: `plainHex` gives the result of
+    /// a body of plain hex text (tried first wherever hex text is read), `fromBytes` the result of
+    /// the token's bytes decoded any other way.
+    private static func decodeToken<Token>(
+        contentType: String?, body: [UInt8], plainHex: ([UInt8]) -> Token?, fromBytes: ([UInt8]) -> Token
+    ) throws(ServiceError) -> Token {
         switch mediaType(contentType) {
         case "application/octet-stream":
             guard !body.isEmpty else { throw invalidToken("the body is empty; send the raw device token bytes") }
             guard body.count <= maxTokenBytes else {
                 throw invalidToken("a device token is 1 to \(maxTokenBytes) bytes; got \(body.count)")
             }
-            return body
+            return fromBytes(body)
         case "application/json":
-            struct RegisterJSON: Decodable { let deviceToken: String }
             guard let decoded = try? JSONDecoder().decode(RegisterJSON.self, from: Data(body)) else {
                 throw invalidToken(#"expected a JSON object {"deviceToken":"<hex>"}"#)
             }
-            return try hexToken(Substring(decoded.deviceToken))
+            return fromBytes(try hexToken(Substring(decoded.deviceToken)))
         case "multipart/form-data":
             throw invalidToken("multipart/form-data is not accepted; send the hex token with curl -d or --data-binary")
         default:
-            if let bytes = plainHexToken(body) { return bytes }
+            if let token = plainHex(body) { return token }
             guard let text = String(validating: body, as: UTF8.self) else {
                 throw invalidToken("the body is not UTF-8 text; send hex digits")
             }
@@ -60,25 +78,15 @@ public enum RequestBodies {
                 guard let value = percentDecoded(field) else {
                     throw invalidToken("the deviceToken field is not valid percent-encoded UTF-8")
                 }
-                return try hexToken(Substring(value))
+                return fromBytes(try hexToken(Substring(value)))
             }
-            return try hexToken(Substring(text))
+            return fromBytes(try hexToken(Substring(text)))
         }
     }
 
-    /// The device token of a `POST /register` body as the service keeps it: lowercase hex, two
-    /// digits per byte (`DeviceTokenHex`). The same bodies, rules and errors as
-    /// `deviceToken(contentType:body:)`; a body of plain hex text (the common case) becomes the
-    /// text directly, lowered, without decoding it into bytes and encoding them again.
-    /// - Throws: `ServiceError` with code `invalid_token`.
-    public static func deviceTokenHex(contentType: String?, body: [UInt8]) throws(ServiceError) -> String {
-        switch mediaType(contentType) {
-        case "application/octet-stream", "application/json", "multipart/form-data":
-            break
-        default:
-            if let text = plainHexText(body) { return text }
-        }
-        return DeviceTokenHex.encode(try deviceToken(contentType: contentType, body: body))
+    /// The JSON body of `POST /register`: `{"deviceToken":"<hex>"}`.
+    private struct RegisterJSON: Decodable {
+        let deviceToken: String
     }
 
     /// The error a `POST /fail` body describes.

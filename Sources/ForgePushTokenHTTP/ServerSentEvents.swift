@@ -18,7 +18,7 @@ public enum ServerSentEvents {
     ]
 
     /// One event: `id: <id>`, `event: <name>`, `data: <data>`, then an empty line (a
-    /// `TokenSnapshot` renders its event this way, once per version).
+    /// `TokenSnapshot` renders its event this way, once per version, on first read).
     ///
     /// - Parameters:
     ///   - id: the event id (a client sends the last one back as `Last-Event-ID`).

@@ -3,7 +3,7 @@ import Synchronization
 
 /// The one owner of the service's token: the versioned token, its subscribers and its store.
 ///
-/// Every write goes through `commit(_:completion:)`, every subscriber through `subscribe(_:)`, and
+/// Every write goes through `commitNow(_:)` or `commit(_:completion:)`, every subscriber through `subscribe(_:)`, and
 /// every change, whether made here or reported by the store, reaches the subscribers from here:
 /// nothing else publishes. The state lives in a `TokenOwnerStateMachine` behind one lock; the
 /// owner runs each event through the machine under that lock and carries out the actions (offers,

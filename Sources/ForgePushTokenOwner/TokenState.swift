@@ -44,12 +44,14 @@ public struct TokenState: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// What the owner hands to readers and subscribers for one version: a `TokenState` plus whatever
-/// is derived from it once per version (the HTTP layer renders the `GET /token` body and the
-/// Server-Sent Events event here, so that 10,000 subscribers share one rendering).
+/// is derived from it once per version (the HTTP layer's `TokenSnapshot` holds the `GET /token`
+/// body and the Server-Sent Events event, rendered lazily by their first reader, so that 10,000
+/// subscribers share one rendering).
 ///
-/// The owner calls `init(_:)` once per version that it applies, under its lock: keep it free of I/O.
+/// The owner calls `init(_:)` once per version that it applies, under its lock: keep it cheap and
+/// free of I/O (render on first read, as `TokenSnapshot` does).
 public protocol TokenRendition: Sendable {
-    /// Renders `state`.
+    /// The rendition of `state` (made under the owner's lock: cheap, no I/O).
     init(_ state: TokenState)
     /// The state this rendition was made from.
     var state: TokenState { get }

@@ -6,7 +6,8 @@
 /// shared by several replicas decides in its own atomic step (docs/architecture.md, "The store
 /// seam").
 ///
-/// Thread-safety: implementations are `Sendable`; the owner may call `commit` from any thread.
+/// Thread-safety: implementations are `Sendable`; the owner may call `commit` and `commitNow` from
+/// any thread.
 public protocol TokenStore: AnyObject, Sendable {
     /// How commits are ordered: whether the owner must run them one at a time, each on the
     /// outcome of the one before, or the store orders them itself.
@@ -28,8 +29,11 @@ public protocol TokenStore: AnyObject, Sendable {
 
     /// `commit(_:base:completion:)` for a store with `.ownerSerialized` ordering that decides
     /// without a callback: the same decision, returned. The owner then needs no completion closure
-    /// and no slot for the outcome (`POST /register` on a local store allocates less). `nil` by
-    /// default, and always for a store that decides later: the owner then calls `commit`.
+    /// and no slot for the outcome (`POST /register` on a local store allocates less). The owner
+    /// calls it as it calls `commit`: one at a time, under its commit lock, with the outcome of the
+    /// previous commit as `base`. `nil` by default, and always for a store that decides later; a
+    /// store that returns `nil` must have decided and changed nothing, since the owner then
+    /// proposes the same token through `commit`.
     func commitNow(_ token: String?, base: TokenState) -> CommitOutcome?
 
     /// Starts reporting what the owner cannot learn from its own commits: changes that arrive from

@@ -330,6 +330,11 @@ struct RegisterBodyTests {
             BodyCase("odd", nil, "abc"), BodyCase("not hex", nil, "zz"), BodyCase("empty", nil, ""),
             BodyCase("too long", nil, String(repeating: "ab", count: 257)),
             BodyCase("multipart", "multipart/form-data; boundary=x", "ab"),
+            BodyCase("not UTF-8", nil, [0xff, 0xfe]), BodyCase("whitespace only", nil, " \r\n\t"),
+            BodyCase("512 digits", nil, String(repeating: "Ab", count: 256)),
+            BodyCase("513 digits", nil, String(repeating: "a", count: 513)),
+            BodyCase("uppercase form", "application/x-www-form-urlencoded", "deviceToken=ABCD"),
+            BodyCase("octet-stream of hex digits", "application/octet-stream", "ABCD"),
         ])
     func deviceTokenHexMatchesDeviceToken(_ body: BodyCase) {
         let bytes = Result { () throws(ServiceError) in

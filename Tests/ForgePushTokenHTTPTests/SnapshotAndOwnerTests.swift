@@ -36,15 +36,20 @@ struct SnapshotAndOwnerTests {
     @Test("copies share one rendering, made once even when readers race for it")
     func renderingIsSharedAndMadeOnce() async {
         let snapshot = TokenSnapshot(version: 7, token: "0a")
+        // Eight first reads at once; every array they return is kept alive, so equal storage
+        // addresses can only mean one rendering, never a freed one made again at the same place.
         let bodies = await withTaskGroup(of: [UInt8].self) { group in
             for _ in 0..<8 { group.addTask { [snapshot] in snapshot.tokenBody } }
             return await group.reduce(into: []) { $0.append($1) }
         }
-        #expect(bodies.allSatisfy { $0 == utf8(#"{"token":"0a"}"#) })
-        // One rendering for every copy: the arrays share one storage.
         let copy = snapshot
-        let first = snapshot.event.withUnsafeBufferPointer { $0.baseAddress }
-        #expect(copy.event.withUnsafeBufferPointer { $0.baseAddress } == first)
+        let events = [snapshot.event, copy.event]
+        func address(_ bytes: [UInt8]) -> Int { bytes.withUnsafeBufferPointer { Int(bitPattern: $0.baseAddress) } }
+        #expect(bodies.count == 8)
+        #expect(bodies.allSatisfy { $0 == utf8(#"{"token":"0a"}"#) })
+        #expect(Set(bodies.map(address)).count == 1)
+        #expect(address(copy.tokenBody) == address(bodies[0]))
+        #expect(address(events[0]) == address(events[1]))
         #expect(copy.entityTag == EntityTag.strong(digesting: utf8(#"{"token":"0a"}"#)))
     }
 
@@ -97,17 +102,17 @@ struct SnapshotAndOwnerTests {
     @Test("the version grows by one per change only")
     func versionPerChange() {
         let owner = makeOwner()
-        #expect(commitNow(owner, "0a") == .applied(TokenState(version: 1, token: "0a")))
-        #expect(commitNow(owner, "0a") == .unchanged(TokenState(version: 1, token: "0a")))
+        #expect(commitAtOnce(owner, "0a") == .applied(TokenState(version: 1, token: "0a")))
+        #expect(commitAtOnce(owner, "0a") == .unchanged(TokenState(version: 1, token: "0a")))
         #expect(owner.version == 1)
     }
 
     @Test("A → B → A gives versions 1, 2, 3")
     func aba() {
         let owner = makeOwner()
-        #expect(commitNow(owner, "aa01") == .applied(TokenState(version: 1, token: "aa01")))
-        #expect(commitNow(owner, "bb02") == .applied(TokenState(version: 2, token: "bb02")))
-        #expect(commitNow(owner, "aa01") == .applied(TokenState(version: 3, token: "aa01")))
+        #expect(commitAtOnce(owner, "aa01") == .applied(TokenState(version: 1, token: "aa01")))
+        #expect(commitAtOnce(owner, "bb02") == .applied(TokenState(version: 2, token: "bb02")))
+        #expect(commitAtOnce(owner, "aa01") == .applied(TokenState(version: 3, token: "aa01")))
         #expect(owner.current.tokenBody == utf8(#"{"token":"aa01"}"#))
         #expect(owner.current.event == utf8(expectedEvent(3, "aa01")))
     }
@@ -145,11 +150,11 @@ struct SnapshotAndOwnerTests {
             let outcome: CommitOutcome
             if Int.random(in: 0..<4, using: &generator) == 0 {
                 manager.didFailToRegister(error: RegistrationFailure(message: "step \(step)"))
-                outcome = commitNow(owner, nil)
+                outcome = commitAtOnce(owner, nil)
             } else {
                 let bytes = [UInt8.random(in: 0...2, using: &generator)]
                 manager.didRegister(deviceToken: Data(bytes))
-                outcome = commitNow(owner, lowerHex(bytes))
+                outcome = commitAtOnce(owner, lowerHex(bytes))
             }
             #expect(owner.current.token == manager.token)
             #expect(outcome.changed == (before != manager.token))
@@ -163,7 +168,9 @@ struct SnapshotAndOwnerTests {
         await runOnThreads(8) { thread in
             for i in 0..<200 {
                 let token = lowerHex([UInt8(thread), UInt8(i)])
-                if case .applied(let state) = commitNow(owner, token) { changes.withLock { $0.append(state.version) } }
+                if case .applied(let state) = commitAtOnce(owner, token) {
+                    changes.withLock { $0.append(state.version) }
+                }
                 _ = owner.current
             }
         }

@@ -22,7 +22,7 @@ extension TokenOwner where Rendition == TokenSnapshot {
     /// Registers `deviceToken` as `POST /register` would; the snapshot after it.
     @discardableResult
     func register(deviceToken: [UInt8]) -> TokenSnapshot {
-        TokenSnapshot(ForgePushTokenOwnerTestSupport.commitNow(self, lowerHex(deviceToken)).state!)
+        TokenSnapshot(commitAtOnce(self, lowerHex(deviceToken)).state!)
     }
 }
 

@@ -171,7 +171,7 @@ struct TokenOwnerTests {
         owner.commit("ab") { outcome in answered.withLock { $0 = outcome } }
         owner.stop()
         #expect(subscriber.state.withLock { $0.endings }.isEmpty, "ended while a write was at the store")
-        #expect(commitNow(owner, "cd") == .stopping, "a new write was proposed after stop()")
+        #expect(commitAtOnce(owner, "cd") == .stopping, "a new write was proposed after stop()")
         #expect(store.release())
         #expect(answered.withLock { $0 } == .applied(TokenState(version: 1, token: "ab")))
         #expect(subscriber.offered == [.initial, TokenState(version: 1, token: "ab")])
@@ -200,7 +200,7 @@ struct TokenOwnerTests {
         #expect(store.proposed.isEmpty, "the store was asked")
         let memory = TokenOwner<TokenState>(store: MemoryTokenStore(), initial: .initial, maxSubscribers: 1)
         memory.stop()
-        #expect(commitNow(memory, "ab") == .stopping)
+        #expect(commitAtOnce(memory, "ab") == .stopping)
         #expect(memory.current == .initial)
     }
 
@@ -227,7 +227,7 @@ struct TokenOwnerTests {
         owner.start()
         let current = try #require(store.reader.withLock { $0 })
         #expect(current() == .initial)
-        #expect(commitNow(owner, "ab") == .applied(TokenState(version: 1, token: "ab")))
+        #expect(commitAtOnce(owner, "ab") == .applied(TokenState(version: 1, token: "ab")))
         #expect(current() == TokenState(version: 1, token: "ab"))
         owner.stop()
         #expect(store.stops.withLock { $0 } == 0, "stop() (graceful shutdown) must leave the store running")
@@ -241,22 +241,22 @@ struct TokenOwnerTests {
         let file = StateFile(path: folder + "/state.json")
         let owner = TokenOwner<TokenState>(store: StateFileStore(file: file), initial: .initial, maxSubscribers: 1)
         // The folder does not exist: the save fails.
-        guard case .notSaved(let state, let changed, let reason) = commitNow(owner, "ab") else {
+        guard case .notSaved(let state, let changed, let reason) = commitAtOnce(owner, "ab") else {
             Issue.record("expected notSaved")
             return
         }
         #expect(state == TokenState(version: 1, token: "ab") && changed && reason.contains(folder))
         #expect(owner.current == state && owner.health == .degraded(reason: HealthReason.stateNotSaved))
         // The same token again: nothing changes, but the save is tried again (and fails again).
-        #expect(commitNow(owner, "ab") == .notSaved(state, changed: false, reason: reason))
+        #expect(commitAtOnce(owner, "ab") == .notSaved(state, changed: false, reason: reason))
         #expect(mkdir(folder, 0o700) == 0)
         defer {
             unlink(file.path)
             rmdir(folder)
         }
-        #expect(commitNow(owner, "ab") == .unchanged(state))
+        #expect(commitAtOnce(owner, "ab") == .unchanged(state))
         #expect(owner.health == .ok)
         #expect(try file.load() == .init(token: "ab", version: 1))
-        #expect(commitNow(owner, "ab") == .unchanged(state))
+        #expect(commitAtOnce(owner, "ab") == .unchanged(state))
     }
 }

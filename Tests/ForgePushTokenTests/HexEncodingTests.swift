@@ -65,8 +65,9 @@ struct HexEncodingTests {
         #expect(DeviceTokenHex.decode(text) == nil)
     }
 
-    @Test(arguments: ["", "a", "abc", "0g", "zz", " 00", "00 ", "0x00", "é0", "00\n", "+1", "ab:cd"])
+    @Test(arguments: ["", "a", "abc", "0g", "zz", " 00", "00 ", "0x00", "é0", "é", "00\n", "+1", "ab:cd"])
     func lowercasedRejectsWhatDecodeRejects(text: String) {
+        #expect(DeviceTokenHex.decode(text) == nil)
         #expect(Array(text.utf8).withUnsafeBufferPointer { DeviceTokenHex.lowercased(buffer: $0) } == nil)
     }
 
@@ -83,6 +84,7 @@ struct HexEncodingTests {
     @Test("a sequence without contiguous storage encodes like an array")
     func nonContiguousSequenceEncodes() {
         #expect(DeviceTokenHex.encode((0..<4).lazy.map { UInt8($0 * 0x41) }) == "004182c3")
-        #expect(DeviceTokenHex.decode(utf8: "0aF9".utf8.reversed().reversed()) == [0x0a, 0xf9])
+        #expect(DeviceTokenHex.decode(utf8: "0aF9".utf8.lazy.map { $0 }) == [0x0a, 0xf9])
+        #expect(DeviceTokenHex.decode(utf8: "0aG9".utf8.lazy.map { $0 }) == nil)
     }
 }

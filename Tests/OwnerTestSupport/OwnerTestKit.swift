@@ -13,14 +13,15 @@ extension TokenState: TokenRendition {
     public var state: TokenState { self }
 }
 
-/// Commits `token` through `owner` and returns the outcome. Only for stores that answer before
+/// Commits `token` through `owner` (`commit(_:completion:)`, the path every store takes) and returns
+/// the outcome. Only for stores that answer before
 /// `commit` returns (`ScriptedStore` answering `.atOnce`, `MemoryTokenStore`, `StateFileStore`):
 /// a later answer stops the test at a precondition.
-public func commitNow<R>(_ owner: TokenOwner<R>, _ token: String?) -> CommitOutcome {
+public func commitAtOnce<R>(_ owner: TokenOwner<R>, _ token: String?) -> CommitOutcome {
     let result = Locked<CommitOutcome?>(nil)
     owner.commit(token) { outcome in result.withLock { $0 = outcome } }
     guard let outcome = result.withLock({ $0 }) else {
-        preconditionFailure("commitNow: the store did not answer before commit returned")
+        preconditionFailure("commitAtOnce: the store did not answer before commit returned")
     }
     return outcome
 }
