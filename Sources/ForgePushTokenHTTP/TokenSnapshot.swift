@@ -1,6 +1,5 @@
 import ForgePushToken
 import ForgePushTokenOwner
-import Synchronization
 
 /// The service's token at one version, with the bytes every reader of that version shares: the
 /// HTTP layer's `TokenRendition`, which the `TokenOwner` makes once per version it applies.
@@ -15,17 +14,32 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     public let version: UInt64
     /// The device token as lowercase hex digits (2 per byte), or `nil` when none is registered.
     public let token: String?
-    /// Where the rendering is made, once, and kept for every copy.
-    private let rendering: LazyRendering
+    /// The rendering, once its first reader has made it; shared by every copy. A `Locked` (a
+    /// `pthread_mutex_t`, an ordering Thread Sanitizer sees: with `AtomicLazyReference` here a
+    /// debug build drew a report of the rendering's fields), held only to read or set the
+    /// reference, never while rendering.
+    private let rendering: Locked<Rendering?>
 
     /// The body of `GET /token`: `{"token":"<hex>"}` or `{"token":null}`, UTF-8 JSON.
-    public var tokenBody: [UInt8] { rendering.rendered.tokenBody }
+    public var tokenBody: [UInt8] { rendered.tokenBody }
     /// The SSE event for this version: `id: <version>`, `event: token`,
     /// `data: {"token":…}`, empty line.
-    public var event: [UInt8] { rendering.rendered.event }
+    public var event: [UInt8] { rendered.event }
     /// The `ETag` of `tokenBody` (`EntityTag.strong(digesting:)`): it follows from the token's value
     /// alone, so it stays right across restarts and version resets.
-    public var entityTag: EntityTag { rendering.rendered.entityTag }
+    public var entityTag: EntityTag { rendered.entityTag }
+
+    /// The rendering, made now (outside the lock) if no reader has made it yet; readers that race
+    /// each make one, the first stored wins and every reader returns that one.
+    private var rendered: Rendering {
+        if let rendered = rendering.withLock({ $0 }) { return rendered }
+        let fresh = Rendering(version: version, token: token)
+        return rendering.withLock { stored in
+            if let first = stored { return first }
+            stored = fresh
+            return fresh
+        }
+    }
 
     /// The snapshot of `state` (nothing is rendered yet).
     public init(_ state: TokenState) {
@@ -39,7 +53,7 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     public init(version: UInt64, token: String?) {
         self.version = version
         self.token = token
-        self.rendering = LazyRendering(version: version, token: token)
+        self.rendering = Locked(nil)
     }
 
     /// The body of `POST /register` and `POST /fail` for `state`:
@@ -61,42 +75,21 @@ public struct TokenSnapshot: TokenRendition, Equatable {
 }
 
 /// The bytes of one `TokenSnapshot`, made by its first reader and shared by every copy after.
-///
-/// `Sendable`: its stored properties are immutable, and the one mutable part, the reference to
-/// the rendering, is an `AtomicLazyReference` (Synchronization): readers that race to render
-/// each make a `Rendered`, the first stored wins and every reader returns that one.
-final class LazyRendering: Sendable {
-    /// The rendered bytes (immutable once made).
-    final class Rendered: Sendable {
-        let tokenBody: [UInt8]
-        let event: [UInt8]
-        let entityTag: EntityTag
-
-        init(version: UInt64, token: String?) {
-            var body: [UInt8] = []
-            body.reserveCapacity(12 + (token?.utf8.count ?? 4))
-            body.append(contentsOf: #"{"token":"#.utf8)
-            JSONText.append(token, to: &body)
-            body.append(UInt8(ascii: "}"))
-            self.tokenBody = body
-            self.entityTag = EntityTag.strong(digesting: body)
-            self.event = ServerSentEvents.event(id: version, name: "token", data: body)
-        }
-    }
-
-    private let version: UInt64
-    private let token: String?
-    private let made = AtomicLazyReference<Rendered>()
+/// Immutable; `Sendable`.
+final class Rendering: Sendable {
+    let tokenBody: [UInt8]
+    let event: [UInt8]
+    let entityTag: EntityTag
 
     init(version: UInt64, token: String?) {
-        self.version = version
-        self.token = token
-    }
-
-    /// The rendering, made now if no reader has made it yet.
-    var rendered: Rendered {
-        if let rendered = made.load() { return rendered }
-        return made.storeIfNil(Rendered(version: version, token: token))
+        var body: [UInt8] = []
+        body.reserveCapacity(12 + (token?.utf8.count ?? 4))
+        body.append(contentsOf: #"{"token":"#.utf8)
+        JSONText.append(token, to: &body)
+        body.append(UInt8(ascii: "}"))
+        self.tokenBody = body
+        self.entityTag = EntityTag.strong(digesting: body)
+        self.event = ServerSentEvents.event(id: version, name: "token", data: body)
     }
 }
 
