@@ -144,7 +144,8 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     @inlinable
     func deliver(_ delivery: TokenOwnerStateMachine<Rendition>.Delivery?) {
         guard let delivery else { return }
-        for subscriber in delivery.subscribers where subscriber.offer(delivery.rendition) {
+        let rendition = delivery.rendition.prepared()
+        for subscriber in delivery.subscribers where subscriber.offer(rendition) {
             subscriber.wake()
         }
     }

@@ -55,4 +55,14 @@ public protocol TokenRendition: Sendable {
     init(_ state: TokenState)
     /// The state this rendition was made from.
     var state: TokenState { get }
+    /// This rendition ready to be read by many subscribers at once: the owner calls it once per
+    /// delivery, after releasing its lock and before offering the result to every subscriber
+    /// (a lazy rendition renders here, once, instead of in every subscriber's first read).
+    /// `self` by default.
+    func prepared() -> Self
+}
+
+extension TokenRendition {
+    /// `self`: a rendition with nothing to prepare.
+    public func prepared() -> Self { self }
 }

@@ -50,6 +50,10 @@ struct SnapshotAndOwnerTests {
         #expect(Set(bodies.map(address)).count == 1)
         #expect(address(copy.tokenBody) == address(bodies[0]))
         #expect(address(events[0]) == address(events[1]))
+        // A prepared copy (what the owner offers subscribers) holds the same rendering.
+        let ready = snapshot.prepared()
+        #expect(ready == snapshot && address(ready.event) == address(events[0]))
+        #expect(address(TokenSnapshot(version: 8, token: nil).prepared().tokenBody) != 0)
         #expect(copy.entityTag == EntityTag.strong(digesting: utf8(#"{"token":"0a"}"#)))
     }
 
