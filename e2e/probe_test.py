@@ -10,7 +10,9 @@ A replica runs with `--redis-probe-interval 1` through the proxy. Then:
 
   - connected, with probes counted in forge_push_token_redis_probe_seconds;
   - drop on: /healthz says `not_delivering` within one probe interval plus 2 s (the bound is
-    3.5 s here, with half a second for polling), and a log line says the probe was not heard;
+    3.25 s here: 0.25 s for this test's 50 ms polling of /healthz and scheduling on a shared
+    machine; the replica polls its subscription up to the probe's own deadlines, so it finds an
+    unheard probe on time: 3.01-3.03 s in five runs), and a log line says the probe was not heard;
   - drop off: the replica is `connected` again, and a write through it answers 200.
 
     python3 e2e/probe_test.py --server PATH
@@ -161,7 +163,7 @@ def run(binary):
         wait_until(lambda: health(server.port)[1].get("redis") == "not_delivering", 6, interval=0.05,
                    what="/healthz not_delivering")
         elapsed = time.monotonic() - started
-        check(elapsed <= 3.5, "not_delivering after %.2f s (bound: the 1 s interval + 2 s + 0.5 s)" % elapsed)
+        check(elapsed <= 3.25, "not_delivering after %.2f s (bound: the 1 s interval + 2 s + 0.25 s)" % elapsed)
         check(proxy.dropped > 0, "the proxy dropped no message")
         check(health(server.port)[0] == 200, "/healthz is not 200 while not delivering")
         check("did not hear this replica's probe" in server.stderr(), "no log line says the probe was not heard")

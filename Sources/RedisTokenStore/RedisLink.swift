@@ -192,6 +192,15 @@ final class RedisLink: Sendable {
         machine.withLock { event(&$0) }
     }
 
+    /// How long the subscription may wait for its next message before the probe needs a tick, in
+    /// whole milliseconds: 1 to `longest` (`RedisLinkStateMachine.secondsUntilProbeDue`, rounded
+    /// up and one past, since the probe's timeout is a strict "more than").
+    func pollMilliseconds(longest: Int) -> Int {
+        guard let due = machine.withLock({ $0.secondsUntilProbeDue(at: monotonicSeconds()) }) else { return longest }
+        let seconds = min(max(due, 0), Double(longest) / 1000)
+        return min(longest, Int((seconds * 1000).rounded(.up)) + 1)
+    }
+
     /// Whether a write is refused at once (Redis known to be down), and the reason.
     var refusal: RedisLinkStateMachine.Health? {
         machine.withLock { $0.refusesWrites ? $0.health : nil }

@@ -195,7 +195,7 @@ struct RedisLinkStateMachine: Sendable {
         check()
     }
 
-    /// Time passed (the subscription wakes at least every 100 ms): ping, give up on an unanswered
+    /// Time passed (the subscription wakes at least every 100 ms, and at the probe's deadlines): ping, give up on an unanswered
     /// ping, and ask for the periodic check and a refresh that had to wait.
     mutating func tick(at now: Double) -> [Action] {
         var actions: [Action] = []
@@ -238,6 +238,17 @@ struct RedisLinkStateMachine: Sendable {
     }
 
     // MARK: The delivery probe
+
+    /// Seconds from `now` until the delivery probe needs a `tick`: until the next probe is due,
+    /// or until the probe in flight has gone unheard for `probeTimeout`; at most 0 when that is
+    /// now or past; `nil` while not subscribed. The subscription polls no longer than this, so a
+    /// probe goes out on time and an unheard one is found on time (within one probe interval plus
+    /// 2 s of the subscription going deaf, docs/replicas.md), not up to a poll later.
+    func secondsUntilProbeDue(at now: Double) -> Double? {
+        guard subscribed else { return nil }
+        if let out = probeOut { return out.at + timings.probeTimeout - now }
+        return lastProbe + timings.probeInterval - now
+    }
 
     /// This replica's probe number `sequence` came back on the subscription: returns its round
     /// trip in seconds (`nil` for a probe not in flight, which changes nothing). A subscription

@@ -107,7 +107,8 @@ final class RedisSubscription: Sendable {
             if link.hasMoved(connection) { return .moved }
             let reply: RedisReply?
             do throws(RedisConnectionError) {
-                reply = try connection.pollReply(milliseconds: 100)
+                // At most 100 ms, and no later than the delivery probe's next deadline.
+                reply = try connection.pollReply(milliseconds: Int32(link.pollMilliseconds(longest: 100)))
             } catch {
                 return .failed(error.description)
             }

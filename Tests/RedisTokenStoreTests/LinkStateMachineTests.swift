@@ -174,8 +174,10 @@ import Testing
         timings.checkInterval = 100
         timings.probeInterval = 5
         var link = Machine(endpoint: "redis://127.0.0.1:6379/0", prefix: "p", timings: timings)
+        #expect(link.secondsUntilProbeDue(at: 0) == nil)  // not subscribed: no probe
         _ = link.subscribed(at: 0)
         _ = link.checkSucceeded(at: 0.1)
+        #expect(link.secondsUntilProbeDue(at: 4.0) == 1.0)  // the next probe
         #expect(link.tick(at: 4.9) == [])
         #expect(link.tick(at: 5.0) == [.probe(sequence: 1)])
         // Heard: its round trip, and nothing else happens.
@@ -184,6 +186,8 @@ import Testing
         // Another replica's number, or one not in flight: nothing.
         #expect(link.probeHeard(sequence: 7, at: 5.3).seconds == nil)
         #expect(link.tick(at: 10.0) == [.probe(sequence: 2)])
+        #expect(link.secondsUntilProbeDue(at: 11.5) == 0.5)  // the probe in flight's timeout
+        #expect(link.tick(at: 12.0) == [])  // exactly 2 s is not "more than"
         // Not heard within 2 s: not_delivering, one line, and a resubscribe (not a failure).
         let lost = link.tick(at: 12.1)
         let why = "the subscription did not hear this replica's probe within 2 s"
@@ -196,7 +200,9 @@ import Testing
         // Subscribed again and the state read: still not_delivering until a probe is heard, and
         // the new subscription is probed at once.
         link.unsubscribed()
+        #expect(link.secondsUntilProbeDue(at: 12.15) == nil)
         #expect(link.subscribed(at: 12.2) == [.requestCheck])
+        #expect(link.secondsUntilProbeDue(at: 12.2)! <= 0)  // probed again at once
         #expect(link.checkSucceeded(at: 12.3) == [])
         #expect(link.tick(at: 12.4) == [.probe(sequence: 3)])
         let back = link.probeHeard(sequence: 3, at: 12.45)
