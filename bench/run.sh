@@ -33,7 +33,7 @@
 # Results (raw JSON and summary.md) go to bench/results/<stamp>/ (ignored by git) or --out DIR,
 # with charts (bench/charts.py: fanout.png/.svg, the delay p50/p99 against the subscriber count;
 # http.png/.svg, the request rates) when matplotlib is installed (python3-matplotlib).
-# Bounded: without --peers about 4 minutes, with --peers about 7 (a busy machine adds cpuguard's
+# Bounded: without --peers about 4 minutes, with --peers about 10 (a busy machine adds cpuguard's
 # waits; once the run passes $BUDGET seconds it stops waiting and retrying). Loopback only.
 #
 # Env: REPEATS (3) DURATION (5s) WRK_THREADS (2) WRK_CONNS (64) SSE_NS ("1000 5000 10000 20000") SSE_M (5)
