@@ -24,6 +24,7 @@ import secrets
 import shlex
 
 from e2e_support import HOST, Server, check, log, main, request, token_hex, wait_until
+from probe_test import probe_count
 from replicas_test import Redis, health, write
 
 
@@ -34,14 +35,6 @@ def docs_acl_command():
     found = re.findall(r"`(ACL SETUSER [^`]+)`", page)
     check(len(found) == 1, "docs/replicas.md: expected one `ACL SETUSER ...` command, found %d" % len(found))
     return shlex.split(found[0])
-
-
-def probes_heard(port):
-    _, _, body = request(port, "GET", "/metrics")
-    for line in body.decode().splitlines():
-        if line.startswith("forge_push_token_redis_probe_seconds_count "):
-            return int(line.split()[1])
-    return 0
 
 
 def run(binary):
@@ -66,7 +59,7 @@ def run(binary):
         a, b = (server.port for server in replicas)
         wait_until(lambda: all(health(port) == (200, {"status": "ok", "redis": "connected"}) for port in (a, b)), 10,
                    what="both replicas connected as the docs' ACL user")
-        wait_until(lambda: all(probes_heard(port) >= 3 for port in (a, b)), 10, what="three probes heard on each")
+        wait_until(lambda: all((probe_count(port) or 0) >= 3 for port in (a, b)), 10, what="three probes heard on each")
         check(all(health(port) == (200, {"status": "ok", "redis": "connected"}) for port in (a, b)),
               "a replica left `connected` while its probes were heard")
         log("both replicas connected as `forge`, each heard %d+ probes" % 3)
