@@ -1,3 +1,5 @@
+import ForgePushToken
+
 /// An entity tag (RFC 9110 §8.8.3): an opaque validator of one representation, sent in `ETag` and
 /// compared with the ones a client sends in `If-None-Match`.
 ///
@@ -22,14 +24,7 @@ public struct EntityTag: Sendable, Hashable, CustomStringConvertible {
     /// decide it, so two bodies that differ never share a tag and the same body always gets the same
     /// one, across restarts of the service and resets of its version counter.
     public static func strong(digesting body: some Collection<UInt8>) -> EntityTag {
-        let digits = Array("0123456789abcdef".utf8)
-        var hex: [UInt8] = []
-        hex.reserveCapacity(32)
-        for byte in SHA256.digest(body).prefix(16) {
-            hex.append(digits[Int(byte >> 4)])
-            hex.append(digits[Int(byte & 0x0f)])
-        }
-        return EntityTag(uncheckedOpaqueTag: String(decoding: hex, as: UTF8.self))
+        EntityTag(uncheckedOpaqueTag: DeviceTokenHex.encode(SHA256.digest(body).prefix(16)))
     }
 
     private init(uncheckedOpaqueTag: String) {
