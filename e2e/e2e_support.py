@@ -479,6 +479,33 @@ def health_of(port):
         return None, {}
 
 
+def distinct_free_ports(count):
+    """`count` distinct free loopback ports: every socket stays bound until all are chosen (a port
+    released at once may be handed out again)."""
+    held = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind((HOST, 0))
+        held.append(sock)
+    ports = [sock.getsockname()[1] for sock in held]
+    for sock in held:
+        sock.close()
+    return ports
+
+
+def docs_block_folder(binary, prefix):
+    """A temporary folder to run a docs block in, and the environment for it: `binary` first on
+    PATH as `forge-push-token-server` (a symlink in the folder's bin/) and no state file inherited
+    from the caller. Returns (folder, env)."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    bin_dir = os.path.join(folder, "bin")
+    os.mkdir(bin_dir)
+    os.symlink(binary, os.path.join(bin_dir, "forge-push-token-server"))
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("FORGE_PUSH_TOKEN_STATE_FILE", None)
+    return folder, env
+
+
 def docs_sh_blocks(page, heading, until=None):
     """The ```sh blocks of docs/`page` from `heading` to `until` (or the end of the page), the
     commands the docs tests run as written."""

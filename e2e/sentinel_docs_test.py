@@ -19,12 +19,10 @@ import argparse
 import os
 import re
 import signal
-import socket
 import subprocess
-import tempfile
 import time
 
-from e2e_support import HOST, check, docs_sh_blocks, health_of as health, log, main, request, token_hex, wait_until
+from e2e_support import check, distinct_free_ports, docs_block_folder, docs_sh_blocks, health_of as health, log, main, request, token_hex, wait_until
 from replicas_test import version_of, write
 
 def docs_blocks():
@@ -44,16 +42,7 @@ def run(binary):
     names = ["6379", "6380", "26379", "26380", "26381", "8081", "8082", "8083"]
     for name in names:
         check(name in start_block, "the docs block lacks port %s" % name)
-    # Distinct ports: every socket stays bound until all are chosen (a port released at once
-    # may be handed out again).
-    held = []
-    for _ in names:
-        sock = socket.socket()
-        sock.bind((HOST, 0))
-        held.append(sock)
-    ports = {name: sock.getsockname()[1] for name, sock in zip(names, held)}
-    for sock in held:
-        sock.close()
+    ports = dict(zip(names, distinct_free_ports(len(names))))
 
     def substitute(block):
         # Longest first, so that 26379 is replaced before 6379 could match inside it.
@@ -61,12 +50,7 @@ def run(binary):
             block = re.sub(r"(?<![0-9])%s(?![0-9])" % name, str(ports[name]), block)
         return block
 
-    folder = tempfile.mkdtemp(prefix="e2e-sentinel-docs-")
-    bin_dir = os.path.join(folder, "bin")
-    os.mkdir(bin_dir)
-    os.symlink(binary, os.path.join(bin_dir, "forge-push-token-server"))
-    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
-    env.pop("FORGE_PUSH_TOKEN_STATE_FILE", None)
+    folder, env = docs_block_folder(binary, "e2e-sentinel-docs-")
     output = open(os.path.join(folder, "output.log"), "w")
     proc = subprocess.Popen(["bash", "-c", substitute(start_block)], cwd=folder, env=env, stdout=output,
                             stderr=subprocess.STDOUT, start_new_session=True)

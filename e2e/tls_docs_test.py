@@ -19,12 +19,10 @@ import argparse
 import os
 import secrets
 import signal
-import socket
 import subprocess
-import tempfile
 import time
 
-from e2e_support import HOST, EventStream, check, docs_sh_blocks, health_of as health, log, main, request, token_hex, wait_until
+from e2e_support import EventStream, check, distinct_free_ports, docs_block_folder, docs_sh_blocks, health_of as health, log, main, request, token_hex, wait_until
 
 def docs_block():
     """The first ```sh block after the heading "### TLS on one machine"."""
@@ -37,22 +35,11 @@ def run(binary):
     block = docs_block()
     for needle in ("6380", "8081 8082", "PASSWORD", "rediss://default:PASSWORD@127.0.0.1:6380", "--redis-tls-ca-file"):
         check(needle in block, "the docs block lacks %r" % needle)
-    # Distinct ports: every socket stays bound until all are chosen.
-    held = [socket.socket() for _ in range(3)]
-    for sock in held:
-        sock.bind((HOST, 0))
-    redis_port, a, b = (sock.getsockname()[1] for sock in held)
-    for sock in held:
-        sock.close()
+    redis_port, a, b = distinct_free_ports(3)
     password = secrets.token_hex(12)
     script = (block.replace("6380", str(redis_port)).replace("8081", str(a)).replace("8082", str(b))
               .replace("PASSWORD", password))
-    folder = tempfile.mkdtemp(prefix="e2e-tls-docs-")
-    bin_dir = os.path.join(folder, "bin")
-    os.mkdir(bin_dir)
-    os.symlink(binary, os.path.join(bin_dir, "forge-push-token-server"))
-    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
-    env.pop("FORGE_PUSH_TOKEN_STATE_FILE", None)
+    folder, env = docs_block_folder(binary, "e2e-tls-docs-")
     output_path = os.path.join(folder, "output.log")
     output = open(output_path, "w")
     proc = subprocess.Popen(["bash", "-c", script], cwd=folder, env=env, stdout=output, stderr=subprocess.STDOUT,
