@@ -16,6 +16,7 @@
 #      (docs/replicas.md);
 #   7. docker/compose.sentinel.yaml keeps the Sentinel setup: a master, a replica, three
 #      sentinels each writing its own configuration file, replicas on a redis+sentinel:// URL.
+#      (6 and 7: docker/lint_replicas.py, whose check of the replicas' own service they share.)
 #
 # The tools go into a virtual environment under /tmp (FORGE_PUSH_TOKEN_LINT_VENV), made once.
 #
@@ -206,92 +207,14 @@ fi
 pass ".dockerignore keeps .build/, .git/ and secrets out, the package in"
 
 # 6. The replica setup (docs/replicas.md): docker/compose.replicas.yaml and docker/nginx/replicas.conf.
-if ! "$venv/bin/python" - docker/compose.replicas.yaml docker/nginx/replicas.conf <<'PYTHON'
-import re, sys, yaml
-
-compose = yaml.safe_load(open(sys.argv[1]))
-nginx = open(sys.argv[2]).read()
-services = compose.get("services", {})
-problems = []
-redis = services.get("redis", {})
-command = " ".join(redis.get("command", []))
-if "--appendonly yes" not in command:
-    problems.append("redis: the append-only file is off (--appendonly yes)")
-if "--maxmemory-policy noeviction" not in command:
-    problems.append("redis: the eviction policy is not noeviction (the state key must never be evicted)")
-if not any(str(v).endswith(":/data") for v in redis.get("volumes", [])):
-    problems.append("redis: /data is not on a volume")
-replica = services.get("replica", {})
-environment = replica.get("environment", {})
-if environment.get("FORGE_PUSH_TOKEN_STATE_FILE", None) != "":
-    problems.append("replica: FORGE_PUSH_TOKEN_STATE_FILE must be cleared (\"\"): --redis-url excludes --state-file")
-if "FORGE_PUSH_TOKEN_REDIS_URL" not in environment:
-    problems.append("replica: no FORGE_PUSH_TOKEN_REDIS_URL")
-if replica.get("deploy", {}).get("replicas", 1) < 3:
-    problems.append("replica: fewer than 3 replicas")
-if "ports" in replica:
-    problems.append("replica: publishes a port (nginx is the way in)")
-if not any("replicas.conf:/etc/nginx/conf.d/default.conf" in str(v) for v in services.get("nginx", {}).get("volumes", [])):
-    problems.append("nginx: docker/nginx/replicas.conf is not mounted as its default.conf")
-stream = re.search(r"location = /token/stream \{(.*?)\}", nginx, re.S)
-if not stream:
-    problems.append("replicas.conf: no location for /token/stream")
-else:
-    if "proxy_buffering off;" not in stream.group(1):
-        problems.append("replicas.conf: the stream route buffers (proxy_buffering off)")
-    timeout = re.search(r"proxy_read_timeout (\d+)([smh]);", stream.group(1))
-    if not timeout or int(timeout.group(1)) * {"s": 1, "m": 60, "h": 3600}[timeout.group(2)] < 300:
-        problems.append("replicas.conf: the stream route's proxy_read_timeout is under 5 minutes")
-if "resolver 127.0.0.11" not in nginx:
-    problems.append("replicas.conf: not resolving through Docker's DNS (resolver 127.0.0.11): scaled replicas are not found")
-for problem in problems:
-    print(f"compose.replicas.yaml: {problem}", file=sys.stderr)
-sys.exit(1 if problems else 0)
-PYTHON
+if ! "$venv/bin/python" docker/lint_replicas.py replicas docker/compose.replicas.yaml docker/nginx/replicas.conf
 then
     fail "docker/compose.replicas.yaml or docker/nginx/replicas.conf does not keep the replica setup's settings"
 fi
 pass "docker/compose.replicas.yaml: Redis with AOF on a volume and noeviction, 3 replicas without a state file, nginx for SSE"
 
 # 7. The Sentinel setup (docs/replicas.md, "Redis Sentinel"): docker/compose.sentinel.yaml.
-if ! "$venv/bin/python" - docker/compose.sentinel.yaml <<'PYTHON'
-import re, sys, yaml
-
-compose = yaml.safe_load(open(sys.argv[1]))
-services = compose.get("services", {})
-problems = []
-for name in ("redis-master", "redis-replica"):
-    command = " ".join(services.get(name, {}).get("command", []))
-    if "--maxmemory-policy noeviction" not in command:
-        problems.append(f"{name}: the eviction policy is not noeviction (the state key must never be evicted)")
-if "--replicaof redis-master 6379" not in " ".join(services.get("redis-replica", {}).get("command", [])):
-    problems.append("redis-replica: not a replica of redis-master")
-sentinels = [name for name in services if name.startswith("sentinel-")]
-if len(sentinels) < 3:
-    problems.append(f"only {len(sentinels)} sentinels (a quorum of 2 needs 3)")
-for name in sentinels:
-    command = " ".join(services[name].get("command", []))
-    if "--sentinel" not in command or "> /data/sentinel.conf" not in command:
-        problems.append(f"{name}: not a sentinel with a writable configuration file of its own")
-    if "sentinel monitor mymaster redis-master 6379 2" not in command:
-        problems.append(f"{name}: does not monitor mymaster at redis-master with quorum 2")
-replica = services.get("replica", {})
-environment = replica.get("environment", {})
-if environment.get("FORGE_PUSH_TOKEN_STATE_FILE", None) != "":
-    problems.append("replica: FORGE_PUSH_TOKEN_STATE_FILE must be cleared (\"\"): --redis-url excludes --state-file")
-url = str(environment.get("FORGE_PUSH_TOKEN_REDIS_URL", ""))
-if "redis+sentinel://" not in url or not all(name in url for name in sentinels) or "/mymaster" not in url:
-    problems.append("replica: FORGE_PUSH_TOKEN_REDIS_URL is not a redis+sentinel:// URL naming every sentinel and mymaster")
-if replica.get("deploy", {}).get("replicas", 1) < 3:
-    problems.append("replica: fewer than 3 replicas")
-if "ports" in replica:
-    problems.append("replica: publishes a port (nginx is the way in)")
-if not any("replicas.conf:/etc/nginx/conf.d/default.conf" in str(v) for v in services.get("nginx", {}).get("volumes", [])):
-    problems.append("nginx: docker/nginx/replicas.conf is not mounted as its default.conf")
-for problem in problems:
-    print(f"compose.sentinel.yaml: {problem}", file=sys.stderr)
-sys.exit(1 if problems else 0)
-PYTHON
+if ! "$venv/bin/python" docker/lint_replicas.py sentinel docker/compose.sentinel.yaml
 then
     fail "docker/compose.sentinel.yaml does not keep the Sentinel setup's settings"
 fi

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Checks of the two replica setups for docker/lint.sh (steps 6 and 7; docs/replicas.md):
+
+    lint_replicas.py replicas docker/compose.replicas.yaml docker/nginx/replicas.conf
+    lint_replicas.py sentinel docker/compose.sentinel.yaml
+
+Each prints its problems to standard error, one a line, and exits 1 when there is any. Needs
+PyYAML (lint.sh's virtual environment)."""
+import re
+import sys
+
+import yaml
+
+
+def replica_service_problems(services, url_problem):
+    """What both setups ask of the service's own replicas, nginx in front: no state file (Redis
+    keeps the state), a Redis URL (`url_problem(url)` says what is wrong with it, or None), at
+    least three replicas, no published port, and docker/nginx/replicas.conf mounted into nginx."""
+    problems = []
+    replica = services.get("replica", {})
+    environment = replica.get("environment", {})
+    if environment.get("FORGE_PUSH_TOKEN_STATE_FILE", None) != "":
+        problems.append("replica: FORGE_PUSH_TOKEN_STATE_FILE must be cleared (\"\"): --redis-url excludes --state-file")
+    url_wrong = url_problem(environment.get("FORGE_PUSH_TOKEN_REDIS_URL"))
+    if url_wrong:
+        problems.append("replica: " + url_wrong)
+    if replica.get("deploy", {}).get("replicas", 1) < 3:
+        problems.append("replica: fewer than 3 replicas")
+    if "ports" in replica:
+        problems.append("replica: publishes a port (nginx is the way in)")
+    if not any("replicas.conf:/etc/nginx/conf.d/default.conf" in str(v)
+               for v in services.get("nginx", {}).get("volumes", [])):
+        problems.append("nginx: docker/nginx/replicas.conf is not mounted as its default.conf")
+    return problems
+
+
+def replicas(compose_path, nginx_path):
+    """docker/compose.replicas.yaml and docker/nginx/replicas.conf: Redis with AOF on a volume and
+    noeviction, the replicas, and nginx passing event streams through unbuffered."""
+    services = yaml.safe_load(open(compose_path)).get("services", {})
+    nginx = open(nginx_path).read()
+    problems = []
+    command = " ".join(services.get("redis", {}).get("command", []))
+    if "--appendonly yes" not in command:
+        problems.append("redis: the append-only file is off (--appendonly yes)")
+    if "--maxmemory-policy noeviction" not in command:
+        problems.append("redis: the eviction policy is not noeviction (the state key must never be evicted)")
+    if not any(str(v).endswith(":/data") for v in services.get("redis", {}).get("volumes", [])):
+        problems.append("redis: /data is not on a volume")
+    problems += replica_service_problems(services, lambda url: None if url is not None else "no FORGE_PUSH_TOKEN_REDIS_URL")
+    stream = re.search(r"location = /token/stream \{(.*?)\}", nginx, re.S)
+    if not stream:
+        problems.append("replicas.conf: no location for /token/stream")
+    else:
+        if "proxy_buffering off;" not in stream.group(1):
+            problems.append("replicas.conf: the stream route buffers (proxy_buffering off)")
+        timeout = re.search(r"proxy_read_timeout (\d+)([smh]);", stream.group(1))
+        if not timeout or int(timeout.group(1)) * {"s": 1, "m": 60, "h": 3600}[timeout.group(2)] < 300:
+            problems.append("replicas.conf: the stream route's proxy_read_timeout is under 5 minutes")
+    if "resolver 127.0.0.11" not in nginx:
+        problems.append("replicas.conf: not resolving through Docker's DNS (resolver 127.0.0.11): scaled replicas are not found")
+    return "compose.replicas.yaml", problems
+
+
+def sentinel(compose_path):
+    """docker/compose.sentinel.yaml: a master and a replica with noeviction, three sentinels with
+    writable configuration files of their own and a quorum of 2, and the replicas on a
+    redis+sentinel:// URL naming every sentinel."""
+    services = yaml.safe_load(open(compose_path)).get("services", {})
+    problems = []
+    for name in ("redis-master", "redis-replica"):
+        command = " ".join(services.get(name, {}).get("command", []))
+        if "--maxmemory-policy noeviction" not in command:
+            problems.append(f"{name}: the eviction policy is not noeviction (the state key must never be evicted)")
+    if "--replicaof redis-master 6379" not in " ".join(services.get("redis-replica", {}).get("command", [])):
+        problems.append("redis-replica: not a replica of redis-master")
+    sentinels = [name for name in services if name.startswith("sentinel-")]
+    if len(sentinels) < 3:
+        problems.append(f"only {len(sentinels)} sentinels (a quorum of 2 needs 3)")
+    for name in sentinels:
+        command = " ".join(services[name].get("command", []))
+        if "--sentinel" not in command or "> /data/sentinel.conf" not in command:
+            problems.append(f"{name}: not a sentinel with a writable configuration file of its own")
+        if "sentinel monitor mymaster redis-master 6379 2" not in command:
+            problems.append(f"{name}: does not monitor mymaster at redis-master with quorum 2")
+
+    def url_problem(url):
+        url = str(url or "")
+        if "redis+sentinel://" not in url or not all(name in url for name in sentinels) or "/mymaster" not in url:
+            return "FORGE_PUSH_TOKEN_REDIS_URL is not a redis+sentinel:// URL naming every sentinel and mymaster"
+        return None
+    problems += replica_service_problems(services, url_problem)
+    return "compose.sentinel.yaml", problems
+
+
+if __name__ == "__main__":
+    setups = {"replicas": replicas, "sentinel": sentinel}
+    if len(sys.argv) < 2 or sys.argv[1] not in setups:
+        sys.exit("usage: lint_replicas.py replicas COMPOSE NGINX_CONF | sentinel COMPOSE")
+    label, found = setups[sys.argv[1]](*sys.argv[2:])
+    for problem in found:
+        print(f"{label}: {problem}", file=sys.stderr)
+    sys.exit(1 if found else 0)
