@@ -98,10 +98,14 @@ public struct TokenSnapshot: TokenRendition, Equatable {
 /// The bytes of one `TokenSnapshot`, made by its first reader and shared by every copy after.
 /// Immutable; `Sendable`.
 final class Rendering: Sendable {
+    /// `TokenSnapshot.tokenBody`.
     let tokenBody: [UInt8]
+    /// `TokenSnapshot.event`.
     let event: [UInt8]
+    /// `TokenSnapshot.entityTag`.
     let entityTag: EntityTag
 
+    /// Renders `token` at `version`: the body, its tag and the event.
     init(version: UInt64, token: String?) {
         var body: [UInt8] = []
         body.reserveCapacity(12 + (token?.utf8.count ?? 4))
