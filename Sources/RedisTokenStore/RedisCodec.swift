@@ -126,6 +126,17 @@ enum RedisCodec {
         "\(writer):\(sequence)"
     }
 
+    /// Whether `bytes` has the shape of a probe of any replica: 1 to 16 lowercase hex digits (a
+    /// writer id), `:`, 1 to 20 decimal digits.
+    static func isProbe(_ bytes: [UInt8]) -> Bool {
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")) else { return false }
+        let writer = bytes[..<colon]
+        let digits = bytes[(colon + 1)...]
+        return (1...16).contains(writer.count) && (1...20).contains(digits.count)
+            && writer.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+            && digits.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+    }
+
     /// The sequence number of a probe that `writer` published, or `nil` for another store's
     /// probe or anything else.
     static func probeSequence(_ bytes: [UInt8], writer: String) -> UInt64? {

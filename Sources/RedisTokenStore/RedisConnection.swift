@@ -33,6 +33,11 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
     case sentinelsUnreachable(String)
     /// The sentinels answered but name no master, or the node they name is not a master.
     case noMaster(String)
+    /// A reply passed the bounds of `RedisReplyLimits` (a bulk string over 64 KiB, more than 64
+    /// elements, nesting deeper than 4): refused before memory was spent on it, and the
+    /// connection must be dropped (the reader cannot resume in the middle of a reply). The
+    /// string names the limit (docs/replicas.md, "What a replica trusts").
+    case replyTooLarge(String)
 
     /// One phrase for a log line.
     public var description: String {
@@ -44,6 +49,7 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
         case .tlsFailed(let why): return "TLS failed (\(why))"
         case .sentinelsUnreachable(let why): return "no sentinel answered (\(why))"
         case .noMaster(let why): return "no master (\(why))"
+        case .replyTooLarge(let why): return "a reply over the limits (\(why))"
         }
     }
 
@@ -100,6 +106,13 @@ final class RedisConnection {
     private let socket: Int32
     private let tls: TLSClientSession?
     private let reader: UnsafeMutablePointer<redisReader>
+    /// Which bound the reader's own reply functions refused (`RedisReplyLimits.Refusal`), read
+    /// when hiredis reports the failure as "Out of memory"; the reader's private data points here.
+    private let refusal: UnsafeMutablePointer<Int32> = {
+        let slot = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        slot.initialize(to: 0)
+        return slot
+    }()
     private var output: [UInt8] = []
     private let ioTimeout: Double
     /// Whether any reply arrived (a connection closed before the first one may be a TLS port
@@ -154,6 +167,7 @@ final class RedisConnection {
             close(fd)
             throw .unreachable("out of memory")
         }
+        RedisReplyLimits.install(on: made, refusal: refusal)
         socket = fd
         tls = session
         reader = made
@@ -182,6 +196,7 @@ final class RedisConnection {
 
     deinit {
         redisReaderFree(reader)
+        refusal.deallocate()
         close(socket)
     }
 
@@ -349,9 +364,23 @@ final class RedisConnection {
     private func takeBufferedReply() throws(RedisConnectionError) -> RedisReply? {
         var raw: UnsafeMutableRawPointer?
         if redisReaderGetReply(reader, &raw) != REDIS_OK {
+            if let refused = RedisReplyLimits.Refusal(rawValue: refusal.pointee) {
+                throw .replyTooLarge(refused.description)
+            }
             throw .unreachable("not the Redis protocol: \(String(cString: fpt_redis_reader_errstr(reader)))")
         }
-        guard let raw else { return nil }
+        guard let raw else {
+            // No whole reply is buffered, so everything unread is one reply's unfinished part:
+            // hiredis keeps a bulk string (or a line) until all of it arrived, so it is bounded
+            // here, after every feed, before it grows.
+            let unread = reader.pointee.len - reader.pointee.pos
+            if unread > RedisReplyLimits.maximumUnreadBytes {
+                throw .replyTooLarge(
+                    "\(unread) bytes of one unfinished reply; a bulk string may hold at most "
+                        + "\(RedisReplyLimits.maximumBulkBytes) bytes")
+            }
+            return nil
+        }
         answered = true
         defer { freeReplyObject(raw) }
         return Self.decode(UnsafePointer(raw.assumingMemoryBound(to: redisReply.self)))

@@ -41,7 +41,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var sentinel: Sentinel?
 
     /// A host name or IP address (without brackets) and a TCP port.
-    public struct Host: Sendable, Equatable, CustomStringConvertible {
+    public struct Host: Sendable, Hashable, CustomStringConvertible {
         /// The name or address.
         public var host: String
         /// The port.

@@ -88,8 +88,8 @@ final class RedisLink: Sendable {
 
     /// The one place that connects to Redis: connect (and the TLS handshake for `rediss://`),
     /// `AUTH`, `SELECT`, bounded by the write timeout (docs/replicas.md, "Starting it"). With a
-    /// sentinel URL, the master is found through the sentinels first and checked with `ROLE`
-    /// (`RedisSentinelDirectory`); the connection remembers the directory's generation, so that
+    /// sentinel URL, the master is the address a majority of the sentinels vouch for, checked
+    /// with `ROLE` (`RedisSentinelDirectory`); the connection remembers the directory's generation, so that
     /// a `+switch-master` makes its owner leave it (`hasMoved`).
     func connect() throws(RedisConnectionError) -> RedisConnection {
         let loaded = try tlsCredentials()
@@ -98,14 +98,20 @@ final class RedisLink: Sendable {
                 endpoint: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
         }
         let generation = directory.generation
-        let master = try directory.findMaster(
-            like: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
+        let master = try directory.findMaster(like: configuration.endpoint, credentials: loaded)
         var endpoint = configuration.endpoint
         endpoint.address = .tcp(host: master.host, port: master.port)
         endpoint.sentinel = nil
-        let connection = try RedisConnection(
-            endpoint: endpoint, timeout: configuration.writeTimeout, credentials: loaded)
-        try directory.checkRole(of: connection, at: master, timeout: configuration.writeTimeout)
+        let connection: RedisConnection
+        do throws(RedisConnectionError) {
+            connection = try RedisConnection(
+                endpoint: endpoint, timeout: configuration.writeTimeout, credentials: loaded)
+            try directory.checkRole(of: connection, at: master, timeout: configuration.writeTimeout)
+        } catch {
+            // Ask the sentinels' majority again next time.
+            directory.forget(master)
+            throw error
+        }
         directory.using(master)
         connection.generation = generation
         return connection
@@ -117,6 +123,13 @@ final class RedisLink: Sendable {
         return try RedisConnection(
             endpoint: directory.endpoint(of: host, like: configuration.endpoint), timeout: configuration.writeTimeout,
             credentials: try tlsCredentials(), select: false)
+    }
+
+    /// What a majority of the sentinels say now (`RedisSentinelDirectory.vouch`).
+    /// - Throws: as `vouch`; `.sentinelsUnreachable` without a sentinel URL.
+    func vouch() throws(RedisConnectionError) -> RedisSentinelDirectory.Agreement {
+        guard let directory else { throw .sentinelsUnreachable("no sentinel URL") }
+        return try directory.vouch(like: configuration.endpoint, credentials: try tlsCredentials())
     }
 
     /// Whether the sentinels announced a new master since `connection` was made.
@@ -154,6 +167,7 @@ final class RedisLink: Sendable {
                 case .log(let level, let line): logger(level, line)
                 case .requestCheck: checks += 1
                 case .probe(let sequence): probes.append(sequence)
+                case .ignored(let kind, let detail): ignored(kind, detail)
                 case .ping, .reconnect, .resubscribe: rest.append(action)
                 }
             }
@@ -180,6 +194,8 @@ final class RedisLink: Sendable {
                 if !queue.push(.check) { machine.withLock { $0.checkNotQueued() } }
             case .log(let level, let line):
                 logger(level, line)
+            case .ignored(let kind, let detail):
+                ignored(kind, detail)
             case .report, .ping, .reconnect, .probe, .resubscribe:
                 // Not an outcome of these events (see `RedisLinkStateMachine.refreshRequested`).
                 break
@@ -218,9 +234,19 @@ final class RedisLink: Sendable {
         return ownerState.withLock { $0 }?.closure()
     }
 
-    /// `state` was read from Redis (a check, or another replica's message): the owner hears of it
-    /// once, and only when it is newer than the owner's state (under `reports`, so that two reads
-    /// of one state do not both find it newer).
+    /// Another replica's change message announced `state`: a notification, never a state (docs/
+    /// replicas.md, "What a replica trusts"). When it is above the replica's version, the writer
+    /// reads `PREFIX:state` (`RedisLinkStateMachine.changeAnnounced`), and what the replica learns
+    /// is what that read returns.
+    func announced(_ state: TokenState) {
+        let ownerVersion = ownerState.withLock { $0 }?.closure().version ?? 0
+        guard state.version > ownerVersion else { return }
+        handle { $0.changeAnnounced(state) }
+    }
+
+    /// `state` was read from `PREFIX:state` (a check): the owner hears of it once, and only when it
+    /// is newer than the owner's state (under `reports`, so that two reads of one state do not both
+    /// find it newer). Nothing else reaches the owner from Redis but its own commits' outcomes.
     func learned(_ state: TokenState) {
         reports.withLock { _ in
             let ownerVersion = ownerState.withLock { $0 }?.closure().version ?? 0
@@ -269,6 +295,23 @@ final class RedisLink: Sendable {
 
     /// Writes a log line.
     func log(_ level: PushTokenManager.LogLevel, _ line: String) { logger(level, line) }
+
+    /// A message of `kind` from Redis or a sentinel changed nothing: counts it, and logs `detail`
+    /// as a warning at most once per 10 s per kind (`RedisLogLimiter`).
+    func ignored(_ kind: RedisIgnoredMessage, _ detail: String) {
+        let leftOut = metrics.withLock { metrics -> UInt64? in
+            metrics.countIgnored(kind)
+            return metrics.limiter.admit("ignored." + kind.rawValue, at: monotonicSeconds())
+        }
+        if let leftOut { logger(.warning, RedisLogLimiter.annotate(detail, leftOut: leftOut)) }
+    }
+
+    /// Logs `line` at most once per 10 s for `key` (a line that Redis traffic causes, such as a
+    /// `+switch-master`), with how many were left out.
+    func logLimited(_ key: String, _ level: PushTokenManager.LogLevel, _ line: String) {
+        let leftOut = metrics.withLock { $0.limiter.admit(key, at: monotonicSeconds()) }
+        if let leftOut { logger(level, RedisLogLimiter.annotate(line, leftOut: leftOut)) }
+    }
 }
 
 /// The writer's bounded queue of work: commits and checks of `PREFIX:state`.

@@ -13,9 +13,13 @@ import ForgePushTokenOwner
 ///   reason once a state was read, `.starting` before;
 /// - the log lines: Redis lost (warning, once per outage and reason), Redis back (info, with how
 ///   long it was gone), credentials refused, an invalid `PREFIX:state` (error, with the repair);
-/// - when to check `PREFIX:state`: after every (re)subscribe, every `checkInterval`, after a
-///   message that this service did not write, and on `refresh` (at most one check in flight, and
-///   at most one refresh per `refreshInterval`);
+/// - when to check `PREFIX:state`: after every (re)subscribe, every `checkInterval`, after
+///   another replica's change message announced a version above the replica's, and on `refresh`
+///   (at most one check in flight; a subscribe or an announcement while one runs asks for one more
+///   after it, not one each; at most one refresh per `refreshInterval`);
+/// - whether an announced change was true: a change message is a notification, never a state
+///   (docs/replicas.md, "What a replica trusts"); the read it caused either holds that state (or a
+///   later one) or the message is counted as `unconfirmed`;
 /// - the subscription's heartbeat: a `PING` every `heartbeatInterval`, and a reconnect when one is
 ///   not answered within `heartbeatTimeout`;
 /// - the delivery probe: every `probeInterval` a probe published on `PREFIX:probe` through the
@@ -74,6 +78,9 @@ struct RedisLinkStateMachine: Sendable {
         /// The subscription hears nothing: drop it and subscribe again at once, without counting
         /// it as a failure (`subscribed` follows; the health stays `not_delivering`).
         case resubscribe(reason: String)
+        /// Count a message from Redis that changed nothing, and log `detail` (at most once per
+        /// 10 s per kind: `RedisLink.ignored`).
+        case ignored(RedisIgnoredMessage, detail: String)
     }
 
     /// The timings, in seconds.
@@ -132,6 +139,11 @@ struct RedisLinkStateMachine: Sendable {
     /// What a live link that delivers is: `connected`, or `version_exhausted` at 2^53 - 1.
     private var live: Health { exhausted ? .versionExhausted : .connected }
     private var lastRefresh = -Double.infinity
+    /// Whether a read of the state was asked for while one ran: one more follows it.
+    private var checkAgain = false
+    /// The newest state another replica's change message announced above the replica's, until a
+    /// read that began after the message judged it.
+    private(set) var announced: TokenState?
 
     /// The owner's health before the store reported anything: `.starting`, `unreachable`.
     static let healthAtStart = StoreHealth.starting(reason: Health.unreachable.reason)
@@ -167,7 +179,9 @@ struct RedisLinkStateMachine: Sendable {
         // A subscription that just went unheard is probed again at once.
         probeOut = nil
         lastProbe = notDelivering ? -Double.infinity : now
-        return check()
+        // Subscribe-then-read: a read already running may have begun before the subscription, so
+        // one more follows it.
+        return checkAfterRunning()
     }
 
     /// The subscription could not be made, or broke: `health` (`unreachable`, `auth_failed` or
@@ -190,9 +204,17 @@ struct RedisLinkStateMachine: Sendable {
         pingSent = nil
     }
 
-    /// A message on `PREFIX:changes` that this service did not write: read the state itself.
-    mutating func messageInvalid() -> [Action] {
-        check()
+    /// Another replica's change message on `PREFIX:changes` announced `state`, whose version is
+    /// above the replica's: read `PREFIX:state` (the message itself is never applied). A read
+    /// already running may have begun before the change was stored, so the one that judges the
+    /// announcement follows it; later messages meanwhile ask for no more reads.
+    mutating func changeAnnounced(_ state: TokenState) -> [Action] {
+        if let known = announced, known.version >= state.version {
+            // A read that will judge a higher announcement is already asked for.
+            return checkPending ? [] : checkAfterRunning()
+        }
+        announced = state
+        return checkAfterRunning()
     }
 
     /// Time passed (the subscription wakes at least every 100 ms, and at the probe's deadlines): ping, give up on an unanswered
@@ -305,16 +327,32 @@ struct RedisLinkStateMachine: Sendable {
     /// The check could not be queued (the queue is full or the store is stopping).
     mutating func checkNotQueued() {
         checkPending = false
+        checkAgain = false
     }
 
-    /// A check read `PREFIX:state` (and reconciled it): a state is known, and the link is
-    /// connected when the subscription is live.
-    mutating func checkSucceeded(at now: Double) -> [Action] {
+    /// A check read `PREFIX:state` (and reconciled it), finding `read` there: a state is known,
+    /// and the link is connected when the subscription is live. A read asked for while this one
+    /// ran follows; otherwise this read judges the announced change: one that `read` neither holds
+    /// nor supersedes was not true, and is counted (`unconfirmed`).
+    mutating func checkSucceeded(at now: Double, read: TokenState? = nil) -> [Action] {
         checkPending = false
         stateRead = true
         writerFailed = false
         // A subscription that went unheard stays `not_delivering` until a probe is heard.
         var actions = subscribed && !notDelivering ? become(live, detail: Self.exhaustion, at: now) : reportIfChanged()
+        if checkAgain {
+            checkAgain = false
+            actions += check()
+        } else if let claimed = announced, let read {
+            announced = nil
+            if read.version < claimed.version || (read.version == claimed.version && read.token != claimed.token) {
+                actions.append(
+                    .ignored(
+                        .unconfirmed,
+                        detail: "a message on \(prefix):changes announced version \(claimed.version), but "
+                            + "\(stateKey) holds version \(read.version): the message was not applied"))
+            }
+        }
         actions += refreshIfDue(at: now)
         return actions
     }
@@ -324,6 +362,8 @@ struct RedisLinkStateMachine: Sendable {
     /// `unreachable`).
     mutating func checkFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
         checkPending = false
+        // The periodic check asks again; an announcement waits for the next read that succeeds.
+        checkAgain = false
         switch health {
         case .invalidState, .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster, .notDelivering:
             return become(health, detail: detail, at: now)
@@ -366,6 +406,15 @@ struct RedisLinkStateMachine: Sendable {
         if checkPending { return [] }
         checkPending = true
         return [.requestCheck]
+    }
+
+    /// A read that begins after now: at once when none runs, else one more after the running one.
+    private mutating func checkAfterRunning() -> [Action] {
+        if checkPending {
+            checkAgain = true
+            return []
+        }
+        return check()
     }
 
     private mutating func refreshIfDue(at now: Double) -> [Action] {

@@ -3,8 +3,10 @@
 /// counters `forge_push_token_redis_reconnects_total` and `forge_push_token_redis_errors_total`,
 /// the histogram `forge_push_token_redis_write_seconds` (the round trip of each commit, from
 /// enqueue to reply), the histogram `forge_push_token_redis_probe_seconds` (a delivery probe's
-/// round trip), the counter `forge_push_token_redis_master_changes_total` and, with a
+/// round trip), the counter `forge_push_token_redis_master_changes_total`, the counter
+/// `forge_push_token_redis_ignored_messages_total{kind}` (`RedisIgnoredMessage`) and, with a
 /// sentinel URL, the info gauge `forge_push_token_redis_master_info{address="HOST:PORT"}`.
+/// It also keeps `limiter`, which decides which of the log lines Redis traffic causes are written.
 ///
 /// Thread-safety: a value type; `RedisLink` keeps it behind a lock.
 struct RedisMetrics: Sendable, Equatable {
@@ -18,6 +20,13 @@ struct RedisMetrics: Sendable, Equatable {
     private(set) var reconnects: UInt64 = 0
     /// Failed connects, commands and timeouts.
     private(set) var errors: UInt64 = 0
+    /// Messages from Redis or a sentinel that changed nothing, by kind.
+    private(set) var ignored: [RedisIgnoredMessage: UInt64] = [:]
+    /// Which log lines caused by Redis traffic are written.
+    var limiter = RedisLogLimiter()
+
+    /// A message of `kind` changed nothing: counts it.
+    mutating func countIgnored(_ kind: RedisIgnoredMessage) { ignored[kind, default: 0] &+= 1 }
 
     /// A subscription was made again.
     mutating func countReconnect() { reconnects &+= 1 }
@@ -53,6 +62,12 @@ struct RedisMetrics: Sendable, Equatable {
         out += "# HELP forge_push_token_redis_master_changes_total Times the Redis master's address changed.\n"
         out += "# TYPE forge_push_token_redis_master_changes_total counter\n"
         out += "forge_push_token_redis_master_changes_total \(masterChanges)\n"
+        out +=
+            "# HELP forge_push_token_redis_ignored_messages_total Messages from Redis or a sentinel that changed nothing, by kind.\n"
+        out += "# TYPE forge_push_token_redis_ignored_messages_total counter\n"
+        for kind in RedisIgnoredMessage.allCases {
+            out += "forge_push_token_redis_ignored_messages_total{kind=\"\(kind.rawValue)\"} \(ignored[kind] ?? 0)\n"
+        }
         if sentinel {
             out += "# HELP forge_push_token_redis_master_info The Redis master in use, found through the sentinels.\n"
             out += "# TYPE forge_push_token_redis_master_info gauge\n"
@@ -103,5 +118,57 @@ struct Histogram: Sendable, Equatable {
         }
         out += "\(name)_bucket{le=\"+Inf\"} \(count)\n\(name)_sum \(sum)\n\(name)_count \(count)\n"
         return out
+    }
+}
+
+/// A kind of message from Redis (or a sentinel) that a replica does not act on, the `kind` label
+/// of `forge_push_token_redis_ignored_messages_total` (docs/replicas.md, "What a replica
+/// trusts"). Anyone allowed to publish on the channels can send them, so each is counted and its
+/// log line limited (`RedisLogLimiter`).
+///
+/// Thread-safety: a value type, `Sendable`.
+enum RedisIgnoredMessage: String, Sendable, CaseIterable, Hashable {
+    /// A message on `PREFIX:changes` that is not what the scripts publish.
+    case malformed
+    /// A change message whose state the read of `PREFIX:state` that followed did not hold.
+    case unconfirmed
+    /// A message on `PREFIX:probe` that is not a probe (`WRITER:SEQUENCE`).
+    case probe
+    /// A reply or subscription message over the bounds of `RedisReplyLimits`.
+    case oversized
+    /// A `+switch-master` for another master name, or not of its documented shape.
+    case switchMaster = "switch_master"
+    /// A `+switch-master` naming an address that no majority of the sentinels vouches for.
+    case unvouched
+}
+
+/// At most one log line per 10 s for each kind of line that Redis traffic causes, and how many
+/// were left out in between (docs/replicas.md, "What a replica trusts"): 20,000 garbage messages
+/// on a channel make two lines a minute, not 20,000.
+///
+/// Thread-safety: a value type; its owner keeps it behind a lock.
+struct RedisLogLimiter: Sendable, Equatable {
+    /// Seconds between two lines of one kind.
+    static let interval = 10.0
+
+    private var last: [String: Double] = [:]
+    private var leftOut: [String: UInt64] = [:]
+
+    /// Whether a line of kind `key` may be written at `now` (monotonic seconds): `nil` when not
+    /// (it is counted as left out), else how many lines of that kind were left out since the last.
+    mutating func admit(_ key: String, at now: Double) -> UInt64? {
+        if let then = last[key], now - then < Self.interval {
+            leftOut[key, default: 0] &+= 1
+            return nil
+        }
+        last[key] = now
+        return leftOut.removeValue(forKey: key) ?? 0
+    }
+
+    /// `line`, followed by how many of its kind were left out before it (when any were).
+    static func annotate(_ line: String, leftOut: UInt64) -> String {
+        guard leftOut > 0 else { return line }
+        let lines = leftOut == 1 ? "line" : "lines"
+        return "\(line) (\(leftOut) more \(lines) like it left out in the last \(Int(interval)) s or more)"
     }
 }

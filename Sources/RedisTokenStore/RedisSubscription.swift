@@ -67,6 +67,12 @@ final class RedisSubscription: Sendable {
                 // Heard nothing: subscribe again at once (the link says `not_delivering`).
                 link.countReconnect()
                 link.note { $0.unsubscribed() }
+            case .oversized(let why):
+                // Possibly a third party's PUBLISH: counted, and subscribed again at once with
+                // subscribe-then-read; the health does not change (docs/replicas.md, "What a
+                // replica trusts").
+                link.ignored(.oversized, "Redis sent the subscription \(why); subscribing again")
+                link.note { $0.unsubscribed() }
             case .moved:
                 // Subscribe on the new master at once, then read the state there (a change
                 // acknowledged but lost in the failover is written back by that check).
@@ -97,6 +103,8 @@ final class RedisSubscription: Sendable {
         case moved
         /// The subscription did not hear this replica's probe.
         case resubscribe
+        /// A message passed the bounds of `RedisReplyLimits` (the error's words).
+        case oversized(String)
         /// The store is stopping.
         case stopped
     }
@@ -110,6 +118,7 @@ final class RedisSubscription: Sendable {
                 // At most 100 ms, and no later than the delivery probe's next deadline.
                 reply = try connection.pollReply(milliseconds: Int32(link.pollMilliseconds(longest: 100)))
             } catch {
+                if case .replyTooLarge = error { return .oversized(error.description) }
                 return .failed(error.description)
             }
             if let reply {
@@ -119,6 +128,8 @@ final class RedisSubscription: Sendable {
                     if items[1].text == probeChannel {
                         if let sequence = RedisCodec.probeSequence(payload, writer: link.writerID) {
                             link.probeHeard(sequence: sequence)
+                        } else if !RedisCodec.isProbe(payload) {
+                            link.ignored(.probe, "ignored a message on \(probeChannel) that is not a delivery probe")
                         }
                     } else {
                         received(payload, channel: channel)
@@ -144,7 +155,7 @@ final class RedisSubscription: Sendable {
                     return .failed(reason)
                 case .resubscribe:
                     return .resubscribe
-                case .report, .log, .requestCheck, .probe:
+                case .report, .log, .requestCheck, .probe, .ignored:
                     break
                 }
             }
@@ -152,16 +163,19 @@ final class RedisSubscription: Sendable {
         return .stopped
     }
 
+    /// A message on `PREFIX:changes`: a notification that makes the writer read `PREFIX:state`
+    /// when it announces a version above the replica's (`RedisLink.announced`), never a state the
+    /// replica applies. Anyone allowed to publish on the channel can send one.
     private func received(_ payload: [UInt8], channel: String) {
+        let change: RedisCodec.Change
         do {
-            let change = try RedisCodec.change(message: payload)
-            // This store's own write reached the owner from the writer (its commit's completion,
-            // or its check's report): not a second time.
-            if change.writer != link.writerID { link.learned(change.state) }
+            change = try RedisCodec.change(message: payload)
         } catch {
-            link.countError()
-            link.log(.warning, "ignored a message on \(channel) that this service did not write: \(error)")
-            link.handle { $0.messageInvalid() }
+            link.ignored(.malformed, "ignored a message on \(channel) that this service did not write: \(error)")
+            return
         }
+        // This store's own write reached the owner from the writer (its commit's completion):
+        // not a second time.
+        if change.writer != link.writerID { link.announced(change.state) }
     }
 }

@@ -188,6 +188,10 @@ final class RedisWriter: Sendable {
 
     private func failed(_ error: RedisConnectionError) {
         link.countError()
+        if case .replyTooLarge = error {
+            // A lost connection (made again for the next batch), and a line naming the limit.
+            link.ignored(.oversized, "Redis sent the writer \(error); reconnecting")
+        }
         let health = RedisLinkStateMachine.Health(error)
         link.handle { $0.writerFailed(health, detail: error.description, at: monotonicSeconds()) }
     }
@@ -267,7 +271,7 @@ final class RedisWriter: Sendable {
             completion(result.changed ? .applied(result.state) : .unchanged(result.state))
         case .check:
             link.learned(result.state)
-            link.handle { $0.checkSucceeded(at: monotonicSeconds()) }
+            link.handle { $0.checkSucceeded(at: monotonicSeconds(), read: result.state) }
         case .probe:
             // Answered before the scripts' replies are read (above).
             break
@@ -319,7 +323,7 @@ extension RedisLinkStateMachine.Health {
         case .tlsFailed: self = .tlsFailed
         case .sentinelsUnreachable: self = .sentinelsUnreachable
         case .noMaster: self = .noMaster
-        case .unreachable, .timedOut, .refused: self = .unreachable
+        case .unreachable, .timedOut, .refused, .replyTooLarge: self = .unreachable
         }
     }
 }

@@ -72,12 +72,15 @@ final class SentinelProcess {
     @Test func theMasterIsFoundThroughTheSentinels() throws {
         let master = try RedisServerProcess()
         let sentinel = try SentinelProcess(masterPort: master.port)
+        let other = try SentinelProcess(masterPort: master.port)
         let dead = try freeLoopbackPort()
         let log = LogRecorder()
-        // A sentinel that does not answer comes first: the next one is asked, and moved to the front.
+        // A sentinel that does not answer comes first: the two others are a majority of three.
         let replica = ReplicaModel(
-            port: 0, url: "redis+sentinel://127.0.0.1:\(dead),127.0.0.1:\(sentinel.port)/mymaster", log: log.handler)
-        #expect(replica.wait { replica.link == "connected" })
+            port: 0,
+            url: "redis+sentinel://127.0.0.1:\(dead),127.0.0.1:\(sentinel.port),127.0.0.1:\(other.port)/mymaster",
+            log: log.handler)
+        #expect(eventually { replica.link == "connected" })
         #expect(replica.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
         #expect(try hash(master.client(), "test:state") == ["version": "1", "token": "aa01"])
         let metrics = replica.store.metricsText()
