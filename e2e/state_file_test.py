@@ -10,17 +10,19 @@
       permission bits, so chmod cannot make it unwritable): a change gets 503 `state_not_saved`
       and /healthz answers 200 {"status":"degraded","reason":"state_not_saved"}; once the folder is back, the next change
       gets 200, lands in the file, and /healthz is {"status":"ok"} again.
-  (d) crash: ITERATIONS times start the server on the file left by the previous kill, check that
-      GET /token and the stream agree with the file, let several threads POST distinct tokens,
-      SIGKILL at a random moment 50-400 ms in; the file must parse and hold a token that was in
-      flight or one acknowledged after every acknowledged request was sent (never one older than
-      the last acknowledged), with a version between the acknowledged and the sent counts.
+  (d) crash: ITERATIONS (100) times start the server on the file left by the previous kill, check
+      that GET /token and the stream agree with the file, let several threads POST distinct tokens
+      while a subscriber reads the stream, SIGKILL at a random moment 50-400 ms in; the file must
+      parse and hold a token that was in flight or one acknowledged after every acknowledged
+      request was sent (never one older than the last acknowledged), with a version between the
+      acknowledged and the sent counts; and no event id the subscriber saw is above the file's
+      version (group commit, issue 32: no event is streamed before the write that holds it).
 
   (e) the last version: a file at version 2^64 - 1 loads and is served, but every change answers
       503 store_unavailable and /healthz answers 200 {"status":"degraded","reason":
       "version_exhausted"} (it said "ok" before: attack finding, issue 21); the file is unchanged.
 
-    python3 e2e/state_file_test.py --server PATH [--iterations 30] [--seed N] [--only a,b,c,d,e]
+    python3 e2e/state_file_test.py --server PATH [--iterations 100] [--seed N] [--only a,b,c,d,e]
 """
 import argparse
 import json
@@ -273,6 +275,25 @@ class Poster(threading.Thread):
             conn.close()
 
 
+class StreamWatcher(threading.Thread):
+    """Reads a /token/stream until it ends (the SIGKILL), keeping the highest event id seen."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.stream = EventStream(port, timeout=5)
+        self.highest = None
+        self.events = 0
+
+    def run(self):
+        try:
+            while True:
+                event_id, _ = self.stream.next_token_event(timeout=15)
+                self.events += 1
+                self.highest = event_id if self.highest is None else max(self.highest, event_id)
+        except (Failure, OSError, ValueError):
+            return
+
+
 def crash_iterations(binary, workdir, iterations, rng, threads):
     log("(d) SIGKILL crash test: %d iterations, %d posting threads" % (iterations, threads))
     path = os.path.join(workdir, "d", "state.json")
@@ -293,6 +314,8 @@ def crash_iterations(binary, workdir, iterations, rng, threads):
                 check(event == (expected["version"], expected["token"]),
                       "iteration %d: first stream event %r, the file held %r" % (iteration, event, expected))
             before = read_state(path) if os.path.exists(path) else {"token": None, "version": 0}
+            watcher = StreamWatcher(server.port)
+            watcher.start()
             posters = [Poster(server.port, iteration, i, stop, records, lock) for i in range(threads)]
             for poster in posters:
                 poster.start()
@@ -310,6 +333,12 @@ def crash_iterations(binary, workdir, iterations, rng, threads):
             check(poster.unexpected is None, "iteration %d: %s" % (iteration, poster.unexpected))
 
         state = read_state(path)
+        watcher.join(10)
+        check(watcher.highest is not None, "iteration %d: the subscriber saw no event" % iteration)
+        check(watcher.highest <= state["version"],
+              "iteration %d: the stream carried id %d, above the file's version %d after SIGKILL (an event "
+              "streamed before its write)" % (iteration, watcher.highest, state["version"]))
+        totals["streamed"] = totals.get("streamed", 0) + watcher.events
         with lock:
             done = list(records)
         acked = [r for r in done if r["acked"] is not None]
@@ -357,15 +386,16 @@ def crash_iterations(binary, workdir, iterations, rng, threads):
     finally:
         final.kill()
     check(totals["acked"] > 0, "no POST was ever acknowledged: the crash test tested nothing")
-    log("(d) ok: %d POSTs acknowledged of %d sent; the file held an in-flight token %d times"
-        % (totals["acked"], totals["sent"], totals["in_flight_kept"]))
+    log("(d) ok: %d POSTs acknowledged of %d sent; the file held an in-flight token %d times; %d events "
+        "streamed, none above the file's version after its kill"
+        % (totals["acked"], totals["sent"], totals["in_flight_kept"], totals.get("streamed", 0)))
 
 
 def run():
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
-    parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("E2E_SEED", "0")) or None)
     parser.add_argument("--only", default="a,b,c,d,e")
     args = parser.parse_args()

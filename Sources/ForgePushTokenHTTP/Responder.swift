@@ -208,7 +208,8 @@ public final class Responder: Sendable {
                 metrics.render(
                     subscribers: owner.subscriberCount, events: deliveries.counts,
                     maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved)
-                + (replica?.metrics() ?? "")
+                // The store's own series: Redis' in replica mode, the state file's writes alone.
+                + (replica?.metrics() ?? owner.store.metricsText())
             return .response(
                 HTTPResponse(
                     status: 200,

@@ -1,70 +1,166 @@
+import Dispatch
 import ForgePushToken
 
-/// A store that keeps the state in the process and, durably, in a `StateFile` (`--state-file`):
-/// every change is written (temporary file, `fsync`, rename, `fsync` of the folder) before its
-/// commit completes, so an acknowledged change survives a crash.
+/// A store that keeps the state in the process and, durably, in a `StateFile` (`--state-file`),
+/// with group commit: a write is answered only after a state holding it has been written
+/// (temporary file, `fsync`, rename, `fsync` of the folder), and the writes that arrive while one
+/// such write runs are made durable together by the next one (as PostgreSQL's group commit and
+/// Redis' `appendfsync always`, which writes once per event-loop turn, do). Versions stay one per
+/// change: each write is decided at once against the newest decided state, in arrival order, and
+/// only the newest state of a batch is written, since it holds every change before it.
+///
+/// The owner applies (and streams) a change only from its outcome, which comes after the `fsync`
+/// that holds it: no event reaches a subscriber before its state is on disk, and an acknowledged
+/// change survives a crash.
 ///
 /// A change whose write fails still stands: the outcome is `.notSaved` (the service answers
 /// `503 state_not_saved`, keeps serving and streaming the new token, and reports itself
 /// degraded), and the next commit writes the current state again, even when it changes nothing
 /// (a client retrying the same token must not hear that all is well while it is not).
 ///
-/// Thread-safety: the owner serialises commits (`.ownerSerialized`); `unsaved` is behind a lock
-/// of its own all the same, so that the store is safe from any thread.
+/// The batches are written by work items on one serial Dispatch queue: an item runs while writes
+/// are waiting and ends when none is left, so no thread is kept while the store is idle.
+///
+/// Thread-safety: all members may be called from any thread; the decided state, the waiting
+/// writes and the flags live behind one lock, never held during file I/O or a completion.
 public final class StateFileStore: TokenStore {
     /// The file written on every change.
     public let file: StateFile
-    /// Whether the last write failed (the owner's state is newer than the file's).
-    private let unsaved = Locked(false)
 
-    /// A store writing to `file`.
-    public init(file: StateFile) {
+    /// One write waiting for the `fsync` that holds it.
+    private struct Waiting {
+        /// The state this write decided.
+        var state: TokenState
+        /// Whether it changed the token.
+        var changed: Bool
+        /// Receives the outcome.
+        var completion: @Sendable (CommitOutcome) -> Void
+    }
+
+    /// What the lock guards.
+    private struct Batch {
+        /// The newest decided state: what the next write decides against, and what the next
+        /// batch writes.
+        var decided: TokenState = .initial
+        /// Writes decided and waiting for their batch, in version order.
+        var waiting: [Waiting] = []
+        /// Whether a work item is writing batches (it takes `waiting` until it is empty).
+        var writing = false
+        /// Whether the last write failed (the decided state is newer than the file's).
+        var unsaved = false
+        /// Writes of the file (successful or not), each holding one batch.
+        var fileWrites: UInt64 = 0
+    }
+
+    private let batch = Locked(Batch())
+    private let queue: DispatchQueue
+
+    /// A store writing to `file`, its batches written by work items on `queue` (a serial queue;
+    /// one of its own by default).
+    public init(file: StateFile, queue: DispatchQueue = DispatchQueue(label: "forge-push-token.state-file")) {
         self.file = file
+        self.queue = queue
     }
 
     /// Reads the state to start from: the file's contents, or `TokenState.initial` when it does
-    /// not exist yet (a first start).
+    /// not exist yet (a first start); the store decides the next write against it.
     /// - Throws: `StateFile.Failure` when it exists but cannot be read or is not a state file.
     public func load() throws(StateFile.Failure) -> TokenState {
-        guard let contents = try file.load() else { return .initial }
-        return TokenState(version: contents.version, token: contents.token)
+        let state: TokenState
+        if let contents = try file.load() {
+            state = TokenState(version: contents.version, token: contents.token)
+        } else {
+            state = .initial
+        }
+        batch.withLock { $0.decided = state }
+        return state
     }
 
-    /// `.ownerSerialized`: the decision is a comparison with the owner's state.
-    public var ordering: CommitOrdering { .ownerSerialized }
+    /// `.storeSerialized`: the store decides every write against its own newest state, and
+    /// answers later, after the `fsync` of the batch that holds it.
+    public var ordering: CommitOrdering { .storeSerialized }
 
     /// `true`: every change is written to the file, and a write can fail.
     public var savesState: Bool { true }
 
-    /// Decides against `base`, writes the new state (or `base` again while unsaved) and completes
-    /// at once: `.applied`/`.unchanged` when the file holds the result, `.notSaved` when not.
+    /// Decides `token` against the newest decided state (`base` is not needed) and completes
+    /// once a state holding the decision is on disk: `.applied`/`.unchanged` when the file holds
+    /// it, `.notSaved` when the write failed, `.versionExhausted` at once at 2^64 - 1. The same
+    /// token with nothing waiting and the file current completes at once, on the caller's
+    /// thread; every other outcome comes on the store's queue, in version order.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        completion(decide(token, base: base))
+        enum Next {
+            case answer(CommitOutcome)
+            case wait
+            case write
+        }
+        let next = batch.withLock { batch -> Next in
+            let changed = token != batch.decided.token
+            if changed && batch.decided.version == .max { return .answer(.versionExhausted) }
+            if !changed && batch.waiting.isEmpty && !batch.writing && !batch.unsaved {
+                return .answer(.unchanged(batch.decided))
+            }
+            if changed { batch.decided = batch.decided.changed(to: token) }
+            batch.waiting.append(Waiting(state: batch.decided, changed: changed, completion: completion))
+            if batch.writing { return .wait }
+            batch.writing = true
+            return .write
+        }
+        switch next {
+        case .answer(let outcome): completion(outcome)
+        case .wait: break
+        case .write: queue.async { [self] in writeBatches() }
+        }
     }
 
-    /// The decision of `commit(_:base:completion:)` (the file written first), returned.
-    public func commitNow(_ token: String?, base: TokenState) -> CommitOutcome? {
-        decide(token, base: base)
-    }
-
-    private func decide(_ token: String?, base: TokenState) -> CommitOutcome {
-        let changed = token != base.token
-        guard !changed || base.version < .max else { return .versionExhausted }
-        let state = changed ? base.changed(to: token) : base
-        guard changed || unsaved.withLock({ $0 }) else { return .unchanged(base) }
-        do throws(StateFile.Failure) {
-            try file.save(.init(token: state.token, version: state.version))
-            unsaved.withLock { $0 = false }
-            return changed ? .applied(state) : .unchanged(state)
-        } catch {
-            unsaved.withLock { $0 = true }
-            return .notSaved(state, changed: changed, reason: error.description)
+    /// Writes batches until no write is waiting: each takes every write decided so far and
+    /// writes the newest state once.
+    private func writeBatches() {
+        while true {
+            let (taken, state) = batch.withLock { batch -> ([Waiting], TokenState) in
+                let taken = batch.waiting
+                batch.waiting = []
+                if taken.isEmpty { batch.writing = false }
+                return (taken, batch.decided)
+            }
+            if taken.isEmpty { return }
+            let failure: StateFile.Failure?
+            do throws(StateFile.Failure) {
+                try file.save(.init(token: state.token, version: state.version))
+                failure = nil
+            } catch {
+                failure = error
+            }
+            batch.withLock { batch in
+                batch.unsaved = failure != nil
+                batch.fileWrites &+= 1
+            }
+            for write in taken {
+                if let failure {
+                    write.completion(.notSaved(write.state, changed: write.changed, reason: failure.description))
+                } else {
+                    write.completion(write.changed ? .applied(write.state) : .unchanged(write.state))
+                }
+            }
         }
     }
 
     /// Nothing to report but the outcomes of commits: nobody else writes the file.
     public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
 
-    /// Nothing to stop.
-    public func stop() {}
+    /// `forge_push_token_state_file_writes_total`: the writes of the file, each making a batch of
+    /// changes durable; beside `forge_push_token_token_changes_total` it shows how many changes one
+    /// `fsync` carries (docs/operations.md).
+    public func metricsText() -> String {
+        let writes = batch.withLock { $0.fileWrites }
+        return "# HELP forge_push_token_state_file_writes_total Writes of the state file (each fsynced), "
+            + "each holding every change decided since the one before.\n"
+            + "# TYPE forge_push_token_state_file_writes_total counter\n"
+            + "forge_push_token_state_file_writes_total \(writes)\n"
+    }
+
+    /// Waits until every write already decided has been written and answered.
+    public func stop() {
+        queue.sync {}
+    }
 }

@@ -1,3 +1,4 @@
+import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
 import ForgePushTokenOwnerTestSupport
@@ -22,7 +23,7 @@ extension TokenOwner where Rendition == TokenSnapshot {
     /// Registers `deviceToken` as `POST /register` would; the snapshot after it.
     @discardableResult
     func register(deviceToken: [UInt8]) -> TokenSnapshot {
-        TokenSnapshot(commitAtOnce(self, lowerHex(deviceToken)).state!)
+        TokenSnapshot(commitAndWait(self, lowerHex(deviceToken)).state!)
     }
 }
 
@@ -126,11 +127,15 @@ extension Responder {
                 "\(method) \(target): expected a complete response, got .eventStream",
                 sourceLocation: sourceLocation)
             throw Unexpected(description: "event stream")
-        case .later:
-            Issue.record(
-                "\(method) \(target): the memory store answers at once, got .later",
-                sourceLocation: sourceLocation)
-            throw Unexpected(description: "later")
+        case .later(let pending):
+            // A store that answers on its own thread (the state file's group commit): wait for it.
+            let answered = DispatchSemaphore(value: 0)
+            if let response = pending.take(orPark: {}, resume: { answered.signal() }) { return response }
+            answered.wait()
+            guard let response = pending.take(orPark: {}, resume: {}) else {
+                throw Unexpected(description: "resumed without a response")
+            }
+            return response
         }
     }
 }

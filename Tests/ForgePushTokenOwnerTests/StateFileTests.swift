@@ -73,14 +73,14 @@ import Testing
         let store = StateFileStore(file: file)
         let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
         #expect(owner.health == .ok)
-        #expect(commitAtOnce(owner, "01") == .applied(TokenState(version: .max, token: "01")))
+        #expect(commitAndWait(owner, "01") == .applied(TokenState(version: .max, token: "01")))
         // Every change is refused from now on: health says so (attack finding, issue 21 §6).
         #expect(owner.health == .degraded(reason: HealthReason.versionExhausted))
         // No higher version is left: a change is refused (never acknowledged and then not served,
         // never a second value under the same id), and nothing is written.
-        #expect(commitAtOnce(owner, "02") == .versionExhausted)
+        #expect(commitAndWait(owner, "02") == .versionExhausted)
         #expect(owner.current == TokenState(version: .max, token: "01"))
-        #expect(commitAtOnce(owner, "01") == .unchanged(TokenState(version: .max, token: "01")))
+        #expect(commitAndWait(owner, "01") == .unchanged(TokenState(version: .max, token: "01")))
         #expect(try file.load() == .init(token: "01", version: .max))
         let again = try StateFileStore(file: file).load()
         #expect(again == TokenState(version: .max, token: "01"))

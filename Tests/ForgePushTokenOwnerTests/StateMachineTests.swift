@@ -241,22 +241,22 @@ struct TokenOwnerTests {
         let file = StateFile(path: folder + "/state.json")
         let owner = TokenOwner<TokenState>(store: StateFileStore(file: file), initial: .initial, maxSubscribers: 1)
         // The folder does not exist: the save fails.
-        guard case .notSaved(let state, let changed, let reason) = commitAtOnce(owner, "ab") else {
+        guard case .notSaved(let state, let changed, let reason) = commitAndWait(owner, "ab") else {
             Issue.record("expected notSaved")
             return
         }
         #expect(state == TokenState(version: 1, token: "ab") && changed && reason.contains(folder))
         #expect(owner.current == state && owner.health == .degraded(reason: HealthReason.stateNotSaved))
         // The same token again: nothing changes, but the save is tried again (and fails again).
-        #expect(commitAtOnce(owner, "ab") == .notSaved(state, changed: false, reason: reason))
+        #expect(commitAndWait(owner, "ab") == .notSaved(state, changed: false, reason: reason))
         #expect(mkdir(folder, 0o700) == 0)
         defer {
             unlink(file.path)
             rmdir(folder)
         }
-        #expect(commitAtOnce(owner, "ab") == .unchanged(state))
+        #expect(commitAndWait(owner, "ab") == .unchanged(state))
         #expect(owner.health == .ok)
         #expect(try file.load() == .init(token: "ab", version: 1))
-        #expect(commitAtOnce(owner, "ab") == .unchanged(state))
+        #expect(commitAndWait(owner, "ab") == .unchanged(state))
     }
 }

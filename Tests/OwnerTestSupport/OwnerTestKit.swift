@@ -15,7 +15,7 @@ extension TokenState: TokenRendition {
 
 /// Commits `token` through `owner` (`commit(_:completion:)`, the path every store takes) and returns
 /// the outcome. Only for stores that answer before
-/// `commit` returns (`ScriptedStore` answering `.atOnce`, `MemoryTokenStore`, `StateFileStore`):
+/// `commit` returns (`ScriptedStore` answering `.atOnce`, `MemoryTokenStore`):
 /// a later answer stops the test at a precondition.
 public func commitAtOnce<R>(_ owner: TokenOwner<R>, _ token: String?) -> CommitOutcome {
     let result = Locked<CommitOutcome?>(nil)
@@ -23,6 +23,20 @@ public func commitAtOnce<R>(_ owner: TokenOwner<R>, _ token: String?) -> CommitO
     guard let outcome = result.withLock({ $0 }) else {
         preconditionFailure("commitAtOnce: the store did not answer before commit returned")
     }
+    return outcome
+}
+
+/// Commits `token` through `owner` and waits for the outcome, on whatever thread the store
+/// answers (`StateFileStore` answers after the `fsync` of the batch that holds the write).
+public func commitAndWait<R>(_ owner: TokenOwner<R>, _ token: String?) -> CommitOutcome {
+    let result = Locked<CommitOutcome?>(nil)
+    let answered = DispatchSemaphore(value: 0)
+    owner.commit(token) { outcome in
+        result.withLock { $0 = outcome }
+        answered.signal()
+    }
+    answered.wait()
+    guard let outcome = result.withLock({ $0 }) else { preconditionFailure("signalled without an outcome") }
     return outcome
 }
 

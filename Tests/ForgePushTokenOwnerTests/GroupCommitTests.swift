@@ -1,0 +1,128 @@
+import Dispatch
+import ForgePushToken
+import ForgePushTokenOwnerTestSupport
+import Testing
+
+@testable import ForgePushTokenOwner
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// Group commit for `--state-file` (issue 32): writes that arrive while the file is being written
+/// are made durable together by the next write, each keeping its own version, and none is
+/// answered, or reaches a subscriber, before the file holds it.
+@Suite struct GroupCommitTests {
+    func folder() -> String {
+        var template = Array("/tmp/fpt-group-XXXXXX".utf8CString)
+        return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+    }
+
+    /// A subscriber that records every state offered to it.
+    final class Recorder: TokenSubscriber, Sendable {
+        let id: UInt64
+        let seen = Locked<[TokenState]>([])
+        init(id: UInt64, first: TokenState) {
+            self.id = id
+            seen.withLock { $0.append(first) }
+        }
+        func offer(_ rendition: TokenState) -> Bool {
+            seen.withLock { $0.append(rendition) }
+            return false
+        }
+        func heartbeatTick() -> Bool { false }
+        func end(_ ending: SubscriberEnding) -> Bool { false }
+        func wake() {}
+    }
+
+    /// `value` as `digits` lowercase hex digits.
+    static func hex(_ value: Int, digits: Int = 4) -> String {
+        let text = String(value, radix: 16)
+        return String(repeating: "0", count: max(0, digits - text.count)) + text
+    }
+
+    static func writes(_ store: StateFileStore) -> Int {
+        let text = store.metricsText()
+        let line = text.split(separator: "\n").first { $0.hasPrefix("forge_push_token_state_file_writes_total ") }
+        return line.flatMap { Int($0.split(separator: " ")[1]) } ?? -1
+    }
+
+    @Test("writes that wait for the file are written together, each with its own version, answered after the write")
+    func writesWaitingForTheFileShareOneWrite() throws {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        defer {
+            unlink(file.path)
+            rmdir(dir)
+        }
+        // The store's queue is held: every write below waits for the file, as writes that arrive
+        // during an fsync do.
+        let queue = DispatchQueue(label: "test.state-file")
+        queue.suspend()
+        let store = StateFileStore(file: file, queue: queue)
+        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        owner.start()
+        let subscription = try owner.subscribe { id, first in Recorder(id: id, first: first) }
+        let outcomes = Locked<[CommitOutcome]>([])
+        let answered = DispatchGroup()
+        for index in 0..<20 {
+            answered.enter()
+            owner.commit(Self.hex(index + 1)) { outcome in
+                outcomes.withLock { $0.append(outcome) }
+                answered.leave()
+            }
+        }
+        // Nothing is answered, applied, streamed or on disk before the write.
+        #expect(outcomes.withLock { $0.isEmpty })
+        #expect(owner.current == TokenState(version: 0, token: nil))
+        #expect(subscription.subscriber.seen.withLock { $0 } == [TokenState(version: 0, token: nil)])
+        #expect(try file.load() == nil)
+        queue.resume()
+        answered.wait()
+        let answers = outcomes.withLock { $0 }
+        #expect(
+            answers == (1...20).map { .applied(TokenState(version: UInt64($0), token: Self.hex($0))) })
+        #expect(Self.writes(store) == 1)
+        #expect(try file.load() == .init(token: "0014", version: 20))
+        #expect(owner.current == TokenState(version: 20, token: "0014"))
+        // Every version reached the subscriber once, in order, after the write.
+        #expect(subscription.subscriber.seen.withLock { $0.map(\.version) } == Array(0...20))
+    }
+
+    @Test("concurrent writers: every change has its own version, the file holds the last, and writes are batched")
+    func concurrentWritersKeepOneVersionPerChange() throws {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        defer {
+            unlink(file.path)
+            rmdir(dir)
+        }
+        let store = StateFileStore(file: file)
+        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        owner.start()
+        let versions = Locked<[UInt64]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            for index in 0..<50 {
+                guard case .applied(let state) = commitAndWait(owner, Self.hex(thread << 16 | index, digits: 6))
+                else {
+                    Issue.record("a change was not applied")
+                    return
+                }
+                versions.withLock { $0.append(state.version) }
+            }
+        }
+        #expect(versions.withLock { $0.sorted() } == Array(1...400))
+        #expect(try file.load()?.version == 400)
+        #expect(owner.current.version == 400)
+        #expect((1...400).contains(Self.writes(store)))
+        // The same token again with nothing waiting (the queue's work item has ended: `stop()`
+        // waits for it) is answered at once and writes nothing.
+        store.stop()
+        let before = Self.writes(store)
+        let current = owner.current
+        #expect(commitAtOnce(owner, current.token) == .unchanged(current))
+        #expect(Self.writes(store) == before)
+    }
+}
