@@ -5,9 +5,10 @@ attack of the issue, run against the release binary with a real redis-server and
   (a) one PUBLISH on PREFIX:changes, in the scripts' format, with the highest version and with the
       next one: every replica's token and PREFIX:state stay as they were, writes go on, and the
       message is counted (kind="unconfirmed");
-  (b) a Redis that announces `*2000000000` (then streams `:1`) or `$999999999` (then streams
-      bytes) on the subscription, through a proxy in front of a real Redis: the replica's peak
-      RSS grows by less than 10 MB, it subscribes again at once, and it still writes;
+  (b) a Redis that announces `*2000000000` (then streams `:1`), `$999999999` (then streams
+      bytes), or arrays of 64 nested 4 deep, on the subscription, through a proxy in front of a
+      real Redis: the replica's peak RSS grows by less than 10 MB, it subscribes again at once,
+      and it still writes;
   (c) three sentinels, a rogue one first, naming a fake Redis that answers ROLE with `master`:
       the replica uses the master the two honest sentinels name, and the fake never receives a
       connection (so never the master password); a flood of +switch-master from the rogue one
@@ -213,7 +214,9 @@ def huge_replies(binary, redis):
     try:
         wait_until(lambda: connected(server.port), 10, what="replica connected through the proxy")
         for name, header, filler in (("*2000000000", b"*2000000000\r\n", b":1\r\n"),
-                                     ("$999999999", b"$999999999\r\n", b"x" * 1024)):
+                                     ("$999999999", b"$999999999\r\n", b"x" * 1024),
+                                     # Arrays of 64 nested 4 deep: each bound alone allows 64^4.
+                                     ("*64 nested 4 deep", b"*64\r\n*64\r\n*64\r\n", b"*64\r\n" + b":1\r\n" * 64)):
             before_oversized = ignored(server.port, "oversized")
             subscriptions = proxy.subscriptions
             baseline = rss_kb(server.pid)
@@ -357,10 +360,16 @@ def rogue_sentinel(binary):
         return b"+OK\r\n"
     rogue = FakeServer(sentinel_answer)
     server = None
+    replica_redis = Redis(extra=["--replicaof", HOST, str(master.port), "--masterauth", "master-secret",
+                                 "--requirepass", "master-secret"]).start()
     try:
         sentinels = [Sentinel(master.port).start() for _ in range(2)]
         for sentinel in sentinels:
             sentinel.cli("SENTINEL", "SET", MASTER, "auth-pass", "master-secret")
+        # The honest sentinels list the Redis replica before the service starts, so that the
+        # majority's replica list holds it.
+        wait_until(lambda: all(str(replica_redis.port) in s.cli("SENTINEL", "replicas", MASTER) for s in sentinels),
+                   30, interval=0.2, what="the honest sentinels to list the Redis replica")
         url = "redis+sentinel://:master-secret@%s/%s" % (
             ",".join("%s:%d" % (HOST, port) for port in [rogue.port] + [s.port for s in sentinels]), MASTER)
         server = replica(binary, url).start()
@@ -387,6 +396,22 @@ def rogue_sentinel(binary):
         wait_until(lambda: ignored(server.port, "switch_master") >= 1000, 15, what="1,000 foreign switches counted")
         status, _, _ = write(server.port, token_hex(0x5E, 2))
         check(status == 200, "a write after the flood: %s" % status)
+        # +switch-master naming the Redis replica, which the majority lists but which was not
+        # promoted: the replica checks ROLE there first and stays on the master; writes go on.
+        message = "%s %s %d %s %d" % (MASTER, HOST, master.port, HOST, replica_redis.port)
+        frame = resp([b"message", b"+switch-master", message.encode()])
+        before = ignored(server.port, "unvouched")
+        refused = 0
+        for index in range(100):
+            if index % 5 == 0:
+                rogue.subscribers[0].sendall(frame)
+            status, _, _ = write(server.port, token_hex(0x5F, index + 1))
+            refused += status != 200
+            time.sleep(0.01)
+        wait_until(lambda: ignored(server.port, "unvouched") >= before + 20, 15,
+                   what="20 switches to a replica that is not a master counted")
+        check(refused == 0, "%d of 100 writes refused while a rogue sentinel announced a replica as master" % refused)
+        check(metric(server.port, address) == 1, "the replica left the honest master for a replica")
         check(metric(server.port, address) == 1, "the replica moved off the honest master")
         check(fake_redis.connections == 0, "the fake Redis got a connection after the flood")
         lines = server.stderr()
@@ -400,11 +425,13 @@ def rogue_sentinel(binary):
             server.kill()
         for sentinel in sentinels:
             sentinel.kill()
+        replica_redis.kill()
         rogue.close()
         fake_redis.close()
         master.kill()
     log("(c) a rogue first sentinel naming a fake Redis: the honest majority's master used, the fake never "
-        "connected to; 1,000 +switch-master naming it and 1,000 for another name counted, at most a few log lines")
+        "connected to; 1,000 +switch-master naming it and 1,000 for another name counted, at most a few log lines; "
+        "20 naming a listed replica that is not a master: no write refused")
 
 
 # -- (d) --------------------------------------------------------------------------------------

@@ -106,11 +106,12 @@ final class RedisConnection {
     private let socket: Int32
     private let tls: TLSClientSession?
     private let reader: UnsafeMutablePointer<redisReader>
-    /// Which bound the reader's own reply functions refused (`RedisReplyLimits.Refusal`), read
-    /// when hiredis reports the failure as "Out of memory"; the reader's private data points here.
-    private let refusal: UnsafeMutablePointer<Int32> = {
-        let slot = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
-        slot.initialize(to: 0)
+    /// What the reader's own reply functions count for the reply being built, and which bound
+    /// they refused (`RedisReplyLimits.Refusal`, read when hiredis reports the failure as "Out of
+    /// memory"); the reader's private data points here.
+    private let tally: UnsafeMutablePointer<RedisReplyLimits.Tally> = {
+        let slot = UnsafeMutablePointer<RedisReplyLimits.Tally>.allocate(capacity: 1)
+        slot.initialize(to: RedisReplyLimits.Tally())
         return slot
     }()
     private var output: [UInt8] = []
@@ -167,7 +168,7 @@ final class RedisConnection {
             close(fd)
             throw .unreachable("out of memory")
         }
-        RedisReplyLimits.install(on: made, refusal: refusal)
+        RedisReplyLimits.install(on: made, tally: tally)
         socket = fd
         tls = session
         reader = made
@@ -196,7 +197,7 @@ final class RedisConnection {
 
     deinit {
         redisReaderFree(reader)
-        refusal.deallocate()
+        tally.deallocate()
         close(socket)
     }
 
@@ -364,7 +365,7 @@ final class RedisConnection {
     private func takeBufferedReply() throws(RedisConnectionError) -> RedisReply? {
         var raw: UnsafeMutableRawPointer?
         if redisReaderGetReply(reader, &raw) != REDIS_OK {
-            if let refused = RedisReplyLimits.Refusal(rawValue: refusal.pointee) {
+            if let refused = RedisReplyLimits.Refusal(rawValue: tally.pointee.refusal) {
                 throw .replyTooLarge(refused.description)
             }
             throw .unreachable("not the Redis protocol: \(String(cString: fpt_redis_reader_errstr(reader)))")
@@ -382,6 +383,7 @@ final class RedisConnection {
             return nil
         }
         answered = true
+        tally.pointee.nextReply()
         defer { freeReplyObject(raw) }
         return Self.decode(UnsafePointer(raw.assumingMemoryBound(to: redisReply.self)))
     }

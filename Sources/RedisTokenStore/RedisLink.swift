@@ -125,6 +125,24 @@ final class RedisLink: Sendable {
             credentials: try tlsCredentials(), select: false)
     }
 
+    /// Whether `host` (a replica the sentinels' majority lists) answers `ROLE` as a master now,
+    /// asked on a connection of its own with the master's credentials, within 500 ms.
+    func isMaster(_ host: RedisEndpoint.Host) -> Bool {
+        guard let directory else { return false }
+        var endpoint = configuration.endpoint
+        endpoint.address = .tcp(host: host.host, port: host.port)
+        endpoint.sentinel = nil
+        do throws(RedisConnectionError) {
+            let timeout = RedisSentinelDirectory.decisionSeconds
+            let connection = try RedisConnection(
+                endpoint: endpoint, timeout: timeout, credentials: try tlsCredentials())
+            try directory.checkRole(of: connection, at: host, timeout: timeout)
+            return true
+        } catch {
+            return false
+        }
+    }
+
     /// What a majority of the sentinels say now (`RedisSentinelDirectory.vouch`).
     /// - Throws: as `vouch`; `.sentinelsUnreachable` without a sentinel URL.
     func vouch() throws(RedisConnectionError) -> RedisSentinelDirectory.Agreement {

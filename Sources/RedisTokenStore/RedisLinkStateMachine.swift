@@ -209,11 +209,10 @@ struct RedisLinkStateMachine: Sendable {
     /// already running may have begun before the change was stored, so the one that judges the
     /// announcement follows it; later messages meanwhile ask for no more reads.
     mutating func changeAnnounced(_ state: TokenState) -> [Action] {
-        if let known = announced, known.version >= state.version {
-            // A read that will judge a higher announcement is already asked for.
-            return checkPending ? [] : checkAfterRunning()
-        }
-        announced = state
+        // The highest announcement is the one the next read judges; every announcement, higher or
+        // not, asks for a read that begins after it (a running read may predate the change it
+        // announces, even when a higher, forged one is waiting: attack finding).
+        if announced.map({ state.version > $0.version }) ?? true { announced = state }
         return checkAfterRunning()
     }
 

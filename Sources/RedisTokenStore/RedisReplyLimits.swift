@@ -2,9 +2,11 @@ import CHiredis
 
 /// The bounds on what a reply from Redis may make the process allocate (docs/replicas.md, "What a
 /// replica trusts"): a bulk string of at most 64 KiB, an array of at most 64 elements, nesting at
-/// most 4 deep. Nothing this service asks for comes near them (the largest reply is a script's
-/// five elements, or a sentinel's list of replicas); a reply past them is a protocol error, found
-/// before memory is spent on it.
+/// most 4 deep, and, since those three alone still allow 64^4 elements (an attack streamed nested
+/// arrays of 64 and grew RSS by 367 MB), at most 4,096 elements and 256 KiB of strings in one
+/// reply, whatever its shape. Nothing this service asks for comes near them (the largest reply is
+/// a sentinel's list of replicas: about 42 short fields each); a reply past them is a protocol
+/// error, found before memory is spent on it.
 ///
 /// hiredis 0.14 (read.h) gives two places for this, both used:
 /// - the reader builds replies through its `redisReplyObjectFunctions`: `install` replaces them
@@ -26,6 +28,28 @@ enum RedisReplyLimits {
     /// The most bytes one unfinished reply may hold in the reader's buffer: a whole bulk string
     /// (`maximumBulkBytes`) with its `$65536\r\n` header and final `\r\n`, rounded up to 32.
     static let maximumUnreadBytes = maximumBulkBytes + 32
+    /// The most elements (strings, integers, nils and arrays, at any depth) one reply may have.
+    static let maximumReplyElements = 4096
+    /// The most bytes all the strings of one reply may hold together: 256 KiB.
+    static let maximumReplyBytes = 256 * 1024
+
+    /// What the reader's own functions count for the reply being built, where the reader's
+    /// private data points: which bound refused it, and its elements and string bytes so far
+    /// (`RedisConnection` starts them again for every reply it takes).
+    struct Tally {
+        /// The `Refusal` raw value, or 0.
+        var refusal: Int32 = 0
+        /// Elements of the reply being built.
+        var elements = 0
+        /// Bytes of its strings.
+        var bytes = 0
+
+        /// The next reply begins: its counts start again (a refusal stays).
+        mutating func nextReply() {
+            elements = 0
+            bytes = 0
+        }
+    }
 
     /// Which bound a reply passed (the value written where the reader's private data points).
     enum Refusal: Int32, CustomStringConvertible {
@@ -35,6 +59,8 @@ enum RedisReplyLimits {
         case elements = 2
         /// An array nested deeper than `maximumDepth`.
         case depth = 3
+        /// A reply with more than `maximumReplyElements` elements or `maximumReplyBytes` of strings.
+        case total = 4
 
         /// The limit, in words, for the error and its log line.
         var description: String {
@@ -42,20 +68,37 @@ enum RedisReplyLimits {
             case .bulk: return "a bulk string may hold at most \(maximumBulkBytes) bytes"
             case .elements: return "an array may hold at most \(maximumElements) elements"
             case .depth: return "replies may nest at most \(maximumDepth) deep"
+            case .total:
+                return
+                    "a reply may hold at most \(maximumReplyElements) elements and \(maximumReplyBytes) bytes of strings"
             }
         }
     }
 
-    /// Makes `reader` build replies through the bounded functions, writing a refusal to
-    /// `refusal` (which must outlive the reader).
-    static func install(on reader: UnsafeMutablePointer<redisReader>, refusal: UnsafeMutablePointer<Int32>) {
+    /// Makes `reader` build replies through the bounded functions, counting in `tally` (which
+    /// must outlive the reader).
+    static func install(on reader: UnsafeMutablePointer<redisReader>, tally: UnsafeMutablePointer<Tally>) {
         reader.pointee.fn = boundedFunctions
-        reader.pointee.privdata = UnsafeMutableRawPointer(refusal)
+        reader.pointee.privdata = UnsafeMutableRawPointer(tally)
     }
 
-    /// Writes `refusal` where the task's private data (the reader's) points.
-    private static func refuse(_ task: UnsafePointer<redisReadTask>?, _ refusal: Refusal) {
-        task?.pointee.privdata?.assumingMemoryBound(to: Int32.self).pointee = refusal.rawValue
+    /// The tally where the task's private data (the reader's) points.
+    private static func tally(_ task: UnsafePointer<redisReadTask>?) -> UnsafeMutablePointer<Tally>? {
+        task?.pointee.privdata?.assumingMemoryBound(to: Tally.self)
+    }
+
+    /// Writes `refusal` to the task's tally; returns `nil`, which fails the reader.
+    private static func refuse(_ task: UnsafePointer<redisReadTask>?, _ refusal: Refusal) -> UnsafeMutableRawPointer? {
+        tally(task)?.pointee.refusal = refusal.rawValue
+        return nil
+    }
+
+    /// Counts one more element of `bytes` string bytes; `false` when the reply passes its totals.
+    private static func count(_ task: UnsafePointer<redisReadTask>?, bytes: Int = 0) -> Bool {
+        guard let tally = tally(task) else { return true }
+        tally.pointee.elements += 1
+        tally.pointee.bytes += bytes
+        return tally.pointee.elements <= maximumReplyElements && tally.pointee.bytes <= maximumReplyBytes
     }
 
     /// How deep `task` sits: 1 for a reply, 2 for an element of it, and so on.
@@ -86,26 +129,25 @@ enum RedisReplyLimits {
         let table = UnsafeMutablePointer<redisReplyObjectFunctions>.allocate(capacity: 1)
         table.initialize(
             to: redisReplyObjectFunctions(
-                createString: { task, bytes, count in
-                    guard count <= maximumBulkBytes else {
-                        refuse(task, .bulk)
-                        return nil
-                    }
-                    return hiredisFunctions.createString(task, bytes, count)
+                createString: { task, bytes, length in
+                    guard length <= maximumBulkBytes else { return refuse(task, .bulk) }
+                    guard count(task, bytes: length) else { return refuse(task, .total) }
+                    return hiredisFunctions.createString(task, bytes, length)
                 },
                 createArray: { task, elements in
-                    guard elements >= 0, elements <= maximumElements else {
-                        refuse(task, .elements)
-                        return nil
-                    }
-                    guard depth(of: task) <= maximumDepth else {
-                        refuse(task, .depth)
-                        return nil
-                    }
+                    guard elements >= 0, elements <= maximumElements else { return refuse(task, .elements) }
+                    guard depth(of: task) <= maximumDepth else { return refuse(task, .depth) }
+                    guard count(task) else { return refuse(task, .total) }
                     return hiredisFunctions.createArray(task, elements)
                 },
-                createInteger: { task, value in hiredisFunctions.createInteger(task, value) },
-                createNil: { task in hiredisFunctions.createNil(task) },
+                createInteger: { task, value in
+                    guard count(task) else { return refuse(task, .total) }
+                    return hiredisFunctions.createInteger(task, value)
+                },
+                createNil: { task in
+                    guard count(task) else { return refuse(task, .total) }
+                    return hiredisFunctions.createNil(task)
+                },
                 freeObject: { object in hiredisFunctions.freeObject(object) }))
         return table
     }()

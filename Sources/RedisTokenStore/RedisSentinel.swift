@@ -429,7 +429,8 @@ final class RedisSentinelWatcher: Sendable {
     }
 
     /// A `+switch-master` message ("NAME OLD-IP OLD-PORT NEW-IP NEW-PORT"): for this master,
-    /// naming a replica a majority listed, the writer and the subscription move there at once;
+    /// naming a replica a majority listed that answers `ROLE` as a master, the writer and the
+    /// subscription move there at once;
     /// naming any other address, it is returned, for the majority to be asked
     /// (docs/replicas.md, "What a replica trusts"). One for another master, or not of that
     /// shape, is counted and ignored. Log lines are limited to one per 10 s per kind.
@@ -449,10 +450,22 @@ final class RedisSentinelWatcher: Sendable {
                     + "lists as its replica; asking the sentinels")
             return announced
         }
+        // One sentinel said so: the move happens only once the announced replica answers ROLE
+        // with master, so that a rogue sentinel naming a replica that was not promoted cannot
+        // make the replica leave a working master (attack finding: writes refused while it
+        // flapped between two replicas).
+        guard link.isMaster(announced) else {
+            link.ignored(
+                .unvouched,
+                "a sentinel announced \(announced) as master \(fields[0]), but it does not answer ROLE as a master; "
+                    + "asking the sentinels")
+            return announced
+        }
         if directory.switched(to: announced) {
             link.logLimited(
                 "switch", .info,
-                "the sentinels switched master \(fields[0]) from \(fields[1]):\(fields[2]) to \(announced)")
+                "a sentinel switched master \(fields[0]) from \(fields[1]):\(fields[2]) to \(announced), a replica the "
+                    + "sentinels' majority lists, which answers ROLE as a master")
         }
         return nil
     }

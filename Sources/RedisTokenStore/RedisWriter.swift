@@ -10,7 +10,9 @@ import ForgePushTokenOwner
 /// `.unknown`, and the connection is made again. A commit's outcome goes to its completion alone
 /// (the owner applies it there); a check's state goes to the owner through `RedisLink.learned`.
 /// A batch that fails on a connection that sat idle with a broken socket (not a timeout) is sent
-/// once more on a new one: safe, since a write of the current token changes nothing.
+/// once more on a new one: safe, since a write of the current token changes nothing. Every log line
+/// a reply causes is limited to one per 10 s per kind (`RedisLink.logLimited`): a hostile Redis
+/// answering each read with an error must not flood the log.
 ///
 /// Thread-safety: `run()` is called once, on the writer's own thread; nothing else is shared but
 /// the link.
@@ -160,7 +162,9 @@ final class RedisWriter: Sendable {
                 failed(error)
                 finish(Array(batch[index...]), failing: .unknown(detail: error.description))
                 if case .timedOut = error {
-                    link.log(.warning, "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
+                    link.logLimited(
+                        "writer.timeout", .warning,
+                        "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
                 }
                 return .done(keep: false)
             }
@@ -203,7 +207,8 @@ final class RedisWriter: Sendable {
             // fault: the probe counts as not sent.
             if case .error(let message) = reply {
                 link.countError()
-                link.log(.warning, "Redis refused the delivery probe: \(message.prefix(120))")
+                link.logLimited(
+                    "writer.probe_refused", .warning, "Redis refused the delivery probe: \(message.prefix(120))")
                 link.note { $0.probeNotSent(sequence: sequence) }
                 return RedisConnectionError.classify(errorReply: message) == nil
             }
@@ -219,8 +224,8 @@ final class RedisWriter: Sendable {
             }
             if message.hasPrefix("VERSIONEXHAUSTED ") {
                 let detail = String(message.dropFirst("VERSIONEXHAUSTED ".count))
-                link.log(
-                    .error,
+                link.logLimited(
+                    "writer.version_exhausted", .error,
                     "a change was refused: \(detail); no higher version can be kept in Redis (Lua numbers are exact "
                         + "up to 2^53 - 1): stop every replica, DEL \(configuration.prefix.stateKey), and start them again"
                 )
@@ -230,11 +235,11 @@ final class RedisWriter: Sendable {
             }
             if let connectionError = RedisConnectionError.classify(errorReply: message) {
                 let health = RedisLinkStateMachine.Health(connectionError)
-                link.log(.warning, "Redis refused a write: \(connectionError); reconnecting")
+                link.logLimited("writer.refused", .warning, "Redis refused a write: \(connectionError); reconnecting")
                 finish([job], failing: .unavailable(health, detail: connectionError.description))
                 return false
             }
-            link.log(.error, "Redis script failed: \(message.prefix(200))")
+            link.logLimited("writer.script_failed", .error, "Redis script failed: \(message.prefix(200))")
             finish([job], failing: .unavailable(.unreachable, detail: "the script failed"))
             return true
         }
@@ -243,7 +248,7 @@ final class RedisWriter: Sendable {
             result = try RedisScripts.parse(reply)
         } catch {
             link.countError()
-            link.log(.error, "Redis script reply not understood: \(error)")
+            link.logLimited("writer.reply", .error, "Redis script reply not understood: \(error)")
             link.handle { $0.invalidState(detail: error.reason, at: monotonicSeconds()) }
             finish([job], failing: .unavailable(.invalidState, detail: error.reason))
             return true
@@ -254,10 +259,12 @@ final class RedisWriter: Sendable {
         switch result.reconciliation {
         case .written:
             let previous = result.previousVersion.map { "version \($0)" } ?? "a missing key"
-            link.log(.warning, "Redis had lost the state (\(previous)); wrote back this replica's \(result.state)")
+            link.logLimited(
+                "writer.written_back", .warning,
+                "Redis had lost the state (\(previous)); wrote back this replica's \(result.state)")
         case .bumped:
-            link.log(
-                .warning,
+            link.logLimited(
+                "writer.bumped", .warning,
                 "Redis held another token at this replica's version \(result.previousVersion ?? 0); "
                     + "the stored token wins at \(result.state)")
         case .none:

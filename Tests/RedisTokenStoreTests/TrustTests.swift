@@ -60,6 +60,17 @@ import Testing
         #expect(link.announced == nil)
     }
 
+    @Test func aRealChangeBehindAForgedHigherOneIsReadAfterIt() {
+        var link = Self.connected()
+        // A forged announcement far above: its read runs.
+        #expect(link.changeAnnounced(TokenState(version: 9_007_199_254_740_991, token: "ff")) == [.requestCheck])
+        // A real change arrives while that read runs, which may have read the key before it.
+        #expect(link.changeAnnounced(TokenState(version: 4, token: "b1")) == [])
+        // So one more read follows (attack finding: the real change waited up to 2 s).
+        #expect(link.checkSucceeded(at: 1, read: TokenState(version: 3, token: "aa")) == [.requestCheck])
+        #expect(link.checkSucceeded(at: 1.1, read: TokenState(version: 4, token: "b1")).count == 1)
+    }
+
     @Test func aResubscribeDuringARunningReadReadsAgainAfterIt() {
         var link = Self.connected()
         #expect(link.tick(at: 2.2).contains(.requestCheck))
@@ -170,17 +181,17 @@ import Testing
     static func read(_ bytes: String) -> (reply: Bool, refusal: RedisReplyLimits.Refusal?) {
         let reader = redisReaderCreate()!
         defer { redisReaderFree(reader) }
-        let refusal = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
-        refusal.initialize(to: 0)
-        defer { refusal.deallocate() }
-        RedisReplyLimits.install(on: reader, refusal: refusal)
+        let tally = UnsafeMutablePointer<RedisReplyLimits.Tally>.allocate(capacity: 1)
+        tally.initialize(to: RedisReplyLimits.Tally())
+        defer { tally.deallocate() }
+        RedisReplyLimits.install(on: reader, tally: tally)
         _ = Array(bytes.utf8).withUnsafeBytes {
             redisReaderFeed(reader, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
         }
         var raw: UnsafeMutableRawPointer?
         let status = redisReaderGetReply(reader, &raw)
         if let raw { freeReplyObject(raw) }
-        return (status == REDIS_OK && raw != nil, RedisReplyLimits.Refusal(rawValue: refusal.pointee))
+        return (status == REDIS_OK && raw != nil, RedisReplyLimits.Refusal(rawValue: tally.pointee.refusal))
     }
 
     @Test func theReaderRefusesRepliesOverTheBoundsBeforeBuildingThem() {
@@ -193,6 +204,14 @@ import Testing
         let bulk = { (count: Int) in "$\(count)\r\n" + String(repeating: "x", count: count) + "\r\n" }
         #expect(Self.read(bulk(65536)) == (true, nil))
         #expect(Self.read(bulk(65537)) == (false, .bulk))
+        // Each bound alone allows 64^4 leaves; the reply's totals do not (attack finding: +367 MB).
+        let nested = "*64\r\n*64\r\n" + String(repeating: "*64\r\n" + ints(64), count: 64)
+        #expect(Self.read(nested) == (false, .total))
+        let strings = String(repeating: bulk(60000), count: 5)
+        #expect(Self.read("*64\r\n*64\r\n" + strings) == (false, .total))
+        // A sentinel's list of 64 replicas of 42 fields each fits.
+        let replica = "*42\r\n" + String(repeating: "$12\r\nabcdefghijkl\r\n", count: 42)
+        #expect(Self.read("*64\r\n" + String(repeating: replica, count: 64)) == (true, nil))
     }
 }
 
