@@ -186,6 +186,22 @@ public struct RequestStateMachine: Sendable {
         }
     }
 
+    /// The body is complete, and its trailer fields (after a chunked body) are refused with
+    /// `response` (RequestTrailerCheck in MicroHTTPDServer: too large for the answer to fit
+    /// beside them, or folded). A request not yet answered is answered `response` instead of being
+    /// carried out, whatever its head decided; one already answered, or waiting for its answer,
+    /// goes on as `complete()` says.
+    /// - Returns: `.queue(response)`, or what `complete()` returns.
+    public mutating func trailerRefused(_ response: HTTPResponse) -> Action {
+        switch state {
+        case .admitted, .tokenRead, .refused, .tooLarge:
+            state = .answered
+            return .queue(response)
+        case .idle, .answered, .responding, .waiting:
+            return complete()
+        }
+    }
+
     /// The responder replied to `.respond`.
     /// - Returns: `.queue`, `.openStream`, or `.takeOrSuspend` for an answer decided later.
     public mutating func replied(_ reply: Responder.Reply) -> Action {

@@ -30,7 +30,7 @@ func handleRequest(
         let marker = responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
         // One pass over the header fields serves the framing checks and tells a chunked body.
-        let scan = scanFraming(connection)
+        let scan = scanFraming(connection, method: method)
         let chunked = scan.counts.transferEncoding > 0
         // Asks for `100 Continue`: answered in this call when it has no body (RequestStateMachine).
         let expectsContinue = scan.counts.continueExpectations > 0
@@ -67,6 +67,7 @@ func handleRequest(
         let context = RequestContext(
             method: head.method, path: head.path, chunked: chunked, origin: head.headers["Origin"],
             crossOrigin: responder.crossOrigin, limit: limit)
+        context.headCost = (scan.headBytes, scan.counts.records, scan.counts.cookieValueBytes)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         let decided: RequestStateMachine.Head
         if let refusal = targetRefusal(target, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
@@ -137,6 +138,15 @@ func handleRequest(
     }
     // A body that completes past --header-timeout is not carried out (RequestDeadline).
     if context.machine.received > 0 || context.chunked, !daemon.deadlines.bodyReceived(connection) { return .NO }
+    // A chunked body's trailer fields arrive with its end: refused before anything is carried out
+    // when the answer would not fit beside them (RequestTrailerCheck).
+    if context.chunked, !context.trailerChecked {
+        context.trailerChecked = true
+        if let refusal = trailerRefusal(connection, headCost: context.headCost, budget: server.configuration.headBudget)
+        {
+            return perform(context.machine.trailerRefused(refusal), on: connection, context: context, daemon: daemon)
+        }
+    }
     return perform(context.machine.complete(), on: connection, context: context, daemon: daemon)
 }
 
