@@ -121,6 +121,35 @@ struct RequestStateMachineTests {
         #expect(describe(machine.complete()) == "queue 413")
     }
 
+    @Test(
+        "trailer fields refused at the body's end: the write is answered with the refusal, never asked of the responder"
+    )
+    func trailerRefused() {
+        // Issue 27 §6: a chunked write whose trailer leaves no room for its answer.
+        var write = RequestStateMachine(limit: Self.limit)
+        #expect(describe(write.head(.admitted(admitted()), contentLength: nil, chunked: true)) == "readOn")
+        #expect(describe(write.bodyChunk(count: 8)) == "keep")
+        #expect(describe(write.trailerRefused(refusal(431))) == "queue 431")
+        #expect(describe(write.complete()) == "none", "nothing is carried out after the refusal")
+        // A head refused with a chunked body was answered at once: no second answer.
+        var refused = RequestStateMachine(limit: Self.limit)
+        #expect(describe(refused.head(.refused(refusal(404)), contentLength: nil, chunked: true)) == "queue 404")
+        #expect(describe(refused.trailerRefused(refusal(431))) == "none")
+        // Otherwise the refusal is the answer: instead of a 413, of a token read.
+        var tooLarge = RequestStateMachine(limit: Self.limit)
+        _ = tooLarge.head(.admitted(admitted()), contentLength: nil, chunked: true)
+        _ = tooLarge.bodyChunk(count: 100)
+        #expect(describe(tooLarge.trailerRefused(refusal(431))) == "queue 431")
+        var read = RequestStateMachine(limit: Self.limit)
+        _ = read.head(.tokenRead, contentLength: nil, chunked: true)
+        #expect(describe(read.trailerRefused(refusal(400))) == "queue 400")
+        // Already asked of the responder: no second answer.
+        var asked = RequestStateMachine(limit: Self.limit)
+        _ = asked.head(.admitted(admitted()), contentLength: nil, chunked: true)
+        #expect(describe(asked.complete()) == "respond POST /register")
+        #expect(describe(asked.trailerRefused(refusal(431))) == "none")
+    }
+
     @Test("an endless over-limit body is cut off past the drop limit: close, no answer")
     func endlessBody() {
         var machine = RequestStateMachine(limit: Self.limit)
