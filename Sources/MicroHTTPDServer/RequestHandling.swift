@@ -23,6 +23,14 @@ func handleRequest(
     let responder = server.responder
     let limit = server.configuration.maxBodyBytes
 
+    // Not a call of ours to answer: libmicrohttpd 0.9.75 calls with its read buffer and no bytes
+    // after it has sent `100 Continue` to a request without a body when more bytes are buffered
+    // behind it (`process_request_body` in `MHD_CONNECTION_CONTINUE_SENT`), where no answer can
+    // be queued: a write answered here was carried out and never answered (issue 21), and one
+    // answered in the first call instead closed the connection on the requests pipelined behind
+    // it (issue 27 §6). The body's end comes in the next call, with no upload data at all.
+    if uploadData != nil, uploadSize.pointee == 0 { return .YES }
+
     let existing: UnsafeMutableRawPointer
     switch RequestSlot(contextSlot.pointee) {
     case .firstCall(let target):
@@ -32,7 +40,9 @@ func handleRequest(
         // One pass over the header fields serves the framing checks and tells a chunked body.
         let scan = scanFraming(connection, method: method)
         let chunked = scan.counts.transferEncoding > 0
-        // Asks for `100 Continue`: answered in this call when it has no body (RequestStateMachine).
+        // Asks for `100 Continue`: kept off the `GET /token` fast path, which answers in the
+        // second call (with `100 Continue` and more bytes buffered, one where no answer can be
+        // queued; see below).
         let expectsContinue = scan.counts.continueExpectations > 0
         let framing = framingRefusal(
             connection, scan: scan, method: method, url: url, version: version,
@@ -84,7 +94,7 @@ func handleRequest(
             }
         }
         return perform(
-            context.machine.head(decided, contentLength: length, chunked: chunked, expectsContinue: expectsContinue),
+            context.machine.head(decided, contentLength: length, chunked: chunked),
             on: connection, context: context, daemon: daemon)
     case .tokenRead(_, notModified: true):
         return .YES  // answered
