@@ -3,9 +3,10 @@
 # issue 13: a real Prometheus scraping the service, JSON logs; issue 11: replicas sharing the token
 # through Redis, behind nginx; issue 21: the edges of HTTP an attacker found; issue 17: the TLS
 # and Sentinel commands of docs/replicas.md, a Sentinel failover, the delivery probe; issue 27:
-# what a replica trusts, each attack against real Redis and sentinels).
+# what a replica trusts, each attack against real Redis and sentinels; obs-fold, chunked trailers
+# and the limits of libmicrohttpd's framing, directly and behind nginx).
 #
-#   e2e/run.sh --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust ...]
+#   e2e/run.sh --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|http_framing|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust ...]
 #
 # Every server of the pass runs with --log-format json by default (FORGE_PUSH_TOKEN_LOG_FORMAT;
 # the tests read its lines back as text); afterwards every line every server wrote is checked with
@@ -21,7 +22,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { echo "usage: $0 --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust ...]" >&2; }
+usage() { echo "usage: $0 --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|http_framing|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust ...]" >&2; }
 server=""
 log_format=json
 selected=()
@@ -31,14 +32,14 @@ while [ $# -gt 0 ]; do
     --server=*) server="${1#--server=}"; shift ;;
     --log-format) [ $# -ge 2 ] || { usage; exit 64; }; log_format="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust) selected+=("$1"); shift ;;
+    metrics|state_file|browser|hardening|http_edges|http_framing|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust) selected+=("$1"); shift ;;
     *) echo "unknown argument: $1" >&2; usage; exit 64 ;;
   esac
 done
 [ -n "$server" ] || { usage; exit 64; }
 [ -x "$server" ] && [ -f "$server" ] || { echo "not an executable file: $server" >&2; exit 64; }
 server="$(cd "$(dirname "$server")" && pwd)/$(basename "$server")"
-[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe trust)
+[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges http_framing prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe trust)
 case "$log_format" in json|text) ;; *) echo "--log-format must be json or text" >&2; exit 64 ;; esac
 
 say() { printf '==> %s\n' "$*"; }
@@ -96,6 +97,10 @@ if [[ " ${selected[*]} " == *" tls_docs "* ]]; then
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v openssl >/dev/null || missing+=(openssl)
 fi
+if [[ " ${selected[*]} " == *" http_framing "* ]]; then
+  # Starts its own nginx on a free loopback port, configured by docker/nginx/replicas.conf.
+  command -v nginx >/dev/null || missing+=(nginx)
+fi
 if [[ " ${selected[*]} " == *" replicas "* ]]; then
   # The replica test starts its own redis-server and nginx on free loopback ports (never the
   # system services) and uses redis-cli to inspect and damage the state.
@@ -132,7 +137,7 @@ fi
 export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$here/artifacts}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 mkdir -p "$E2E_ARTIFACTS"
-declare -A limit=([metrics]=45 [state_file]=180 [browser]=75 [hardening]=90 [http_edges]=120 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [trust]=90)
+declare -A limit=([metrics]=45 [state_file]=180 [browser]=75 [hardening]=90 [http_edges]=120 [http_framing]=90 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [trust]=90)
 export E2E_LOG_FORMAT="$log_format"
 E2E_LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/e2e-logs.XXXXXX")"
 export E2E_LOG_DIR

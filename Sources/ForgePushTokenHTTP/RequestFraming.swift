@@ -29,6 +29,18 @@ public enum RequestFraming {
         return bytesAfterVersion == 1 || bytesAfterVersion == 2
     }
 
+    /// Whether `gap` is only the line end(s) that libmicrohttpd 0.9.75 left between two header
+    /// fields as it parsed them in place: each CRLF or bare LF replaced by as many NUL bytes.
+    /// Between the end of one field's value and the next field's name (`blankLine` false) that is
+    /// 1 or 2 NULs; between the last field's value and the end of the head (`blankLine` true), its
+    /// line end and the blank line, 2 to 4. Anything else is a line that libmicrohttpd folded
+    /// into the field before (obs-fold: a line starting with a space or tab, RFC 9112 §5.2), or
+    /// the rest of a value after a NUL byte (RFC 9110 §5.5), where libmicrohttpd cut it.
+    public static func isLineEnd(_ gap: UnsafeRawBufferPointer, blankLine: Bool) -> Bool {
+        let counts = blankLine ? 2...4 : 1...2
+        return counts.contains(gap.count) && !gap.contains(where: { $0 != 0 })
+    }
+
     /// What libmicrohttpd saw of a request's framing, for `refusal(_:)`.
     public struct Facts: Sendable, Equatable {
         /// The raw request-target holds a space or control character (`isAllowedInTarget`).
@@ -37,6 +49,10 @@ public enum RequestFraming {
         public var malformedRequestLine = false
         /// Header fields whose name or value holds a bare CR.
         public var bareCR = 0
+        /// Header fields folded over more than one line (obs-fold), or holding a NUL byte: fields
+        /// not followed by a bare line end (`isLineEnd`), or whose name libmicrohttpd moved out
+        /// of its read buffer (it appends a folded line to the name, in a new place).
+        public var foldedOrNUL = 0
         /// The request is HTTP/1.0.
         public var isHTTP10 = false
         /// `Transfer-Encoding` fields.
@@ -51,6 +67,11 @@ public enum RequestFraming {
     /// The answer to a request whose framing `facts` refuse, or `nil`. Each refusal carries
     /// `Connection: close`: after a framing error the rest of the connection cannot be trusted to
     /// be the next request.
+    /// - a header field folded over more than one line, or holding a NUL byte: `400` (RFC 9112
+    ///   §5.2: "A server that receives an obs-fold in a request message ... MUST either reject the
+    ///   message by sending a 400 (Bad Request)" or replace it; RFC 9110 §5.5 for NUL).
+    ///   libmicrohttpd appends a folded line to the field's *name*, so `Content-Length:` then
+    ///   ` 62` was no `Content-Length` at all, and the body was read as the next request;
     /// - a space or control character in the target, or a request line with more than one space
     ///   between its parts: `400` (RFC 9112 §3, §3.2; libmicrohttpd would serve `/token `);
     /// - a bare CR in a header field: `400` (RFC 9112 §2.2: "a recipient of such a bare CR MUST
@@ -61,6 +82,14 @@ public enum RequestFraming {
     /// - an expectation other than `100-continue`: `417` (RFC 9110 §10.1.1).
     public static func refusal(_ facts: Facts) -> HTTPResponse? {
         let close: HTTPHeaders = ["Connection": "close"]
+        if facts.foldedOrNUL > 0 {
+            return .error(
+                400,
+                ServiceError(
+                    "invalid_request",
+                    "a header field continues on the next line (obs-fold, RFC 9112 §5.2) or holds a NUL byte"),
+                headers: close)
+        }
         if facts.malformedTarget || facts.malformedRequestLine {
             return .error(
                 400,

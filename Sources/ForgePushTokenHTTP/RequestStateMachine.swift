@@ -91,33 +91,18 @@ public struct RequestStateMachine: Sendable {
         self.limit = limit
     }
 
-    /// The head has arrived: what it decided, its `Content-Length` (`nil` without one), whether
-    /// its body is chunked, and whether it asks for `100 Continue` (`Expect: 100-continue`).
+    /// The head has arrived: what it decided, its `Content-Length` (`nil` without one), and
+    /// whether its body is chunked.
     /// - Returns: `.queue` to answer at once: a `Content-Length` over the limit (413), or a
     ///   refusal of a request with a body (unread: no `100 Continue`, and libmicrohttpd then closes
     ///   the connection, so that a refused client cannot make the service take in bodies) or of a
     ///   framing error (400, 417, 501); otherwise `.readOn` (a refusal without a body is answered
     ///   in the next call, which keeps the connection). A request without a body that asks for
-    ///   `100 Continue` is answered in this call (`.queue`, `.queueTokenRead` or `.respond`):
-    ///   libmicrohttpd sends it a `100 Continue` all the same, and when more bytes are already
-    ///   buffered its next call comes where no answer can be queued, so a write was carried out
-    ///   and never answered (attack finding). Answered now, no `100` is sent.
-    public mutating func head(_ head: Head, contentLength: UInt64?, chunked: Bool, expectsContinue: Bool = false)
-        -> Action
-    {
-        if expectsContinue, (contentLength ?? 0) == 0, !chunked {
-            switch head {
-            case .refused(let response):
-                state = .answered
-                return .queue(response)
-            case .tokenRead:
-                state = .answered
-                return .queueTokenRead
-            case .admitted(let admitted):
-                state = .responding(admitted)
-                return .respond(admitted)
-            }
-        }
+    ///   `100 Continue` is no exception: libmicrohttpd sends it a `100 Continue`, and the engine
+    ///   answers it at the end as any other (it ignores the extra call libmicrohttpd makes when more
+    ///   bytes are buffered behind it, where no answer can be queued: RequestHandling.swift), so
+    ///   the connection stays open for the requests behind it (issue 27 §6).
+    public mutating func head(_ head: Head, contentLength: UInt64?, chunked: Bool) -> Action {
         switch head {
         case .refused(let response):
             let status = response.status
@@ -183,6 +168,22 @@ public struct RequestStateMachine: Sendable {
         case .admitted(let admitted):
             state = .responding(admitted)
             return .respond(admitted)
+        }
+    }
+
+    /// The body is complete, and its trailer fields (after a chunked body) are refused with
+    /// `response` (RequestTrailerCheck in MicroHTTPDServer: too large for the answer to fit
+    /// beside them, or folded). A request not yet answered is answered `response` instead of being
+    /// carried out, whatever its head decided; one already answered, or waiting for its answer,
+    /// goes on as `complete()` says.
+    /// - Returns: `.queue(response)`, or what `complete()` returns.
+    public mutating func trailerRefused(_ response: HTTPResponse) -> Action {
+        switch state {
+        case .admitted, .tokenRead, .refused, .tooLarge:
+            state = .answered
+            return .queue(response)
+        case .idle, .answered, .responding, .waiting:
+            return complete()
         }
     }
 

@@ -103,10 +103,15 @@ public final class TLSClientCredentials: @unchecked Sendable {
 /// each step returns what it waits for instead of blocking.
 ///
 /// The server's certificate is always verified during the handshake: its chain to one of the
-/// credentials' CAs, its validity dates, and the host connected to (a DNS name against the
-/// certificate's DNS names, sent as SNI; an IP address against its IP addresses). There is no way
-/// to skip the check. A failed verification says what failed: the subject, and "signed by an
-/// unknown authority", "expired", "not yet valid", "name does not match HOST"...
+/// credentials' CAs, its validity dates, its purpose (with an extended key usage extension, it
+/// must list TLS server authentication), and the host connected to (a DNS name against the
+/// certificate's DNS names, sent as SNI; an IP address against its IP addresses). Names are
+/// matched against the subject alternative names only, never the common name (as browsers and Go
+/// do; docs/replicas.md, "TLS to Redis"): GnuTLS 3.7 falls back to the common name when a
+/// certificate has no DNS name, so after the handshake a certificate for a DNS host without one is
+/// refused. There is no way to skip the check. A failed verification says what
+/// failed: the subject, and "signed by an unknown authority", "expired", "not yet valid", "name
+/// does not match HOST", "not meant for a TLS server"...
 ///
 /// Source: GnuTLS 3.7 manual, "Client examples" (`gnutls_session_set_verify_cert`,
 /// `gnutls_session_set_verify_cert2`, `gnutls_handshake`, `gnutls_record_recv`,
@@ -136,11 +141,15 @@ public final class TLSClientSession {
     private let session: gnutls_session_t
     private let credentials: TLSClientCredentials
     private let host: String
-    /// What the verification reads during the handshake: the host's C string (`strdup`), or an IP
-    /// address's bytes and their `gnutls_typed_vdata_st`; freed by `deinit`.
-    private var hostName: UnsafeMutablePointer<CChar>?
-    private var addressBytes: UnsafeMutablePointer<UInt8>?
-    private var addressData: UnsafeMutablePointer<gnutls_typed_vdata_st>?
+    /// Whether `host` is a DNS name (not an IP address literal): its certificate must then name
+    /// it in a DNS subject alternative name.
+    private let isDNSHost: Bool
+    /// What the verification reads during the handshake: the host's C string (`strdup`) or an IP
+    /// address's bytes, the key purpose OID (`strdup`), and the two `gnutls_typed_vdata_st` that
+    /// point to them; freed by `deinit`.
+    private var hostBytes: UnsafeMutablePointer<UInt8>?
+    private var purposeOID: UnsafeMutablePointer<CChar>?
+    private var verifyData: UnsafeMutablePointer<gnutls_typed_vdata_st>?
 
     /// A session on socket `fd` (non-blocking, connected) to `host` (a DNS name or an IP
     /// address literal without brackets), trusting `credentials`.
@@ -159,38 +168,61 @@ public final class TLSClientSession {
         }
         guard failed == GNUTLS_E_SUCCESS else { throw TLSError.gnutls(failed, "cannot start TLS") }
         // GnuTLS keeps the pointers it is given here (not copies) until the session ends: they
-        // live in `hostName`, `addressBytes` and `addressData`, freed by `deinit`.
+        // live in `hostBytes`, `purposeOID` and `verifyData`, freed by `deinit`.
+        let name: gnutls_typed_vdata_st
         if let address = Self.ipAddress(host) {
             let bytes = UnsafeMutablePointer<UInt8>.allocate(capacity: address.count)
             bytes.initialize(from: address, count: address.count)
-            let data = UnsafeMutablePointer<gnutls_typed_vdata_st>.allocate(capacity: 1)
-            data.initialize(
-                to: gnutls_typed_vdata_st(type: GNUTLS_DT_IP_ADDRESS, data: bytes, size: UInt32(address.count)))
-            addressBytes = bytes
-            addressData = data
-            gnutls_session_set_verify_cert2(made, data, 1, 0)
+            hostBytes = bytes
+            isDNSHost = false
+            name = gnutls_typed_vdata_st(type: GNUTLS_DT_IP_ADDRESS, data: bytes, size: UInt32(address.count))
         } else {
             failed = gnutls_server_name_set(made, GNUTLS_NAME_DNS, host, host.utf8.count)
             guard failed == GNUTLS_E_SUCCESS else { throw TLSError.gnutls(failed, "cannot set the server name") }
-            let name = strdup(host)
-            hostName = name
-            gnutls_session_set_verify_cert(made, name, 0)
+            // A NUL-terminated string: size 0 (GnuTLS manual, `gnutls_typed_vdata_st`).
+            let bytes = UnsafeMutablePointer<UInt8>.allocate(capacity: host.utf8.count + 1)
+            bytes.initialize(from: Array(host.utf8) + [0], count: host.utf8.count + 1)
+            hostBytes = bytes
+            isDNSHost = true
+            name = gnutls_typed_vdata_st(type: GNUTLS_DT_DNS_HOSTNAME, data: bytes, size: 0)
         }
+        // The certificate must be meant for a TLS server: one with an extended key usage must list
+        // serverAuth (GNUTLS_KP_TLS_WWW_SERVER); one without is accepted (RFC 5280 §4.2.1.12).
+        let purpose = strdup(GNUTLS_KP_TLS_WWW_SERVER)
+        purposeOID = purpose
+        let data = UnsafeMutablePointer<gnutls_typed_vdata_st>.allocate(capacity: 2)
+        data.initialize(to: name)
+        (data + 1).initialize(
+            to: gnutls_typed_vdata_st(
+                type: GNUTLS_DT_KEY_PURPOSE_OID,
+                data: purpose.map { UnsafeMutableRawPointer($0).assumingMemoryBound(to: UInt8.self) },
+                size: 0))
+        verifyData = data
+        gnutls_session_set_verify_cert2(made, data, 2, 0)
         fpt_gnutls_transport_set_int(made, fd)
     }
 
     deinit {
         gnutls_deinit(session)
-        free(hostName)
-        addressBytes?.deallocate()
-        addressData?.deallocate()
+        hostBytes?.deallocate()
+        free(purposeOID)
+        verifyData?.deallocate()
     }
 
     /// Runs the handshake as far as it goes: `nil` when it is done, else what it waits for.
     /// - Throws: `TLSError` saying what failed (the certificate's verification, or the protocol).
     public func handshake() throws(TLSError) -> Wait? {
         let result = gnutls_handshake(session)
-        if result == GNUTLS_E_SUCCESS { return nil }
+        if result == GNUTLS_E_SUCCESS {
+            // GnuTLS matched a DNS host against the common name when the certificate has no DNS
+            // name (`gnutls_x509_crt_check_hostname2`; 3.7 has no flag against it): refused here.
+            if isDNSHost, !peerHasDNSName {
+                throw TLSError(
+                    "certificate \(peerSubject) of \(host): no DNS name among its subject alternative names"
+                        + " (the common name is not matched)")
+            }
+            return nil
+        }
         if result == GNUTLS_E_AGAIN || result == GNUTLS_E_INTERRUPTED { return direction }
         if result == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR { throw verificationError() }
         throw TLSError.gnutls(result, "TLS handshake with \(host) failed")
@@ -239,6 +271,10 @@ public final class TLSClientSession {
             (GNUTLS_CERT_REVOKED, "revoked"),
             (GNUTLS_CERT_SIGNATURE_FAILURE, "signature does not verify"),
             (GNUTLS_CERT_INSECURE_ALGORITHM, "signed with an insecure algorithm"),
+            (
+                GNUTLS_CERT_PURPOSE_MISMATCH,
+                "not meant for a TLS server (its extended key usage does not list serverAuth)"
+            ),
         ]
         for (flag, words) in known where status & flag.rawValue != 0 { reasons.append(words) }
         if reasons.isEmpty {
@@ -257,20 +293,52 @@ public final class TLSClientSession {
 
     /// The subject of the server's certificate (RFC 4514 form), or "(none)".
     private var peerSubject: String {
+        withPeerCertificate { certificate in
+            guard let certificate else { return "(none)" }
+            var name = gnutls_datum_t()
+            guard gnutls_x509_crt_get_dn3(certificate, &name, 0) == GNUTLS_E_SUCCESS, let data = name.data else {
+                return "(unnamed)"
+            }
+            defer { fpt_gnutls_free(data) }
+            return String(decoding: UnsafeBufferPointer(start: data, count: Int(name.size)), as: UTF8.self)
+        }
+    }
+
+    /// Whether the server's certificate lists a DNS name (`GNUTLS_SAN_DNSNAME`) among its subject
+    /// alternative names (`gnutls_x509_crt_get_subject_alt_name`, in order until
+    /// `GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE`); false without a certificate.
+    private var peerHasDNSName: Bool {
+        withPeerCertificate { certificate in
+            guard let certificate else { return false }
+            var buffer = [UInt8](repeating: 0, count: 512)
+            var sequence: UInt32 = 0
+            while true {
+                var size = buffer.count
+                let type = gnutls_x509_crt_get_subject_alt_name(certificate, sequence, &buffer, &size, nil)
+                if type == GNUTLS_E_SHORT_MEMORY_BUFFER {
+                    // `size` now holds what the name needs: the same entry again, with room for it.
+                    buffer = [UInt8](repeating: 0, count: size + 1)
+                    continue
+                }
+                if type < 0 { return false }  // GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE: no more names
+                if type == Int32(GNUTLS_SAN_DNSNAME.rawValue) { return true }
+                sequence += 1
+            }
+        }
+    }
+
+    /// Runs `body` with the server's certificate, parsed (`nil` when it sent none or it cannot be
+    /// read); the certificate lives for the call only.
+    private func withPeerCertificate<R>(_ body: (gnutls_x509_crt_t?) -> R) -> R {
         var count: UInt32 = 0
-        guard let peers = gnutls_certificate_get_peers(session, &count), count > 0 else { return "(none)" }
+        guard let peers = gnutls_certificate_get_peers(session, &count), count > 0 else { return body(nil) }
         var certificate: gnutls_x509_crt_t?
-        guard gnutls_x509_crt_init(&certificate) == GNUTLS_E_SUCCESS, let certificate else { return "(unknown)" }
+        guard gnutls_x509_crt_init(&certificate) == GNUTLS_E_SUCCESS, let certificate else { return body(nil) }
         defer { gnutls_x509_crt_deinit(certificate) }
         guard gnutls_x509_crt_import(certificate, peers, GNUTLS_X509_FMT_DER) == GNUTLS_E_SUCCESS else {
-            return "(unreadable)"
+            return body(nil)
         }
-        var name = gnutls_datum_t()
-        guard gnutls_x509_crt_get_dn3(certificate, &name, 0) == GNUTLS_E_SUCCESS, let data = name.data else {
-            return "(unnamed)"
-        }
-        defer { fpt_gnutls_free(data) }
-        return String(decoding: UnsafeBufferPointer(start: data, count: Int(name.size)), as: UTF8.self)
+        return body(certificate)
     }
 
     /// The bytes of `host` when it is an IPv4 or IPv6 literal, else `nil`.

@@ -14,8 +14,8 @@ import ForgePushTokenHTTP
 // RequestHandling.swift, RequestFramingCheck.swift, EventStream.swift or ConnectionLimits.swift.
 // Their contracts are the libmicrohttpd manual's "microhttpd-cb" section. `cls` is always the
 // daemon's `DaemonContext`, unretained (the server outlives its daemons), except for the stream
-// callbacks (an `EventStream`), the logger (a `LogBox`) and the framing iterator (the caller's
-// `FramingScan`, on its stack for the one call).
+// callbacks (an `EventStream`), the logger (a `LogBox`) and the framing and trailer iterators
+// (the caller's `FramingScan` or `TrailerScan`, on its stack for the one call).
 
 /// `MHD_AccessHandlerCallback`: called once with the header fields (`*con_cls` `NULL` or a target
 /// marker), once per piece of body, and once more with `*upload_data_size == 0` when the body is
@@ -119,9 +119,21 @@ func mhdFramingIterator(
         return .YES
     }
     if scan.pointee.firstName == nil { scan.pointee.firstName = key }
+    scan.pointee.place(name: key, value: value, valueCount: valueSize)
     scan.pointee.counts.countHeader(
         name: UnsafeRawBufferPointer(start: key, count: keySize),
         value: value.map { UnsafeRawBufferPointer(start: $0, count: valueSize) })
+    return .YES
+}
+
+/// `MHD_KeyValueIteratorN` of `trailerRefusal`: one trailer field of a chunked body, counted into
+/// the `TrailerScan` that `cls` points to.
+func mhdTrailerIterator(
+    _ cls: UnsafeMutableRawPointer?, _ kind: MHD_ValueKind, _ key: UnsafePointer<CChar>?, _ keySize: Int,
+    _ value: UnsafePointer<CChar>?, _ valueSize: Int
+) -> MHD_Result {
+    guard let cls, let key else { return .YES }
+    cls.assumingMemoryBound(to: TrailerScan.self).pointee.count(name: key, value: value, valueCount: valueSize)
     return .YES
 }
 

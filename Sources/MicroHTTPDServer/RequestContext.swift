@@ -32,6 +32,13 @@ final class RequestContext {
     let origin: String?
     /// The service's CORS policy (`Responder.crossOrigin`).
     let crossOrigin: CrossOriginPolicy
+    /// What the head costs in libmicrohttpd's pool (`RequestHeadBudget`): its bytes, its records
+    /// (fields, query arguments, cookies) and its first `Cookie` value's length; what a chunked
+    /// body's trailer fields add to it is checked against the same budget (`trailerRefusal`).
+    /// Zero for a request that the `GET /token` fast path turned into one.
+    var headCost = (bytes: 0, records: 0, cookieValueBytes: Int?.none)
+    /// Whether the trailer fields were checked (once, in the call where the body is complete).
+    var trailerChecked = false
 
     init(
         method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy, limit: Int

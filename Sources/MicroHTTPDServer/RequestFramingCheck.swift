@@ -14,7 +14,16 @@ import ForgePushTokenHTTP
 // marked.
 
 /// What one pass over a request's records found: the counts (`RequestFraming.FieldCounts`), where
-/// the first header field's name lies in libmicrohttpd's read buffer, and the head's size.
+/// the first header field's name lies in libmicrohttpd's read buffer, the head's size, and the
+/// header fields that are not where libmicrohttpd leaves a field it parsed in place.
+///
+/// libmicrohttpd 0.9.75 parses the head in place (src/microhttpd/connection.c): each line's end
+/// becomes NULs, the colon a NUL, and each field's name and value stay where they were sent, one
+/// after the other from the method to the end of the blank line. So between one field's value and
+/// the next field's name lie only the NULs of a line end (`RequestFraming.isLineEnd`); a folded
+/// line (obs-fold) or the rest of a value after a NUL byte lies there too, and a folded field's
+/// name is moved out of the head altogether (`process_broken_line` appends the folded line to it
+/// in a new block of the pool).
 struct FramingScan {
     var counts = RequestFraming.FieldCounts()
     /// The first header field's name as it lies in libmicrohttpd's read buffer (`nil` without
@@ -23,17 +32,56 @@ struct FramingScan {
     /// `MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE`: the head's bytes as sent, from the method to the
     /// end of the blank line.
     var headBytes = 0
+    /// The head in libmicrohttpd's read buffer: from the method, `headBytes` long (`nil` when its
+    /// size is unknown: nothing is then checked).
+    var head: UnsafeBufferPointer<CChar>?
+    /// The end of the last header field's value seen, in the head.
+    var previousEnd: UnsafePointer<CChar>?
+    /// Header fields folded or holding a NUL byte (`RequestFraming.Facts.foldedOrNUL`).
+    var foldedOrNUL = 0
+
+    /// Notes where a header field's `name` and `value` (`valueCount` bytes, as libmicrohttpd
+    /// counts them: up to the first NUL) lie: the name must follow the previous field's value
+    /// after a bare line end, inside the head.
+    mutating func place(name: UnsafePointer<CChar>, value: UnsafePointer<CChar>?, valueCount: Int) {
+        guard let head, let start = head.baseAddress else { return }
+        let end = start + head.count
+        if name < (previousEnd ?? start) || name >= end {
+            foldedOrNUL += 1  // moved out of the head: a folded field
+        } else if let previousEnd,
+            !RequestFraming.isLineEnd(
+                UnsafeRawBufferPointer(start: previousEnd, count: previousEnd.distance(to: name)), blankLine: false)
+        {
+            foldedOrNUL += 1  // a folded line or the rest of a value after a NUL before it
+        }
+        if let value, value >= start, value + valueCount <= end {
+            previousEnd = value + valueCount
+        } else {
+            foldedOrNUL += 1
+            previousEnd = nil
+        }
+    }
+
+    /// After the last field: the head must end with its line end and the blank line.
+    mutating func finish() {
+        guard let head, let start = head.baseAddress, let previousEnd else { return }
+        let tail = UnsafeRawBufferPointer(start: previousEnd, count: previousEnd.distance(to: start + head.count))
+        if !RequestFraming.isLineEnd(tail, blankLine: true) { foldedOrNUL += 1 }
+    }
 }
 
 /// Reads `connection`'s header fields, query arguments and cookies in one pass
-/// (`MHD_get_connection_values_n` with `mhdFramingIterator`, through `fpt_get_head_records`) and the head's size. Allocates
-/// nothing.
-func scanFraming(_ connection: OpaquePointer) -> FramingScan {
+/// (`MHD_get_connection_values_n` with `mhdFramingIterator`, through `fpt_get_head_records`), the
+/// head's size, and where each header field lies in the head, which starts at `method`.
+/// Allocates nothing.
+func scanFraming(_ connection: OpaquePointer, method: UnsafePointer<CChar>) -> FramingScan {
     var scan = FramingScan()
+    scan.headBytes = fpt_request_header_size(connection)
+    if scan.headBytes > 0 { scan.head = UnsafeBufferPointer(start: method, count: scan.headBytes) }
     _ = withUnsafeMutablePointer(to: &scan) { pointer in
         fpt_get_head_records(connection, mhdFramingIterator, pointer)
     }
-    scan.headBytes = fpt_request_header_size(connection)
+    scan.finish()
     return scan
 }
 
@@ -93,6 +141,7 @@ func framingRefusal(
             scan.firstName.map { (version + strlen(version)).distance(to: $0) }
         })
     facts.bareCR = counts.bareCR
+    facts.foldedOrNUL = scan.foldedOrNUL
     facts.isHTTP10 = version.map { strcmp($0, "HTTP/1.0") == 0 } ?? false
     facts.transferEncodings = counts.transferEncoding
     facts.unmetExpectations = counts.unmetExpectations

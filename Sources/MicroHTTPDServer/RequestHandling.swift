@@ -23,6 +23,14 @@ func handleRequest(
     let responder = server.responder
     let limit = server.configuration.maxBodyBytes
 
+    // Not a call of ours to answer: libmicrohttpd 0.9.75 calls with its read buffer and no bytes
+    // after it has sent `100 Continue` to a request without a body when more bytes are buffered
+    // behind it (`process_request_body` in `MHD_CONNECTION_CONTINUE_SENT`), where no answer can
+    // be queued: a write answered here was carried out and never answered (issue 21), and one
+    // answered in the first call instead closed the connection on the requests pipelined behind
+    // it (issue 27 §6). The body's end comes in the next call, with no upload data at all.
+    if uploadData != nil, uploadSize.pointee == 0 { return .YES }
+
     let existing: UnsafeMutableRawPointer
     switch RequestSlot(contextSlot.pointee) {
     case .firstCall(let target):
@@ -30,9 +38,11 @@ func handleRequest(
         let marker = responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
         let length = header(connection, "Content-Length").flatMap { UInt64($0) }
         // One pass over the header fields serves the framing checks and tells a chunked body.
-        let scan = scanFraming(connection)
+        let scan = scanFraming(connection, method: method)
         let chunked = scan.counts.transferEncoding > 0
-        // Asks for `100 Continue`: answered in this call when it has no body (RequestStateMachine).
+        // Asks for `100 Continue`: kept off the `GET /token` fast path, which answers in the
+        // second call (with `100 Continue` and more bytes buffered, one where no answer can be
+        // queued; see below).
         let expectsContinue = scan.counts.continueExpectations > 0
         let framing = framingRefusal(
             connection, scan: scan, method: method, url: url, version: version,
@@ -67,6 +77,7 @@ func handleRequest(
         let context = RequestContext(
             method: head.method, path: head.path, chunked: chunked, origin: head.headers["Origin"],
             crossOrigin: responder.crossOrigin, limit: limit)
+        context.headCost = (scan.headBytes, scan.counts.records, scan.counts.cookieValueBytes)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         let decided: RequestStateMachine.Head
         if let refusal = targetRefusal(target, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
@@ -83,7 +94,7 @@ func handleRequest(
             }
         }
         return perform(
-            context.machine.head(decided, contentLength: length, chunked: chunked, expectsContinue: expectsContinue),
+            context.machine.head(decided, contentLength: length, chunked: chunked),
             on: connection, context: context, daemon: daemon)
     case .tokenRead(_, notModified: true):
         return .YES  // answered
@@ -137,6 +148,15 @@ func handleRequest(
     }
     // A body that completes past --header-timeout is not carried out (RequestDeadline).
     if context.machine.received > 0 || context.chunked, !daemon.deadlines.bodyReceived(connection) { return .NO }
+    // A chunked body's trailer fields arrive with its end: refused before anything is carried out
+    // when the answer would not fit beside them (RequestTrailerCheck).
+    if context.chunked, !context.trailerChecked {
+        context.trailerChecked = true
+        if let refusal = trailerRefusal(connection, headCost: context.headCost, budget: server.configuration.headBudget)
+        {
+            return perform(context.machine.trailerRefused(refusal), on: connection, context: context, daemon: daemon)
+        }
+    }
     return perform(context.machine.complete(), on: connection, context: context, daemon: daemon)
 }
 

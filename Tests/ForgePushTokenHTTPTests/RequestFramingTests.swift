@@ -42,7 +42,7 @@ struct RequestFramingTests {
                     $0.isHTTP10 = true
                     $0.transferEncodings = 1
                 }, 400
-            ), ({ $0.unmetExpectations = 1 }, 417),
+            ), ({ $0.unmetExpectations = 1 }, 417), ({ $0.foldedOrNUL = 1 }, 400),
         ] as [((inout RequestFraming.Facts) -> Void, Int)] {
             let response = refused(change)
             #expect(response?.status == status)
@@ -55,6 +55,37 @@ struct RequestFramingTests {
         let expectation = refused { $0.unmetExpectations = 2 }
         let body = String(decoding: expectation?.body ?? [], as: UTF8.self)
         #expect(body.contains("expectation_failed"))
+    }
+
+    @Test("obs-fold or a NUL byte is refused before anything else, with a message that names it")
+    func foldedOrNULFirst() {
+        var facts = RequestFraming.Facts()
+        facts.foldedOrNUL = 1
+        facts.malformedRequestLine = true  // a folded first field also moves the request line's end
+        let response = RequestFraming.refusal(facts)
+        #expect(response?.status == 400)
+        let body = String(decoding: response?.body ?? [], as: UTF8.self)
+        #expect(body.contains("obs-fold"))
+    }
+
+    @Test("between two fields only the NULs of one line end; before the end of the head, two line ends")
+    func lineEnds() {
+        func isLineEnd(_ bytes: [UInt8], blankLine: Bool) -> Bool {
+            bytes.withUnsafeBytes { RequestFraming.isLineEnd($0, blankLine: blankLine) }
+        }
+        // CRLF and a bare LF, as libmicrohttpd leaves them: two NULs, one NUL.
+        #expect(isLineEnd([0, 0], blankLine: false))
+        #expect(isLineEnd([0], blankLine: false))
+        for count in 2...4 { #expect(isLineEnd([UInt8](repeating: 0, count: count), blankLine: true)) }
+        // Nothing between, a folded line (" b" between two line ends), or the rest after a NUL.
+        #expect(!isLineEnd([], blankLine: false))
+        #expect(!isLineEnd([0, 0, 0x20, 0x62, 0, 0], blankLine: false))
+        #expect(!isLineEnd([0, 0, 0x09, 0, 0], blankLine: false))
+        #expect(!isLineEnd([0, 0x6A, 0x75, 0x6E, 0x6B, 0, 0], blankLine: false))
+        #expect(!isLineEnd([0, 0, 0], blankLine: false))
+        #expect(!isLineEnd([0], blankLine: true))
+        #expect(!isLineEnd([0, 0, 0x20, 0, 0, 0, 0], blankLine: true))
+        #expect(!isLineEnd([0, 0, 0, 0, 0], blankLine: true))
     }
 
     /// The counts of `fields` (name, value or `nil`), given one by one as libmicrohttpd lists them.

@@ -33,33 +33,18 @@ struct RequestStateMachineTests {
         .error(status, ServiceError("x", "y"))
     }
 
-    @Test("a request without a body that asks for 100-continue is answered in the first call; with a body it reads on")
-    func continueWithoutBodyIsAnsweredAtOnce() {
-        // Attack finding: libmicrohttpd sent 100 Continue all the same and, with bytes buffered,
-        // called again where no answer could be queued; the write was carried out unanswered.
+    @Test("a request without a body is answered at its end, whether or not it asked for 100-continue")
+    func requestWithoutBodyIsAnsweredAtItsEnd() {
+        // libmicrohttpd sends 100 Continue to a bodiless request that asks for it; the engine
+        // answers it at the end (issue 27 §6), not in the first call, which closed the connection.
         var write = RequestStateMachine(limit: Self.limit)
-        #expect(
-            describe(
-                write.head(.admitted(admitted("POST", .fail)), contentLength: 0, chunked: false, expectsContinue: true))
-                == "respond POST /fail")
+        #expect(describe(write.head(.admitted(admitted("POST", .fail)), contentLength: 0, chunked: false)) == "readOn")
+        #expect(describe(write.complete()) == "respond POST /fail")
         #expect(describe(write.replied(.response(.json(200, [])))) == "queue 200")
         #expect(describe(write.complete()) == "none")
         var read = RequestStateMachine(limit: Self.limit)
-        #expect(
-            describe(read.head(.tokenRead, contentLength: nil, chunked: false, expectsContinue: true))
-                == "queueTokenRead")
-        var refused = RequestStateMachine(limit: Self.limit)
-        #expect(
-            describe(refused.head(.refused(refusal(404)), contentLength: nil, chunked: false, expectsContinue: true))
-                == "queue 404")
-        var withBody = RequestStateMachine(limit: Self.limit)
-        #expect(
-            describe(withBody.head(.admitted(admitted()), contentLength: 4, chunked: false, expectsContinue: true))
-                == "readOn")
-        var chunked = RequestStateMachine(limit: Self.limit)
-        #expect(
-            describe(chunked.head(.admitted(admitted()), contentLength: nil, chunked: true, expectsContinue: true))
-                == "readOn")
+        #expect(describe(read.head(.tokenRead, contentLength: nil, chunked: false)) == "readOn")
+        #expect(describe(read.complete()) == "queueTokenRead")
     }
 
     @Test("a refusal without a body waits for the next call, which answers it; then nothing more")
@@ -119,6 +104,35 @@ struct RequestStateMachineTests {
         #expect(describe(machine.bodyChunk(count: 100)) == "drop")
         #expect(machine.kept == 0 && machine.received == 117)
         #expect(describe(machine.complete()) == "queue 413")
+    }
+
+    @Test(
+        "trailer fields refused at the body's end: the write is answered with the refusal, never asked of the responder"
+    )
+    func trailerRefused() {
+        // Issue 27 §6: a chunked write whose trailer leaves no room for its answer.
+        var write = RequestStateMachine(limit: Self.limit)
+        #expect(describe(write.head(.admitted(admitted()), contentLength: nil, chunked: true)) == "readOn")
+        #expect(describe(write.bodyChunk(count: 8)) == "keep")
+        #expect(describe(write.trailerRefused(refusal(431))) == "queue 431")
+        #expect(describe(write.complete()) == "none", "nothing is carried out after the refusal")
+        // A head refused with a chunked body was answered at once: no second answer.
+        var refused = RequestStateMachine(limit: Self.limit)
+        #expect(describe(refused.head(.refused(refusal(404)), contentLength: nil, chunked: true)) == "queue 404")
+        #expect(describe(refused.trailerRefused(refusal(431))) == "none")
+        // Otherwise the refusal is the answer: instead of a 413, of a token read.
+        var tooLarge = RequestStateMachine(limit: Self.limit)
+        _ = tooLarge.head(.admitted(admitted()), contentLength: nil, chunked: true)
+        _ = tooLarge.bodyChunk(count: 100)
+        #expect(describe(tooLarge.trailerRefused(refusal(431))) == "queue 431")
+        var read = RequestStateMachine(limit: Self.limit)
+        _ = read.head(.tokenRead, contentLength: nil, chunked: true)
+        #expect(describe(read.trailerRefused(refusal(400))) == "queue 400")
+        // Already asked of the responder: no second answer.
+        var asked = RequestStateMachine(limit: Self.limit)
+        _ = asked.head(.admitted(admitted()), contentLength: nil, chunked: true)
+        #expect(describe(asked.complete()) == "respond POST /register")
+        #expect(describe(asked.trailerRefused(refusal(431))) == "none")
     }
 
     @Test("an endless over-limit body is cut off past the drop limit: close, no answer")

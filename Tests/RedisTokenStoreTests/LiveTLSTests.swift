@@ -34,9 +34,11 @@ func runQuietly(_ arguments: [String], in directory: String) throws {
 }
 
 /// Certificates made for one test with `openssl` in a fresh temporary directory (never
-/// committed): a CA; a server certificate it signs for 127.0.0.1 and localhost; the same
-/// expired; one for another name; one signed by a second, untrusted CA; and a client
-/// certificate. Every private key is P-256, unencrypted.
+/// committed): a CA; a server certificate it signs for 127.0.0.1 and localhost (no extended key
+/// usage); the same expired; one for another name; one signed by a second, untrusted CA; a client
+/// certificate; and, for 127.0.0.1 and localhost, ones whose extended key usage allows only TLS
+/// client authentication, only code signing, or TLS server authentication; and one whose only
+/// name is its common name, localhost. Every private key is P-256, unencrypted.
 final class TestCertificates {
     let directory: String
 
@@ -50,18 +52,25 @@ final class TestCertificates {
                     "-keyout", "\(ca).key", "-out", "\(ca).crt", "-subj", "/CN=Test \(ca)", "-days", "2",
                 ], in: directory)
         }
+        let names = "subjectAltName=IP:127.0.0.1,DNS:localhost"
         let signed: [(name: String, ca: String, days: String, extensions: String)] = [
-            ("server", "ca", "2", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
-            ("expired", "ca", "-1", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+            ("server", "ca", "2", names),
+            ("expired", "ca", "-1", names),
             ("wrong-name", "ca", "2", "subjectAltName=DNS:other.example"),
-            ("untrusted", "other-ca", "2", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+            ("untrusted", "other-ca", "2", names),
             ("client", "ca", "2", "extendedKeyUsage=clientAuth"),
+            ("client-auth-only", "ca", "2", names + "\nextendedKeyUsage=clientAuth"),
+            ("code-signing-only", "ca", "2", names + "\nextendedKeyUsage=codeSigning"),
+            ("server-auth", "ca", "2", names + "\nextendedKeyUsage=serverAuth"),
+            // Its subject is CN=localhost (below), and it has no subject alternative name.
+            ("cn-only", "ca", "2", "basicConstraints=CA:FALSE"),
         ]
         for (index, item) in signed.enumerated() {
             try item.extensions.write(toFile: directory + "/\(item.name).ext", atomically: true, encoding: .utf8)
+            let subject = item.name == "cn-only" ? "/CN=localhost" : "/CN=\(item.name)"
             try runQuietly(
                 ["openssl", "req"] + key + [
-                    "-keyout", "\(item.name).key", "-out", "\(item.name).csr", "-subj", "/CN=\(item.name)",
+                    "-keyout", "\(item.name).key", "-out", "\(item.name).csr", "-subj", subject,
                 ], in: directory)
             try runQuietly(
                 [
@@ -122,11 +131,11 @@ final class TestCertificates {
         // By name as well as by IP address: the certificate names both.
         let b = ReplicaModel(
             port: redis.port, password: "s3cret-pass", host: "localhost", tls: try certificates.settings())
-        #expect(a.wait { a.link == "connected" && b.link == "connected" })
+        #expect(eventually { a.link == "connected" && b.link == "connected" })
         #expect(a.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
-        #expect(b.wait(seconds: 2) { b.current == TokenState(version: 1, token: "aa01") })
+        #expect(eventually { b.current == TokenState(version: 1, token: "aa01") })
         #expect(b.commit("bb02") == .applied(TokenState(version: 2, token: "bb02")))
-        #expect(a.wait(seconds: 2) { a.current == TokenState(version: 2, token: "bb02") })
+        #expect(eventually { a.current == TokenState(version: 2, token: "bb02") })
         #expect(log.recorded.contains { $0.message.hasPrefix("Redis connected at rediss://127.0.0.1:") })
         #expect(!log.recorded.contains { $0.message.contains("s3cret-pass") })
     }
@@ -150,13 +159,67 @@ final class TestCertificates {
             let log = LogRecorder()
             let replica = ReplicaModel(
                 port: redis.port, password: "pw-never-logged", tls: try certificates.settings(), log: log.handler)
-            #expect(replica.wait { replica.link == "tls_failed" })
+            // Waits for the event, not for a deadline (docs/testing.md, "Waiting in tests").
+            #expect(eventually { replica.link == "tls_failed" })
             #expect(replica.owner.health == .starting(reason: HealthReason(rawValue: "tls_failed")))
             #expect(replica.commit("aa") == .unavailable(reason: "Redis: tls_failed"))
             let lines = log.recorded.map(\.message)
             #expect(lines.contains { $0.contains("TLS failed") && $0.contains(says) }, "\(lines)")
             #expect(lines.filter { $0.contains("TLS failed") }.count == 1, "one line per change of reason: \(lines)")
             #expect(!lines.contains { $0.contains("pw-never-logged") || $0.contains("PRIVATE KEY") })
+        }
+    }
+
+    /// ../shared/spec/redis-ha.md, "What a replica trusts": a certificate with an extended key
+    /// usage that does not list TLS server authentication (a client certificate from the same CA,
+    /// issued for the Redis host's name, or a code-signing one) is refused, by IP address and by
+    /// DNS name; so is one for a DNS host whose only name is its common name. Each is reported
+    /// in the replica's log line, and the replica writes nothing.
+    @Test func aCertificateNotMeantForATLSServerOrNamedOnlyByItsCNIsRefused() throws {
+        let certificates = try TestCertificates()
+        let purpose = "not meant for a TLS server"
+        let cases: [(certificate: String, host: String, says: String)] = [
+            ("client-auth-only", "127.0.0.1", purpose),
+            ("client-auth-only", "localhost", purpose),
+            ("code-signing-only", "127.0.0.1", purpose),
+            ("code-signing-only", "localhost", purpose),
+            ("cn-only", "localhost", "no DNS name among its subject alternative names"),
+        ]
+        for (certificate, host, says) in cases {
+            let redis = try RedisServerProcess(tls: certificates.serverArguments(certificate))
+            let endpoint = RedisEndpoint(address: .tcp(host: host, port: redis.port), tls: true)
+            let error = failure(endpoint, try certificates.settings())
+            guard case .tlsFailed(let why) = error else {
+                Issue.record("\(certificate) for \(host) was not refused: \(String(describing: error))")
+                continue
+            }
+            let subject = certificate == "cn-only" ? "CN=localhost" : "CN=\(certificate)"
+            #expect(why.contains(says) && why.contains(subject), "\(certificate) for \(host): \(why)")
+            let log = LogRecorder()
+            let replica = ReplicaModel(
+                port: redis.port, host: host, tls: try certificates.settings(), log: log.handler)
+            #expect(eventually { replica.link == "tls_failed" })
+            #expect(replica.commit("aa") == .unavailable(reason: "Redis: tls_failed"))
+            let lines = log.recorded.map(\.message)
+            #expect(lines.contains { $0.contains("TLS failed") && $0.contains(says) }, "\(lines)")
+        }
+    }
+
+    /// The same checks accept a server certificate without an extended key usage, and one whose
+    /// extended key usage lists TLS server authentication, by IP address and by DNS name (each
+    /// listed in its subject alternative names).
+    @Test func aServerCertificateWithServerAuthOrWithoutAnExtendedKeyUsageIsAccepted() throws {
+        let certificates = try TestCertificates()
+        for certificate in ["server", "server-auth"] {
+            let redis = try RedisServerProcess(tls: certificates.serverArguments(certificate))
+            for host in ["127.0.0.1", "localhost"] {
+                let endpoint = RedisEndpoint(address: .tcp(host: host, port: redis.port), tls: true)
+                let error = failure(endpoint, try certificates.settings())
+                #expect(error == nil, "\(certificate) for \(host): \(String(describing: error))")
+            }
+            let replica = ReplicaModel(port: redis.port, host: "localhost", tls: try certificates.settings())
+            #expect(eventually { replica.link == "connected" })
+            #expect(replica.commit("ab") == .applied(TokenState(version: 1, token: "ab")))
         }
     }
 
@@ -171,9 +234,9 @@ final class TestCertificates {
             return
         }
         let replica = ReplicaModel(port: redis.port, tls: try certificates.settings())
-        #expect(replica.wait { replica.link == "tls_failed" })
+        #expect(eventually { replica.link == "tls_failed" })
         let withCertificate = ReplicaModel(port: redis.port, tls: try certificates.settings(client: true))
-        #expect(withCertificate.wait { withCertificate.link == "connected" })
+        #expect(eventually { withCertificate.link == "connected" })
         #expect(withCertificate.commit("cc") == .applied(TokenState(version: 1, token: "cc")))
     }
 
@@ -187,7 +250,7 @@ final class TestCertificates {
             return
         }
         let toPlain = ReplicaModel(port: plain.port, tls: try certificates.settings())
-        #expect(toPlain.wait { toPlain.link == "tls_failed" })
+        #expect(eventually { toPlain.link == "tls_failed" })
 
         let tls = try RedisServerProcess(tls: certificates.serverArguments())
         let plainToTLS = failure(
@@ -199,7 +262,7 @@ final class TestCertificates {
         #expect(why.contains("rediss://"), "\(why)")
         let log = LogRecorder()
         let toTLS = ReplicaModel(port: tls.port, log: log.handler)
-        #expect(toTLS.wait { toTLS.link == "unreachable" && !log.recorded.isEmpty })
+        #expect(eventually { toTLS.link == "unreachable" && !log.recorded.isEmpty })
         #expect(log.recorded.contains { $0.message.contains("use a rediss:// URL") }, "\(log.recorded)")
     }
 }
