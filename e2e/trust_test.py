@@ -16,7 +16,8 @@ attack of the issue, run against the release binary with a real redis-server and
   (d) 20,000 garbage publishes make at most a few log lines, and all are counted;
   (e) the repairs docs/replicas.md gives, followed as written: a wrong token (POST /register),
       invalid_state (DEL the key), version_exhausted (stop every replica, DEL, start them);
-  (f) the channel ACL docs/replicas.md gives, run as written: other clients get NOPERM.
+  (f) the channel ACL docs/replicas.md gives, run as written: other clients get NOPERM;
+  (g) 2,000 broken request lines make at most 10 libmicrohttpd log lines a second.
 
     python3 e2e/trust_test.py --server PATH
 """
@@ -529,7 +530,28 @@ def channel_acl(binary):
         "replicas (user forge) write")
 
 
+def http_log_flood(binary):
+    """libmicrohttpd's warnings, which any client causes, are limited to 10 a second."""
+    server = Server(binary, REPLICA_ARGS).start()
+    try:
+        for _ in range(2000):
+            with socket.create_connection((HOST, server.port), timeout=5) as sock:
+                sock.sendall(b"GARBAGE\x01 / HTTP/9.9\r\n\r\n")
+                try:
+                    sock.recv(4096)
+                except OSError:
+                    pass
+        lines = server.stderr().count("libmicrohttpd:")
+        check(lines <= 40, "%d libmicrohttpd log lines for 2,000 broken requests" % lines)
+        check("left out before this one" in server.stderr() or lines < 10,
+              "no line says how many warnings were left out")
+    finally:
+        server.kill()
+    log("(g) 2,000 broken request lines: %d libmicrohttpd log lines (at most 10 a second)" % lines)
+
+
 def run(binary):
+    http_log_flood(binary)
     channel_acl(binary)
     redis = Redis().start()
     try:

@@ -141,5 +141,6 @@ func mhdTrailerIterator(
 /// trampoline, which formats them).
 func mhdLog(_ cls: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {
     guard let cls, let message else { return }
-    logLibraryMessage(message, to: Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log)
+    let box = Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue()
+    logLibraryMessage(message, to: box.log, limiter: box.limiter)
 }

@@ -289,7 +289,42 @@ struct LoggerHandle: @unchecked Sendable {
 
 final class LogBox: Sendable {
     let log: ServerLog
+    /// libmicrohttpd's warnings are caused by clients (a broken request line, a head over the
+    /// pool): at most `warningsPerSecond` a second reach the log, then one line says how many were
+    /// left out (attack finding: 2,000 broken requests wrote 2,000 lines in 0.3 s).
+    let limiter = Locked(LineBudget())
     init(log: ServerLog) { self.log = log }
+
+    /// The most libmicrohttpd warnings written in one second.
+    static let warningsPerSecond = 10
+}
+
+/// How many of libmicrohttpd's warnings this second has written, and how many were left out.
+///
+/// Thread-safety: a value type; `LogBox` keeps it behind a lock.
+struct LineBudget: Sendable {
+    /// The second (monotonic, whole) the count is for.
+    var second: Int64 = -1
+    /// Lines written in it.
+    var written = 0
+    /// Lines left out since the last one written.
+    var leftOut = 0
+
+    /// Whether a line may be written at `now` (monotonic seconds): `nil` when not (it is counted),
+    /// else how many were left out before it.
+    mutating func admit(at now: Int64, perSecond: Int) -> Int? {
+        if now != second {
+            second = now
+            written = 0
+        }
+        guard written < perSecond else {
+            leftOut += 1
+            return nil
+        }
+        written += 1
+        defer { leftOut = 0 }
+        return leftOut
+    }
 }
 
 /// libmicrohttpd's own error messages, into the service's log at warning level; the ones it writes
@@ -297,7 +332,9 @@ final class LogBox: Sendable {
 /// `MHD_CONTENT_READER_END_WITH_ERROR`, which is how a departed subscriber is closed) and for a
 /// response whose client left before it was sent ("Failed to send the ...") at debug level, as
 /// they are routine, not faults (10,000 departing subscribers made 10,000 warnings).
-func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog) {
+///
+/// Warnings are limited to `LogBox.warningsPerSecond` a second through `limiter` (when given).
+func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil) {
     // A client that leaves mid-response: routine for event streams (and not the service's fault).
     let routine =
         strncmp(message, "Closing connection (application error generating response)", 58) == 0
@@ -306,5 +343,12 @@ func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog) {
     guard level >= log.minimumLevel else { return }
     var text = String(cString: message)
     while let last = text.last, last.isWhitespace { text.removeLast() }
+    if let limiter, level >= .warning {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        guard let leftOut = limiter.withLock({ $0.admit(at: Int64(now.tv_sec), perSecond: LogBox.warningsPerSecond) })
+        else { return }
+        if leftOut > 0 { text += " (\(leftOut) more libmicrohttpd warnings left out before this one)" }
+    }
     log.log(level, "libmicrohttpd: \(text)")
 }

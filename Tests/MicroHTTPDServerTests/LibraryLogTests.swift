@@ -1,0 +1,17 @@
+import Testing
+
+@testable import MicroHTTPDServer
+
+/// libmicrohttpd's warnings are caused by clients, so they are limited (attack finding: 2,000
+/// broken request lines wrote 2,000 log lines in 0.3 s).
+@Suite struct LibraryLogTests {
+    @Test func atMostTenWarningsASecondThenHowManyWereLeftOut() {
+        var budget = LineBudget()
+        var written = 0
+        for _ in 0..<2_000 where budget.admit(at: 100, perSecond: 10) != nil { written += 1 }
+        #expect(written == 10)
+        // The next second's first line says how many were left out, and the count starts again.
+        #expect(budget.admit(at: 101, perSecond: 10) == 1_990)
+        #expect(budget.admit(at: 101, perSecond: 10) == 0)
+    }
+}
