@@ -38,7 +38,7 @@ done
 [ -n "$server" ] || { usage; exit 64; }
 [ -x "$server" ] && [ -f "$server" ] || { echo "not an executable file: $server" >&2; exit 64; }
 server="$(cd "$(dirname "$server")" && pwd)/$(basename "$server")"
-[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe drain)
+[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe drain rolling)
 case "$log_format" in json|text) ;; *) echo "--log-format must be json or text" >&2; exit 64 ;; esac
 
 say() { printf '==> %s\n' "$*"; }
