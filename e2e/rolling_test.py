@@ -48,9 +48,14 @@ class DocsNginx:
     """nginx with the `nginx` block of docs/replicas.md as written, its replicas' ports, listening
     port and folder replaced by this run's; `take_out`/`put_back` mark a replica `down` and reload."""
 
-    def __init__(self, replica_ports):
+    def __init__(self, replica_ports, replace=()):
+        """`replace`: (old, new) pairs applied to the block (bench/roll.py raises the connection
+        limits for 10,000 subscribers)."""
         text = open(DOCS, encoding="utf-8").read()
         block = re.search(r"```nginx\n(.*?)```", text[text.index("replicas-nginx.conf"):], re.S).group(1)
+        for old, new in replace:
+            check(old in block, "docs/replicas.md's nginx block has no %r" % old)
+            block = block.replace(old, new)
         self.dir = tempfile.mkdtemp(prefix="e2e-rolling-nginx-")
         self.port = free_port()
         self.replica_ports = list(replica_ports)
@@ -267,6 +272,7 @@ class Writer:
     def __init__(self, port):
         self.port = port
         self.answers = []  # (status, token, body)
+        self.latencies = []  # seconds per write, in order
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.sequence = 0
@@ -275,6 +281,7 @@ class Writer:
         self.sequence += 1
         token = token_hex(29, 3, self.sequence)
         conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        began = time.monotonic()
         try:
             conn.request("POST", "/register", body=token.encode(),
                          headers={"Content-Type": "application/x-www-form-urlencoded"})
@@ -285,6 +292,7 @@ class Writer:
         finally:
             conn.close()
         self.answers.append(answer)
+        self.latencies.append(time.monotonic() - began)
         return answer
 
     def run(self):
@@ -318,14 +326,10 @@ def peak_per_second(times):
     return most, at
 
 
-def run():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--drain-seconds", type=int, default=5)
-    options = parser.parse_args()
-    binary = os.path.abspath(options.server)
-    drain = options.drain_seconds
+def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_timeout=30):
+    """Three replicas (`--drain-seconds drain`) behind the documented nginx, `count` subscribers
+    and a writer every 50 ms; with `roll`, each replica rolled in turn, else the same time with no
+    roll. Returns the numbers (see `run` and bench/roll.py)."""
     for tool in ("redis-server", "nginx"):
         check(shutil.which(tool), "%s is not installed (apt-get install redis-server nginx)" % tool)
     redis = Redis().start()
@@ -344,23 +348,26 @@ def run():
     try:
         for port in ports:
             replicas[port] = start_replica(port)
-        nginx = DocsNginx(ports).start()
+        nginx = DocsNginx(ports, nginx_replace).start()
         status, _, _ = request(nginx.port, "POST", "/register", body=token_hex(29, 3, 0).encode(),
                                headers={"Content-Type": "application/x-www-form-urlencoded"})
         check(status == 200, "the first write through nginx answered %s" % status)
-        subscribers = Subscribers(nginx.port, options.subscribers)
+        subscribers = Subscribers(nginx.port, count)
         subscribers.open_all()
-        wait_until(lambda: subscribers.connected() == options.subscribers, 30,
-                   what="%d subscribers connected through nginx" % options.subscribers)
+        wait_until(lambda: subscribers.connected() == count, connect_timeout,
+                   what="%d subscribers connected through nginx" % count)
         started = time.monotonic()
         first_version = min(s.last_id for s in subscribers.subs)
         log("%d subscribers through nginx at version %d; %s" % (
-            options.subscribers, first_version,
+            count, first_version,
             ", ".join("replica %d: %d" % (p, metric(p, "forge_push_token_subscribers")) for p in ports)))
         writer = Writer(nginx.port)
         writer.thread.start()
         rolls = []
         for port in ports:
+            if not roll:
+                time.sleep(1.0 + drain + 1.5)  # as long as a roll takes, with nothing rolled
+                continue
             streams = int(metric(port, "forge_push_token_subscribers"))
             nginx.take_out(port)
             time.sleep(1.0)  # the pause (Kubernetes' preStop): the load balancer has let go
@@ -375,9 +382,10 @@ def run():
                 % (port, streams, stopped, time.monotonic() - signalled))
         rolled = time.monotonic()
         # Every subscriber back on a stream (a client waits out its retry: of up to 5 s).
-        wait_until(lambda: subscribers.connected() == options.subscribers, 15,
+        wait_until(lambda: subscribers.connected() == count, 15 + count / 1000,
                    what="every subscriber connected again after the roll")
         writer.close()
+        during = list(writer.latencies)
         # The last write, and every subscriber holding it within 5 s.
         status, token, _ = writer.write_one()
         check(status == 200, "the last write answered %s" % status)
@@ -402,42 +410,28 @@ def run():
         wait_until(lambda: all(s.final_at is not None for s in subscribers.subs), 10,
                    what="every subscriber holding the final version")
         subscribers.close()
-        # -- the numbers -----------------------------------------------------------------------
         answers = writer.answers
-        refused = [a for a in answers if a[0] != 200]
-        five_xx = [a for a in answers if a[0] is not None and a[0] >= 500]
-        changed = sum(1 for a in answers if a[0] == 200 and b'"changed":true' in a[2])
-        back = sum(s.ids_back for s in subscribers.subs)
-        broken = sum(s.broken for s in subscribers.subs)
-        slowest = max(s.final_at for s in subscribers.subs) - last_write
         reconnects = sorted(t for s in subscribers.subs for t in s.connects[1:])
         peaks = []
         for port, streams, signalled, stopped in rolls:
             window = [t for t in reconnects if signalled <= t < signalled + stopped + 6]
-            peak, _ = peak_per_second(window)
-            peaks.append((port, streams, peak, 2 * streams / drain + 50))
-        peak_all, _ = peak_per_second(reconnects)
-        log("rolling deploy of 3 replicas (--drain-seconds %d) under %d subscribers and %d writes in %.1f s: "
-            "writes refused %d (5xx %d), ids gone back %d, streams broken %d, slowest subscriber to the final "
-            "version %.0f ms after the last write, reconnects %d, peak reconnects per second %d (per replica: %s)"
-            % (drain, options.subscribers, len(answers), rolled - started, len(refused), len(five_xx), back,
-               broken, slowest * 1000, len(reconnects), peak_all,
-               "; ".join("%d streams -> peak %d/s, bound %.0f" % (s, p, b) for _, s, p, b in peaks)))
-        check(not subscribers.errors, "subscribers: %s" % subscribers.errors[:5])
-        check(not refused, "%d writes not answered 200: %s" % (len(refused), refused[:3]))
-        check(changed == len(answers), "%d of %d writes answered changed" % (changed, len(answers)))
-        # No write lost: each of the writes answered 200 (a new token each) made one version,
-        # the last one included.
-        check(final_version == first_version + len(answers),
-              "final version %d, expected %d + %d writes" % (final_version, first_version, len(answers)))
-        check(back == 0, "%d event ids went back or repeated across reconnects" % back)
-        check(broken == 0, "%d streams closed without the chunked terminator" % broken)
-        check(slowest <= 5.0, "the slowest subscriber held the final version %.2f s after the last write" % slowest)
-        for port, streams, peak, bound in peaks:
-            check(peak <= bound, "replica %d's roll: %d reconnects in one second, over 2 x %d / %d + 50 = %.0f"
-                  % (port, peak, streams, drain, bound))
-        check(all(s.ends >= 1 for s in subscribers.subs if s.connects and len(s.connects) > 1),
-              "a subscriber reconnected without its stream ending")
+            peaks.append((port, streams, peak_per_second(window)[0], 2 * streams / drain + 50 if drain else None))
+        ordered = sorted(during)
+        return {
+            "drain": drain, "subscribers": count, "rolled": roll, "seconds": rolled - started,
+            "writes": len(answers), "refused": [a for a in answers if a[0] != 200],
+            "five_xx": [a for a in answers if a[0] is not None and a[0] >= 500],
+            "changed": sum(1 for a in answers if a[0] == 200 and b'"changed":true' in a[2]),
+            "first_version": first_version, "final_version": final_version,
+            "ids_back": sum(s.ids_back for s in subscribers.subs),
+            "broken": sum(s.broken for s in subscribers.subs),
+            "slowest": max(s.final_at for s in subscribers.subs) - last_write,
+            "reconnects": len(reconnects), "peak": peak_per_second(reconnects)[0], "peaks": peaks,
+            "write_p50": ordered[len(ordered) // 2] if ordered else None,
+            "write_p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else None,
+            "errors": subscribers.errors,
+            "ended_without_reconnect": [s.index for s in subscribers.subs if len(s.connects) > 1 and s.ends + s.broken == 0],
+        }
     finally:
         if writer:
             writer.close()
@@ -448,6 +442,38 @@ def run():
         for server in replicas.values():
             server.kill()
         redis.kill()
+
+
+def run():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--subscribers", type=int, default=1000)
+    parser.add_argument("--drain-seconds", type=int, default=5)
+    options = parser.parse_args()
+    drain = options.drain_seconds
+    r = rolling_deploy(os.path.abspath(options.server), options.subscribers, drain)
+    log("rolling deploy of 3 replicas (--drain-seconds %d) under %d subscribers and %d writes in %.1f s: "
+        "writes refused %d (5xx %d), ids gone back %d, streams broken %d, slowest subscriber to the final "
+        "version %.0f ms after the last write, reconnects %d, peak reconnects per second %d (per replica: %s); "
+        "write p50 %.1f ms, p99 %.1f ms"
+        % (drain, r["subscribers"], r["writes"], r["seconds"], len(r["refused"]), len(r["five_xx"]), r["ids_back"],
+           r["broken"], r["slowest"] * 1000, r["reconnects"], r["peak"],
+           "; ".join("%d streams -> peak %d/s, bound %.0f" % (s, p, b) for _, s, p, b in r["peaks"]),
+           r["write_p50"] * 1000, r["write_p99"] * 1000))
+    check(not r["errors"], "subscribers: %s" % r["errors"][:5])
+    check(not r["refused"], "%d writes not answered 200: %s" % (len(r["refused"]), r["refused"][:3]))
+    check(r["changed"] == r["writes"], "%d of %d writes answered changed" % (r["changed"], r["writes"]))
+    # No write lost: each write answered 200 (a new token each) made one version, the last included.
+    check(r["final_version"] == r["first_version"] + r["writes"],
+          "final version %d, expected %d + %d writes" % (r["final_version"], r["first_version"], r["writes"]))
+    check(r["ids_back"] == 0, "%d event ids went back or repeated across reconnects" % r["ids_back"])
+    check(r["broken"] == 0, "%d streams closed without the chunked terminator" % r["broken"])
+    check(r["slowest"] <= 5.0, "the slowest subscriber held the final version %.2f s after the last write" % r["slowest"])
+    for port, streams, peak, bound in r["peaks"]:
+        check(peak <= bound, "replica %d's roll: %d reconnects in one second, over 2 x %d / %d + 50 = %.0f"
+              % (port, peak, streams, drain, bound))
+    check(not r["ended_without_reconnect"], "subscribers reconnected without their stream ending: %s"
+          % r["ended_without_reconnect"][:5])
 
 
 if __name__ == "__main__":
