@@ -138,7 +138,7 @@ fi
 export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$here/artifacts}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 mkdir -p "$E2E_ARTIFACTS"
-declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90 [http_edges]=120 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [drain]=60 [rolling]=150 [http2]=75)
+declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90 [http_edges]=120 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [drain]=100 [rolling]=150 [http2]=75)
 export E2E_LOG_FORMAT="$log_format"
 E2E_LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/e2e-logs.XXXXXX")"
 export E2E_LOG_DIR
