@@ -24,12 +24,17 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import subprocess
 import time
 
 from e2e_support import (HOST, Failure, Server, check, log, main, open_subscribers, request, token_hex)
 
 TERMINATOR = b"\r\n0\r\n\r\n"
+# Linux's SO_TIMESTAMPNS (asm-generic/socket.h; Python's socket module does not name it): each
+# received segment carries the kernel's CLOCK_REALTIME of its arrival, so an end is timed when it
+# reached this machine's socket, not when this (possibly descheduled) process got to read it.
+SO_TIMESTAMPNS = 35
 
 
 def bound_per_100ms(streams, seconds):
@@ -48,11 +53,13 @@ def busiest_100ms(times):
 
 
 def watch_ends(sockets, deadline):
-    """Reads every socket until it ends; returns ({socket index: monotonic end time of a clean
-    end}, [indices that closed without the terminator])."""
+    """Reads every socket until it ends; returns ({socket index: when its clean end arrived, on
+    the monotonic clock}, [indices that closed without the terminator])."""
     selector = selectors.DefaultSelector()
     tails = {}
+    offset = time.monotonic() - time.time()  # kernel arrival times are wall-clock
     for index, sock in enumerate(sockets):
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ, index)
         tails[index] = b"\r\n"  # open_subscribers read up to the end of a chunk
@@ -60,13 +67,17 @@ def watch_ends(sockets, deadline):
     while len(ended) + len(broken) < len(sockets) and time.monotonic() < deadline:
         for key, _ in selector.select(timeout=0.05):
             index = key.data
+            now = time.monotonic()
             try:
-                chunk = key.fileobj.recv(65536)
+                chunk, ancillary, _, _ = key.fileobj.recvmsg(65536, socket.CMSG_SPACE(16))
             except BlockingIOError:
                 continue
             except OSError:
-                chunk = b""
-            now = time.monotonic()
+                chunk, ancillary = b"", []
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                    seconds, nanoseconds = struct.unpack("qq", data[:16])
+                    now = seconds + nanoseconds / 1e9 + offset
             if chunk:
                 tails[index] = (tails[index] + chunk)[-16:]
                 if not tails[index].endswith(TERMINATOR):
@@ -111,7 +122,7 @@ def health_check(binary, port, probe):
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10).returncode
 
 
-def during_the_window(binary, port, pid, queue):
+def during_the_window(binary, port, pid, pipe):
     """What a draining service still does, asked during the window from a child process (so that
     the parent, which timestamps every stream's end, is never held up by it)."""
     results = {}
@@ -140,7 +151,8 @@ def during_the_window(binary, port, pid, queue):
         results["sighup_at"] = time.monotonic()
     except Exception as error:  # reported by the parent
         results["error"] = repr(error)
-    queue.put(results)
+    pipe.send(results)  # synchronous, unlike a multiprocessing.Queue's feeder thread
+    pipe.close()
     # Not through the parent's exit handlers, which would kill the servers it started.
     os._exit(0)
 
@@ -154,17 +166,14 @@ def spread(binary):
         check(status == 200, "the first write answered %s" % status)
         sockets = open_subscribers(server.port, streams, timeout=20)
         log("%d subscribers open" % streams)
-        queue = multiprocessing.get_context("fork").Queue()
+        receiver, sender = multiprocessing.get_context("fork").Pipe(duplex=False)
         helper = multiprocessing.get_context("fork").Process(target=during_the_window,
-                                                             args=(binary, server.port, server.pid, queue))
+                                                             args=(binary, server.port, server.pid, sender))
         signalled = time.monotonic()
         os.kill(server.pid, signal.SIGTERM)
         helper.start()
         ended, broken = watch_ends(sockets, signalled + seconds + 5)
-        try:
-            results = queue.get(timeout=30)
-        except Exception:
-            results = {"error": "the helper process gave no results"}
+        results = receiver.recv() if receiver.poll(30) else {"error": "the helper process gave no results"}
         helper.join(10)
         code = server.wait(timeout=max(1.0, signalled + seconds + 4 - time.monotonic()))
         exited = time.monotonic() - signalled
