@@ -219,6 +219,8 @@ def spread(binary):
         check(results["metrics"][0] == 200 and results["metrics"][1] == 1 and results["metrics"][2] >= 1,
               "/metrics during the window: %r" % (results["metrics"],))
         check("sighup_at" in results, "SIGHUP was not sent")
+        check("received SIGHUP while stopping; ignored" in server.stderr(),
+              "the service did not log the SIGHUP it ignored during the drain")
         log("during the window: /readyz %s, /healthz %s, /livez %s, write %s, read %s, new stream %s with retry:"
             " and its event, then its end; SIGHUP at %.1f s changed nothing"
             % (results["readyz"][0], results["healthz"][0], results["livez"][0], results["write"],
