@@ -4,9 +4,13 @@
 # through Redis, behind nginx; issue 21: the edges of HTTP an attacker found; issue 17: the TLS
 # and Sentinel commands of docs/replicas.md, a Sentinel failover, the delivery probe; issue 27:
 # what a replica trusts, each attack against real Redis and sentinels; obs-fold, chunked trailers
-# and the limits of libmicrohttpd's framing, directly and behind nginx).
+# and the limits of libmicrohttpd's framing, directly and behind nginx; issue 29: the drain of a
+# stopping service, a rolling deploy through three replicas behind nginx, HTTP/2 and TLS at the
+# edge in headless Chromium).
 #
-#   e2e/run.sh --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|http_framing|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust ...]
+#   e2e/run.sh --server PATH [--log-format json|text] [TEST ...]
+#
+# TEST is one of the names in `tests` below (all of them, in that order, by default).
 #
 # Every server of the pass runs with --log-format json by default (FORGE_PUSH_TOKEN_LOG_FORMAT;
 # the tests read its lines back as text); afterwards every line every server wrote is checked with
@@ -22,7 +26,13 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { echo "usage: $0 --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|http_framing|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust ...]" >&2; }
+# The tests, in the order they run, and each one's hard timeout in seconds: the one list of them.
+tests=(metrics state_file browser hardening http_edges http_framing prometheus replicas tls_docs acl_docs
+       sentinel sentinel_docs probe trust drain rolling http2)
+declare -A limit=([metrics]=45 [state_file]=180 [browser]=75 [hardening]=90 [http_edges]=120 [http_framing]=90
+                  [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60
+                  [probe]=45 [trust]=90 [drain]=100 [rolling]=150 [http2]=75)
+usage() { echo "usage: $0 --server PATH [--log-format json|text] [$(IFS='|'; echo "${tests[*]}") ...]" >&2; }
 server=""
 log_format=json
 selected=()
@@ -32,14 +42,14 @@ while [ $# -gt 0 ]; do
     --server=*) server="${1#--server=}"; shift ;;
     --log-format) [ $# -ge 2 ] || { usage; exit 64; }; log_format="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    metrics|state_file|browser|hardening|http_edges|http_framing|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|trust) selected+=("$1"); shift ;;
-    *) echo "unknown argument: $1" >&2; usage; exit 64 ;;
+    *) if [ -n "${limit[$1]:-}" ]; then selected+=("$1"); shift
+       else echo "unknown argument: $1" >&2; usage; exit 64; fi ;;
   esac
 done
 [ -n "$server" ] || { usage; exit 64; }
 [ -x "$server" ] && [ -f "$server" ] || { echo "not an executable file: $server" >&2; exit 64; }
 server="$(cd "$(dirname "$server")" && pwd)/$(basename "$server")"
-[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges http_framing prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe trust)
+[ ${#selected[@]} -gt 0 ] || selected=("${tests[@]}")
 case "$log_format" in json|text) ;; *) echo "--log-format must be json or text" >&2; exit 64 ;; esac
 
 say() { printf '==> %s\n' "$*"; }
@@ -60,7 +70,7 @@ apt_install() {
   return 1
 }
 
-if [[ " ${selected[*]} " == *" browser "* ]]; then
+if [[ " ${selected[*]} " =~ " "(browser|http2)" " ]]; then
   if ! command -v chromium >/dev/null || [ ! -x /usr/bin/chromedriver ]; then
     t0=$SECONDS
     say "installing chromium chromium-driver (apt)"
@@ -101,12 +111,17 @@ if [[ " ${selected[*]} " == *" http_framing "* ]]; then
   # Starts its own nginx on a free loopback port, configured by docker/nginx/replicas.conf.
   command -v nginx >/dev/null || missing+=(nginx)
 fi
-if [[ " ${selected[*]} " == *" replicas "* ]]; then
-  # The replica test starts its own redis-server and nginx on free loopback ports (never the
+if [[ " ${selected[*]} " =~ " "(replicas|rolling|http2)" " ]]; then
+  # The replica, rolling-deploy and HTTP/2 tests start their own redis-server and nginx on free loopback ports (never the
   # system services) and uses redis-cli to inspect and damage the state.
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v redis-cli >/dev/null || missing+=(redis-tools)
   command -v nginx >/dev/null || missing+=(nginx)
+fi
+if [[ " ${selected[*]} " == *" http2 "* ]]; then
+  # The edge of docs/replicas.md: a certificate made with openssl, checked with curl --http2.
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v curl >/dev/null || missing+=(curl)
 fi
 if ((${#missing[@]})); then
   say "installing ${missing[*]} (apt)"
@@ -137,7 +152,6 @@ fi
 export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$here/artifacts}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 mkdir -p "$E2E_ARTIFACTS"
-declare -A limit=([metrics]=45 [state_file]=180 [browser]=75 [hardening]=90 [http_edges]=120 [http_framing]=90 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [trust]=90)
 export E2E_LOG_FORMAT="$log_format"
 E2E_LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/e2e-logs.XXXXXX")"
 export E2E_LOG_DIR

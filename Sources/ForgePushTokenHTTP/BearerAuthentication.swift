@@ -1,7 +1,7 @@
 /// Bearer-token authentication of requests (RFC 6750): the service is started with one secret,
 /// and protected routes need `Authorization: Bearer <secret>` or, for `GET` and `HEAD`, the query
 /// parameter `access_token=<secret>` (RFC 6750 §2.3; a browser's `EventSource` cannot send header
-/// fields). `/healthz` is never protected.
+/// fields). The probes (`/healthz`, `/livez`, `/readyz`) are never protected.
 ///
 /// The comparison takes the same time whatever the sent value shares with the secret, so the
 /// secret cannot be guessed byte by byte from response times. The secret is never part of a
@@ -13,7 +13,7 @@ public struct BearerAuthentication: Sendable {
     public enum Scope: String, Sendable, CaseIterable {
         /// `POST /register` and `POST /fail` (the default).
         case writes
-        /// Every route but `/healthz`: also `/token`, `/token/stream`, `/metrics` and `/`.
+        /// Every route but the probes: also `/token`, `/token/stream`, `/metrics` and `/`.
         case all
     }
 

@@ -11,8 +11,12 @@ public enum Route: String, Sendable, CaseIterable {
     case token = "/token"
     /// `GET` / `HEAD /token/stream`: the token as Server-Sent Events.
     case stream = "/token/stream"
-    /// `GET` / `HEAD /healthz`: liveness.
+    /// `GET` / `HEAD /healthz`: the service's health (503 while starting, draining or stopping).
     case healthz = "/healthz"
+    /// `GET` / `HEAD /livez`: liveness, which depends on nothing (docs/operations.md).
+    case livez = "/livez"
+    /// `GET` / `HEAD /readyz`: readiness: `/healthz`'s answer, and 503 `draining` while draining.
+    case readyz = "/readyz"
     /// `GET` / `HEAD /metrics`: Prometheus metrics.
     case metrics = "/metrics"
     /// `GET` / `HEAD /`: the live page.
@@ -25,7 +29,7 @@ public enum Route: String, Sendable, CaseIterable {
 
     /// Who may call a route when the service has a bearer token (`--auth-token`, `--auth-scope`).
     public enum Access: Sendable, Equatable {
-        /// Anyone, under every scope (`/healthz`, for probes).
+        /// Anyone, under every scope (`/healthz`, `/livez`, `/readyz`, for probes).
         case open
         /// Only with the token, under every scope (the writes).
         case token
@@ -36,7 +40,7 @@ public enum Route: String, Sendable, CaseIterable {
     /// Who may call the route (`BearerAuthentication.protects(_:)`).
     public var access: Access {
         switch self {
-        case .healthz: .open
+        case .healthz, .livez, .readyz: .open
         case .register, .fail: .token
         case .token, .stream, .metrics, .page: .tokenUnderScopeAll
         }
@@ -47,7 +51,7 @@ public enum Route: String, Sendable, CaseIterable {
     public var allowedMethods: [String] {
         switch self {
         case .register, .fail: ["POST", "OPTIONS"]
-        case .token, .stream, .healthz, .metrics, .page: ["GET", "HEAD", "OPTIONS"]
+        case .token, .stream, .healthz, .livez, .readyz, .metrics, .page: ["GET", "HEAD", "OPTIONS"]
         }
     }
 }

@@ -33,7 +33,7 @@ import Testing
             return false
         }
         func heartbeatTick() -> Bool { false }
-        func end(_ ending: SubscriberEnding) -> Bool { false }
+        func end(_ ending: SubscriberEnding, reason: StreamEndReason) -> Bool { false }
         func wake() {}
     }
 
