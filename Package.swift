@@ -28,7 +28,9 @@ let package = Package(
     ],
     targets: [
         // The library: PushTokenManager, hex encoding, platform registration adapters.
-        .target(name: "ForgePushToken", swiftSettings: swiftSettings),
+        .target(
+            name: "ForgePushToken", resources: [.copy("Resources/PrivacyInfo.xcprivacy")],
+            swiftSettings: swiftSettings),
 
         // libmicrohttpd as a system library (Debian: libmicrohttpd-dev), with a shim header that
         // wraps its variadic entry points in fixed-argument inline functions Swift can call.
