@@ -18,7 +18,7 @@
 /// A token is valid only in the environment of the build that received it: a development-signed
 /// build (run from Xcode) gets sandbox tokens, an App Store, TestFlight or Ad Hoc build gets
 /// production tokens. A server that sends to the wrong gateway gets `400 BadDeviceToken`, so it
-/// needs to be told which one a token belongs to: ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``
+/// needs to be told which one a token belongs to: ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
 /// passes it to every upload (``PushTokenManager/TokenUpload/environment``).
 ///
 /// The raw values are the values of Apple's `aps-environment` entitlement (see Apple's
@@ -34,7 +34,7 @@
 ///   `com.apple.developer.aps-environment` in `Contents/embedded.provisionprofile` (macOS, Mac
 ///   Catalyst).
 ///
-/// An app overrides the decision by passing an environment to ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``.
+/// An app overrides the decision by passing an environment to ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``.
 ///
 /// A value type; `Sendable`.
 public enum APNsEnvironment: String, Sendable, Hashable, Codable, CaseIterable {

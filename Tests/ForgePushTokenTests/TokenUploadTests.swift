@@ -16,16 +16,22 @@ struct TokenUploadTests {
         let backend: ScriptedBackend
         let log: LogRecorder
         let task: Task<Void, Never>
+        let record: MemoryServerRecordStore
+        let wallClock: WallClock
 
         init(
             policy: RetryPolicy = try! RetryPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(8), jitter: 0),
             random: [UInt64] = [0],
             automatic: Bool = false,
             environment: APNsEnvironment? = .development,
-            register initial: UInt32? = nil
+            register initial: UInt32? = nil,
+            record: MemoryServerRecordStore = MemoryServerRecordStore(),
+            wallClock: WallClock = WallClock(),
+            manager given: PushTokenManager? = nil,
+            log givenLog: LogRecorder? = nil
         ) {
-            let log = LogRecorder()
-            let manager = PushTokenManager(logHandler: log.handler)
+            let log = givenLog ?? LogRecorder()
+            let manager = given ?? PushTokenManager(logHandler: log.handler)
             if let initial { manager.didRegister(deviceToken: token(initial)) }
             let backend = ScriptedBackend(automatic: automatic)
             let clock = ManualClock()
@@ -33,10 +39,12 @@ struct TokenUploadTests {
             self.manager = manager
             self.backend = backend
             self.clock = clock
+            self.record = record
+            self.wallClock = wallClock
             self.task = Task {
                 await manager.uploadTokenChanges(
-                    retryPolicy: policy, environment: environment, clock: clock,
-                    randomSource: ScriptedRandom(values: random), upload: backend.upload)
+                    retryPolicy: policy, environment: environment, serverRecord: record, clock: clock,
+                    randomSource: ScriptedRandom(values: random), wallClock: wallClock.now, upload: backend.upload)
             }
         }
 
@@ -156,7 +164,8 @@ struct TokenUploadTests {
         #expect(messages.allSatisfy { $0.level == .error && !$0.message.contains(hex(0xa)) })
         #expect(
             messages.first?.message
-                == "device token upload failed (attempt 1): 503 for token <device token>; retrying in 1.0 seconds")
+                == "device token upload failed (attempt 1): ForgePushTokenTests.TestError error 1; retrying in 1.0 seconds"
+        )
         #expect(messages.last?.message.hasPrefix("device token upload failed (attempt 5): ") == true)
         await harness.stop()
     }
@@ -255,7 +264,9 @@ struct TokenUploadTests {
         #expect(harness.backend.values == [hex(0xa), hex(0xb), hex(0xc)])
         #expect(
             harness.log.recorded.map(\.message)
-                == ["device token upload failed (attempt 1): down; a newer value replaces it"])
+                == [
+                    "device token upload failed (attempt 1): ForgePushTokenTests.TestError error 1; a newer value replaces it"
+                ])
         await harness.stop()
     }
 
@@ -432,23 +443,31 @@ struct TokenUploadTests {
         await harness.stop()
     }
 
-    @Test func aRequestedRetryDelayIsHonouredUpToTheCap() async throws {
-        // Policy: 1 s doubling to 8 s, no jitter.
+    @Test func aRequestedRetryDelayIsHonouredUpToItsOwnCap() async throws {
+        // Policy: 1 s doubling to 8 s, no jitter; requested delays capped at the default hour,
+        // not at the backoff's 8 s.
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
         try #require(await harness.backend.nextCall()).answer(.retry(after: .seconds(3)))
         #expect(await harness.nextSleep() == .seconds(3))
         harness.clock.advance(by: .seconds(3))
         try #require(await harness.backend.nextCall()).answer(.retry(after: .seconds(3600)))
-        #expect(await harness.nextSleep() == .seconds(8))  // capped by maximumDelay
+        #expect(await harness.nextSleep() == .seconds(3600))  // an hour is honoured
+        harness.clock.advance(by: .seconds(3600))
+        try #require(await harness.backend.nextCall()).answer(.retry(after: .seconds(7200)))
+        #expect(await harness.nextSleep() == .seconds(3600))  // capped by maximumRequestedDelay
+        harness.clock.advance(by: .seconds(3600))
+        try #require(await harness.backend.nextCall()).answer(.retry(after: .seconds(-5)))
+        #expect(await harness.nextSleep() == .seconds(8))  // negative: the backoff before retry 4
         harness.clock.advance(by: .seconds(8))
         try #require(await harness.backend.nextCall()).answer(.retry())
-        #expect(await harness.nextSleep() == .seconds(4))  // the policy's wait before retry 3
-        harness.clock.advance(by: .seconds(4))
+        #expect(await harness.nextSleep() == .seconds(8))  // the policy's wait before retry 5
+        harness.clock.advance(by: .seconds(8))
         let last = try #require(await harness.backend.nextCall())
         #expect(last.value == hex(0xa))
         last.succeed()
-        #expect(harness.clock.requestedSleeps == [.seconds(3), .seconds(8), .seconds(4)])
+        #expect(
+            harness.clock.requestedSleeps == [.seconds(3), .seconds(3600), .seconds(3600), .seconds(8), .seconds(8)])
         #expect(
             harness.log.recorded.first?.message
                 == "device token upload failed (attempt 1): the upload asked to retry; retrying in 3.0 seconds")

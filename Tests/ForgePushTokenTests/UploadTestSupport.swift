@@ -186,3 +186,22 @@ final class ScriptedBackend: Sendable {
         }
     }
 }
+
+/// A wall clock a test sets: what the upload loop records as the time of an acknowledgement and
+/// compares a persisted acknowledgement with (`Date`, which survives a relaunch).
+final class WallClock: Sendable {
+    private let time: Locked<Date>
+
+    /// A clock at `start` (2026-01-01T00:00:00Z by default).
+    init(_ start: Date = Date(timeIntervalSince1970: 1_767_225_600)) {
+        time = Locked(start)
+    }
+
+    /// The current time, as the upload loop reads it.
+    @Sendable func now() -> Date { time.withLock { $0 } }
+
+    /// Moves the time forward by `seconds`.
+    func advance(by seconds: TimeInterval) {
+        time.withLock { $0 = $0.addingTimeInterval(seconds) }
+    }
+}
