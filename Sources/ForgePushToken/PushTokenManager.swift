@@ -475,11 +475,19 @@ extension PushTokenManager {
             }
         #else
             // One write(2) per line, so lines from concurrent calls do not interleave.
-            let line = Array("ForgePushToken \(level.rawValue): \(message)\n".utf8)
+            let line = Array(standardErrorLine(level, message).utf8)
             line.withUnsafeBytes { bytes in
                 _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count)
             }
         #endif
+    }
+}
+
+extension PushTokenManager {
+    /// The line the default handler writes to standard error where there is no `os.Logger`:
+    /// `ForgePushToken <level>: <message>` and a newline. The error itself is not written.
+    static func standardErrorLine(_ level: LogLevel, _ message: String) -> String {
+        "ForgePushToken \(level.rawValue): \(message)\n"
     }
 }
 

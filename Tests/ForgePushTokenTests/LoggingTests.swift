@@ -68,6 +68,17 @@ struct LoggingTests {
         #expect(Level(rawValue: "warning") == .warning)
     }
 
+    @Test func theDefaultHandlerWritesOneLinePerMessageWithoutTheError() {
+        #expect(
+            PushTokenManager.standardErrorLine(.warning, "rejected an empty device token")
+                == "ForgePushToken warning: rejected an empty device token\n")
+        #expect(
+            PushTokenManager.standardErrorLine(.error, "registration failed: NSURLErrorDomain error -1009")
+                == "ForgePushToken error: registration failed: NSURLErrorDomain error -1009\n")
+        // The default manager starts without a token, like any other.
+        #expect(PushTokenManager().token == nil)
+    }
+
     @Test func theSummaryOfAnErrorIsItsDomainAndCode() {
         #expect(
             LoggedError.summary(CocoaLikeError(domain: "NSURLErrorDomain", code: -1001))

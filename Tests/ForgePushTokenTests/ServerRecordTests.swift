@@ -7,10 +7,12 @@ import Testing
 /// What the server holds, kept across launches (`ServerRecordStore`), sign-out, and `Retry-After`:
 /// on a manual clock, a set wall clock and a scripted backend. A "relaunch" is a new manager and a
 /// new upload call over the same store.
-@Suite("Server record, sign-out and Retry-After", .timeLimit(.minutes(1)))
+@Suite("Server record, sign-out and Retry-After", hangGuard(minutes: 1))
 struct ServerRecordTests {
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     typealias Harness = TokenUploadTests.Harness
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func aRecordRoundTripsThroughJSONAndGarbageIsNoRecord() throws {
         let record = ServerRecord(
             token: hex(0xa), environment: .production, acknowledged: Date(timeIntervalSince1970: 1_000),
@@ -27,6 +29,7 @@ struct ServerRecordTests {
         }
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func anAcknowledgedUploadIsRecordedWithItsWallClockTime() async throws {
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
@@ -41,6 +44,7 @@ struct ServerRecordTests {
         await harness.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func afterARelaunchWithANewTokenTheServerIsToldWhichOneItReplaces() async throws {
         let record = MemoryServerRecordStore()
         let first = Harness(record: record)
@@ -60,6 +64,7 @@ struct ServerRecordTests {
         await relaunched.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func anUnchangedTokenAfterARelaunchIsNotUploadedAgain() async throws {
         let record = MemoryServerRecordStore(
             ServerRecord(
@@ -73,6 +78,7 @@ struct ServerRecordTests {
         await relaunched.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func theResendIntervalCountsFromThePersistedAcknowledgement() async throws {
         // Acknowledged 23 hours before the relaunch; a daily re-send is due an hour after it.
         let wall = WallClock()
@@ -92,6 +98,7 @@ struct ServerRecordTests {
         await relaunched.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func aRecordOfAnotherEnvironmentOnlyNamesTheReplacedToken() async throws {
         let record = MemoryServerRecordStore(
             ServerRecord(
@@ -106,6 +113,7 @@ struct ServerRecordTests {
         await relaunched.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func signOutSendsOneSignOutThenNothingUntilUploadsResume() async throws {
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
@@ -141,6 +149,7 @@ struct ServerRecordTests {
         await harness.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func signOutDuringAnUploadInFlightIsSentAfterIt() async throws {
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
@@ -160,6 +169,7 @@ struct ServerRecordTests {
         await harness.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func signOutDuringAFailingUploadIsRetriedWithThePolicy() async throws {
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
@@ -183,6 +193,7 @@ struct ServerRecordTests {
         await harness.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func aSignOutOutlastsARelaunchAndAnOwedOneIsSent() async throws {
         let record = MemoryServerRecordStore()
         let first = Harness(record: record)
@@ -204,6 +215,7 @@ struct ServerRecordTests {
         await relaunched.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func aCallThatStartsAfterSignOutStartsPaused() async throws {
         let manager = PushTokenManager(logHandler: silent)
         manager.didRegister(deviceToken: token(0xa))
@@ -216,6 +228,7 @@ struct ServerRecordTests {
         await harness.stop()
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func requestedDelaysAreJitteredUpwardAndCappedFirst() throws {
         let policy = try RetryPolicy(
             initialDelay: .seconds(1), maximumDelay: .seconds(8), jitter: 0.5, maximumRequestedDelay: .seconds(600))
@@ -234,6 +247,7 @@ struct ServerRecordTests {
         }
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func devicesToldTheSameRetryAfterSpreadOut() async throws {
         // Two devices, two seeds: the same Retry-After: 120 becomes two different waits, both at
         // least 120 s.
@@ -251,6 +265,7 @@ struct ServerRecordTests {
         #expect(waits.allSatisfy { $0 >= .seconds(120) && $0 < .seconds(180) })
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func retryAfterAsAnHTTPDateInEachOfItsThreeForms() {
         let now = Date(timeIntervalSince1970: 784_111_777)  // Sun, 06 Nov 1994 08:49:37 GMT
         for field in [
@@ -278,6 +293,7 @@ struct ServerRecordTests {
     }
 }
 
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 extension TokenUploadTests.Harness {
     /// Waits until the stream has delivered `value` to the uploader's mailbox and the uploader has
     /// taken everything the mailbox held.

@@ -7,6 +7,7 @@ import Testing
 /// every wait is observable.
 ///
 /// Records the duration of every sleep requested (deadline minus the time of the request).
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 final class ManualClock: Clock, Sendable {
     struct Instant: InstantProtocol {
         var offset: Duration
@@ -89,11 +90,14 @@ struct ScriptedRandom: RandomNumberGenerator {
     }
 }
 
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 typealias TokenUpload = PushTokenManager.TokenUpload
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 typealias UploadOutcome = PushTokenManager.UploadOutcome
 
 /// An upload function whose calls a test answers one by one, recording every call and how many
 /// ran at once.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 final class ScriptedBackend: Sendable {
     /// One call of ``upload(_:)`` waiting for its answer.
     struct Call: Sendable {
