@@ -16,6 +16,9 @@
 #   7. (UIKit) without the stand-in's `beginBackgroundTask`/`endBackgroundTask` the library must not
 #      compile, so each upload attempt's background task assertion (BackgroundTime.swift) was
 #      compiled against Apple's signatures and isolation.
+# Then, once: the Apple-only `UserDefaultsServerRecordStore` (ServerRecord.swift, between its BEGIN and
+# END lines, compiled only where Darwin exists) is type-checked with the library against Foundation's
+# `UserDefaults` (swift-corelibs-foundation declares Apple's signatures), Swift 6, warnings as errors.
 # Stand-ins prove signatures and isolation, not availability: platform attributes are not
 # evaluated when compiling for Linux (see the comment in RemoteNotificationRegistration.swift).
 set -euo pipefail
@@ -124,3 +127,15 @@ SWIFT
   echo "check-platform-branches: $branch branch type-checks; registerForRemoteNotifications() needs the main actor;" \
     "a @MainActor model compiles against uploadTokenChanges; the branch reads the profile through Bundle$background"
 done
+
+store="$work/UserDefaultsStore.swift"
+{
+  echo 'import Foundation'
+  sed -n '/^[[:space:]]*\/\/ BEGIN UserDefaults store$/,/^[[:space:]]*\/\/ END UserDefaults store$/p' Sources/ForgePushToken/ServerRecord.swift
+} >"$store"
+if ! grep -q 'public struct UserDefaultsServerRecordStore' "$store"; then
+  echo "check-platform-branches: no UserDefaults store between BEGIN and END in ServerRecord.swift" >&2
+  exit 1
+fi
+swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken "${sources[@]}" "$store"
+echo "check-platform-branches: the Apple-only UserDefaults store type-checks with the library against Foundation's UserDefaults"

@@ -120,7 +120,10 @@ public final class MemoryServerRecordStore: ServerRecordStore {
     }
 }
 
+// scripts/check-platform-branches.sh type-checks the lines between BEGIN and END with the library
+// against swift-corelibs-foundation's `UserDefaults` on Linux, where this branch is not compiled.
 #if canImport(Darwin)
+    // BEGIN UserDefaults store
     /// A ``ServerRecordStore`` in `UserDefaults`: the default on Apple platforms.
     ///
     /// The record is one JSON-encoded `Data` value under ``defaultKey``
@@ -166,6 +169,7 @@ public final class MemoryServerRecordStore: ServerRecordStore {
             defaults.set(data, forKey: key)
         }
     }
+// END UserDefaults store
 #endif
 
 extension PushTokenManager {
