@@ -28,7 +28,9 @@ let package = Package(
     ],
     targets: [
         // The library: PushTokenManager, hex encoding, platform registration adapters.
-        .target(name: "ForgePushToken", swiftSettings: swiftSettings),
+        .target(
+            name: "ForgePushToken", resources: [.copy("Resources/PrivacyInfo.xcprivacy")],
+            swiftSettings: swiftSettings),
 
         // libmicrohttpd as a system library (Debian: libmicrohttpd-dev), with a shim header that
         // wraps its variadic entry points in fixed-argument inline functions Swift can call.
@@ -144,3 +146,12 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// The server and its tests need Linux (epoll, eventfd, Glibc; docs/operations.md). On Apple
+// platforms the package is the library alone: `swift test` on a Mac builds and runs the library's
+// tests (.github/workflows/library.yml), and an app's Xcode never sees the server's targets.
+#if !os(Linux)
+    let libraryTargets: Set<String> = ["ForgePushToken", "ForgePushTokenTestSupport", "ForgePushTokenTests"]
+    package.targets = package.targets.filter { libraryTargets.contains($0.name) }
+    package.products = package.products.filter { $0.name == "ForgePushToken" }
+#endif

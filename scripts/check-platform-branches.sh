@@ -12,7 +12,13 @@
 #   5. a @MainActor model with a non-Sendable, main-actor API client must compile calling
 #      uploadTokenChanges (the upload runs in the caller's isolation) and APNsEnvironment.current();
 #   6. without the stand-in's `Bundle` the library must not compile, so the branch's provisioning
-#      profile lookup (APNsEnvironment.swift) was compiled against Apple's `Bundle` signatures.
+#      profile lookup (APNsEnvironment.swift) was compiled against Apple's `Bundle` signatures;
+#   7. (UIKit) without the stand-in's `beginBackgroundTask`/`endBackgroundTask` the library must not
+#      compile, so each upload attempt's background task assertion (BackgroundTime.swift) was
+#      compiled against Apple's signatures and isolation.
+# Then, once: the Apple-only `UserDefaultsServerRecordStore` (ServerRecord.swift, between its BEGIN and
+# END lines, compiled only where Darwin exists) is type-checked with the library against Foundation's
+# `UserDefaults` (swift-corelibs-foundation declares Apple's signatures), Swift 6, warnings as errors.
 # Stand-ins prove signatures and isolation, not availability: platform attributes are not
 # evaluated when compiling for Linux (see the comment in RemoteNotificationRegistration.swift).
 set -euo pipefail
@@ -100,6 +106,36 @@ SWIFT
     cat "$dir/no-bundle.txt" >&2
     exit 1
   fi
+  background=""
+  if [ "$branch" = UIKit ]; then
+    sed '/^    \/\/ BEGIN Background$/,/^    \/\/ END Background$/d' "Tests/PlatformStandIns/$branch.swift" > "$dir/without-background.swift"
+    mkdir -p "$dir/without-background"
+    swiftc "${common[@]}" -emit-module -module-name "$branch" \
+      -emit-module-path "$dir/without-background/$branch.swiftmodule" "$dir/without-background.swift"
+    if swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken \
+      -I "$dir/without-background" "${sources[@]}" >"$dir/no-background.txt" 2>&1; then
+      echo "check-platform-branches: UIKit: the library compiled without beginBackgroundTask; uploads must take a background task assertion" >&2
+      exit 1
+    fi
+    if ! grep -q "has no member 'beginBackgroundTask'" "$dir/no-background.txt"; then
+      echo "check-platform-branches: UIKit: without beginBackgroundTask the library failed for another reason:" >&2
+      cat "$dir/no-background.txt" >&2
+      exit 1
+    fi
+    background="; each upload attempt takes a background task assertion"
+  fi
   echo "check-platform-branches: $branch branch type-checks; registerForRemoteNotifications() needs the main actor;" \
-    "a @MainActor model compiles against uploadTokenChanges; the branch reads the profile through Bundle"
+    "a @MainActor model compiles against uploadTokenChanges; the branch reads the profile through Bundle$background"
 done
+
+store="$work/UserDefaultsStore.swift"
+{
+  echo 'import Foundation'
+  sed -n '/^[[:space:]]*\/\/ BEGIN UserDefaults store$/,/^[[:space:]]*\/\/ END UserDefaults store$/p' Sources/ForgePushToken/ServerRecord.swift
+} >"$store"
+if ! grep -q 'public struct UserDefaultsServerRecordStore' "$store"; then
+  echo "check-platform-branches: no UserDefaults store between BEGIN and END in ServerRecord.swift" >&2
+  exit 1
+fi
+swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken "${sources[@]}" "$store"
+echo "check-platform-branches: the Apple-only UserDefaults store type-checks with the library against Foundation's UserDefaults"

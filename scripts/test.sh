@@ -45,6 +45,12 @@ step "library: platform branches (stand-in UIKit/AppKit/WatchKit) and DocC"
 bash scripts/check-platform-branches.sh
 bash scripts/build-docs.sh
 
+# The library ready to ship (issue 30): the privacy manifest (a property list with Apple's keys
+# only), the version against CHANGELOG.md and docs/library.md, actionlint on .github/workflows/,
+# and a consumer package of the ForgePushToken product that compiles no server target.
+step "library: privacy manifest, version and changelog, actionlint, a consumer package"
+bash scripts/check-library-release.sh
+
 # TSAN_RUNS=N runs the whole suite N times in a row under Thread Sanitizer (default 1; issue 22's
 # "10 consecutive runs" is TSAN_RUNS=10), and says how many passed.
 if [ "${SKIP_TSAN:-0}" != 1 ]; then

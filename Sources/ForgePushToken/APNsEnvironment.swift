@@ -18,7 +18,7 @@
 /// A token is valid only in the environment of the build that received it: a development-signed
 /// build (run from Xcode) gets sandbox tokens, an App Store, TestFlight or Ad Hoc build gets
 /// production tokens. A server that sends to the wrong gateway gets `400 BadDeviceToken`, so it
-/// needs to be told which one a token belongs to: ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``
+/// needs to be told which one a token belongs to: ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
 /// passes it to every upload (``PushTokenManager/TokenUpload/environment``).
 ///
 /// The raw values are the values of Apple's `aps-environment` entitlement (see Apple's
@@ -34,7 +34,7 @@
 ///   `com.apple.developer.aps-environment` in `Contents/embedded.provisionprofile` (macOS, Mac
 ///   Catalyst).
 ///
-/// An app overrides the decision by passing an environment to ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``.
+/// An app overrides the decision by passing an environment to ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``.
 ///
 /// A value type; `Sendable`.
 public enum APNsEnvironment: String, Sendable, Hashable, Codable, CaseIterable {
@@ -114,10 +114,10 @@ public enum APNsEnvironment: String, Sendable, Hashable, Codable, CaseIterable {
     /// The environment of the running app's device tokens, decided from its embedded provisioning
     /// profile by ``decide(provisioningProfile:isSimulator:)``.
     ///
-    /// Reads `embedded.mobileprovision` from the main bundle (iOS, iPadOS, tvOS, watchOS,
-    /// visionOS) or `Contents/embedded.provisionprofile` (macOS, Mac Catalyst) each time it is
-    /// called; a missing file means ``production``. Elsewhere (Linux) there is no profile and no
-    /// simulator: ``production``.
+    /// Reads `embedded.mobileprovision` at the root of the main bundle (iOS, iPadOS, tvOS,
+    /// watchOS, visionOS) or `Contents/embedded.provisionprofile` in it (macOS, Mac Catalyst) each
+    /// time it is called; a missing file means ``production``. Elsewhere (Linux) there is no
+    /// profile and no simulator: ``production``.
     ///
     /// Thread-safe; it reads a file, so call it once and keep the result.
     ///
@@ -129,23 +129,56 @@ public enum APNsEnvironment: String, Sendable, Hashable, Codable, CaseIterable {
         #else
             let isSimulator = false
         #endif
-        return try decide(provisioningProfile: embeddedProvisioningProfile(), isSimulator: isSimulator)
+        return try current(appBundle: mainBundleURL(), location: .platform, isSimulator: isSimulator)
     }
 
-    /// The bytes of the main bundle's provisioning profile, or `nil` when it has none.
-    private static func embeddedProvisioningProfile() throws(ProvisioningProfileError) -> Data? {
+    /// ``current()`` for the app bundle at `appBundle` with its profile at `location`: the
+    /// injectable part of the lookup, tested with fixture bundle folders.
+    static func current(appBundle: URL?, location: ProfileLocation?, isSimulator: Bool) throws(ProvisioningProfileError)
+        -> APNsEnvironment
+    {
+        let url = appBundle.flatMap { bundle in location.map { $0.url(in: bundle) } }
+        return try decide(provisioningProfile: contents(of: url), isSimulator: isSimulator)
+    }
+
+    /// The main bundle's folder, or `nil` where there is no app bundle (Linux).
+    private static func mainBundleURL() -> URL? {
         // `Bundle` comes from Foundation, which UIKit, AppKit and WatchKit re-export; on Linux the
         // stand-ins in Tests/PlatformStandIns declare it (scripts/check-platform-branches.sh).
-        #if canImport(UIKit) && !os(watchOS) && !targetEnvironment(macCatalyst)
-            return try contents(of: Bundle.main.url(forResource: "embedded", withExtension: "mobileprovision"))
-        #elseif canImport(UIKit) && !os(watchOS) || canImport(AppKit)
-            // macOS and Mac Catalyst: Contents/embedded.provisionprofile, beside Contents/MacOS.
-            return try contents(of: Bundle.main.bundleURL.appendingPathComponent("Contents/embedded.provisionprofile"))
-        #elseif canImport(WatchKit)
-            return try contents(of: Bundle.main.url(forResource: "embedded", withExtension: "mobileprovision"))
+        #if canImport(UIKit) || canImport(AppKit) || canImport(WatchKit)
+            return Bundle.main.bundleURL
         #else
             return nil
         #endif
+    }
+
+    /// Where an app bundle keeps its embedded provisioning profile.
+    enum ProfileLocation {
+        /// `embedded.mobileprovision` at the bundle's root (iOS, iPadOS, tvOS, watchOS, visionOS).
+        case rootMobileProvision
+        /// `Contents/embedded.provisionprofile`, beside `Contents/MacOS` (macOS, Mac Catalyst).
+        case contentsProvisionProfile
+
+        /// This platform's location, or `nil` where apps have no profile (Linux).
+        static var platform: ProfileLocation? {
+            #if canImport(UIKit) && !os(watchOS) && !targetEnvironment(macCatalyst)
+                .rootMobileProvision
+            #elseif canImport(UIKit) && !os(watchOS) || canImport(AppKit)
+                .contentsProvisionProfile
+            #elseif canImport(WatchKit)
+                .rootMobileProvision
+            #else
+                nil
+            #endif
+        }
+
+        /// The profile's URL in the bundle at `bundle`.
+        func url(in bundle: URL) -> URL {
+            switch self {
+            case .rootMobileProvision: bundle.appendingPathComponent("embedded.mobileprovision")
+            case .contentsProvisionProfile: bundle.appendingPathComponent("Contents/embedded.provisionprofile")
+            }
+        }
     }
 
     /// The bytes of the file at `url`, or `nil` when there is no URL or no such file.

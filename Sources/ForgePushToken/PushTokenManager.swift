@@ -29,7 +29,7 @@
 /// ```
 ///
 /// Then read ``token``, observe ``tokenStream``, or let
-/// ``uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)`` keep a server
+/// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)`` keep a server
 /// in step with it, told the token's ``APNsEnvironment``.
 ///
 /// Behaviour (the package's contract, as docs/library.md describes it):
@@ -70,7 +70,7 @@ public final class PushTokenManager: Sendable {
     /// - ``error``: `"registration failed: <description of the error>"`
     ///   (``didFailToRegister(error:)``).
     /// - ``error``: `"device token upload failed (attempt N): <description of the error>; …"`
-    ///   (``uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``,
+    ///   (``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``,
     ///   with the token's text removed from the error's description), or `"…: the upload gave up;
     ///   waiting for a new value or a re-send"`.
     /// - ``error``: `"APNs environment: <description of the error>; assuming production"` (the
@@ -114,6 +114,9 @@ public final class PushTokenManager: Sendable {
         /// The mailboxes of the running `uploadTokenChanges` calls, by id, which
         /// `resendToken()` wakes.
         var uploaders: [UInt64: LatestValueMailbox] = [:]
+        /// The last `signOut()` (`true`) or `resumeUploads()` (`false`) of this process, given to
+        /// upload calls that start later; `nil` when neither was called.
+        var uploadsPaused: Bool?
     }
 
     // Locking. Two locks, always taken in this order: `delivery`, then `state`.
@@ -139,8 +142,8 @@ public final class PushTokenManager: Sendable {
     private let state: Locked<State>
     /// Serialises delivery; holds a reusable list of the continuations being yielded to.
     private let delivery: Locked<[AsyncStream<String?>.Continuation]>
-    /// The log handler; used by this file and by TokenUpload.swift.
-    let log: LogHandler
+    /// Where log messages go: the app's handler, or the platform's log (``init()``).
+    private let logSink: LogSink
     /// An `ObservationRegistrar` where the platform has Observation, else `nil`. Boxed in an
     /// existential because a stored property cannot have a type that is newer than the package's
     /// minimum versions (`ObservationRegistrar` needs iOS 17 / macOS 14 / tvOS 17 / watchOS 10).
@@ -155,7 +158,7 @@ public final class PushTokenManager: Sendable {
     /// category `"PushTokenManager"`; elsewhere each message is one line on standard error, such as
     /// `ForgePushToken warning: rejected an empty device token`.
     public convenience init() {
-        self.init(logHandler: PushTokenManager.defaultLogHandler())
+        self.init(logSink: .system)
     }
 
     /// Creates a manager with no token (``token`` is `nil`) that sends its log messages to
@@ -164,10 +167,14 @@ public final class PushTokenManager: Sendable {
     /// - Parameter logHandler: Receives every log message; see ``LogHandler`` and ``LogLevel`` for
     ///   what is logged. Use it to route messages into a server's logger or to observe them in
     ///   tests.
-    public init(logHandler: @escaping PushTokenManager.LogHandler) {
+    public convenience init(logHandler: @escaping PushTokenManager.LogHandler) {
+        self.init(logSink: .handler(logHandler))
+    }
+
+    private init(logSink: LogSink) {
         self.state = Locked(State())
         self.delivery = Locked([])
-        self.log = logHandler
+        self.logSink = logSink
         #if canImport(Observation)
             if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *) {
                 self.observation = ObservationRegistrar()
@@ -204,10 +211,13 @@ public final class PushTokenManager: Sendable {
     ///
     /// Observable where the platform has Observation: a read inside a SwiftUI view's `body` or
     /// `withObservationTracking(_:onChange:)` is tracked, and the tracking fires when ``token``
-    /// changes value (not when the current token is registered again). Observers are told right
-    /// after the new value is visible, on the thread that made the change and outside the
-    /// manager's locks, so an `onChange` handler that reads ``token`` sees the new value (or a
-    /// newer one) and may call back into the manager.
+    /// changes value (not when the current token is registered again). As for any `Observable`
+    /// property, observers are told before the change (`willSet`, which runs the `onChange` of
+    /// `withObservationTracking`) and after it (`didSet`), on the thread that makes the change and
+    /// with none of the manager's locks held: an `onChange` handler that reads ``token`` sees the
+    /// value being replaced, and may call back into the manager. It should not register a token
+    /// synchronously: a change made inside `willSet` reaches the same, not yet cancelled, tracking
+    /// again, as it would for a property of an `@Observable` class; start a task instead.
     public var token: String? {
         #if canImport(Observation)
             if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
@@ -296,7 +306,8 @@ public final class PushTokenManager: Sendable {
     ///
     /// - Parameter error: The error from the system; only its description is used.
     ///
-    /// Logs a ``LogLevel/error`` `"registration failed: <error>"`. If a token was set, ``token``
+    /// Logs a ``LogLevel/error`` `"registration failed: <domain> error <code>"` (the error's
+    /// domain and code only; see ``LogLevel``). If a token was set, ``token``
     /// becomes `nil` and every ``tokenStream`` subscription receives `nil`; if there was none,
     /// nothing changes and nothing is emitted. Either way the error's description is kept until
     /// the next successful registration and given to uploads of `nil`
@@ -305,7 +316,7 @@ public final class PushTokenManager: Sendable {
     /// Thread-safe: callable from any thread or task, except from inside a task-cancellation
     /// handler (see ``didRegister(deviceToken:)``).
     public func didFailToRegister(error: any Error) {
-        log(.error, "registration failed: \(error)")
+        log(.error, "registration failed: \(LoggedError.summary(error))", error: error)
         publish(nil, registrationError: "\(error)")
     }
 
@@ -315,51 +326,87 @@ public final class PushTokenManager: Sendable {
     /// Under `delivery`, so that concurrent calls deliver in the order they changed `token`; the
     /// subscribers are yielded to outside `state` (see the comment on the stored properties).
     ///
-    /// Observers (Observation) are told after both locks are released, so that their `onChange`
-    /// handlers may call back into the manager.
+    /// Observation's `willSet` is called before the change and `didSet` after it, both with no
+    /// lock held, so that an `onChange` handler (which runs inside `willSet`) may read ``token``
+    /// (and sees the old value) or call back into the manager. The change is announced from a read
+    /// made before taking the locks; if another producer changed ``token`` in between so that this
+    /// change was not announced, nothing is changed and the whole step is tried again, so a change
+    /// is never made without its `willSet`. A `willSet` whose change another producer made
+    /// unnecessary is still balanced by its `didSet` (a spurious notification, never a missed one).
     private func publish(_ newToken: String?, registrationError: String?) {
-        let changed = delivery.withLock { recipients in
-            let changed = state.withLock { state in
-                state.registrationError = registrationError
-                guard state.token != newToken else { return false }
-                state.token = newToken
-                recipients.append(contentsOf: state.subscribers.values)
-                return true
+        while true {
+            let announced = state.withLock { $0.token } != newToken
+            if announced { observationWillSet() }
+            let outcome = delivery.withLock { recipients -> Bool? in
+                let changed = state.withLock { state -> Bool? in
+                    guard state.token != newToken else {
+                        state.registrationError = registrationError
+                        return false
+                    }
+                    // Changed by another producer since the read: announce again first.
+                    guard announced else { return nil }
+                    state.registrationError = registrationError
+                    state.token = newToken
+                    recipients.append(contentsOf: state.subscribers.values)
+                    return true
+                }
+                for continuation in recipients {
+                    continuation.yield(newToken)
+                }
+                // Released here, under `delivery` but not under `state`.
+                recipients.removeAll(keepingCapacity: true)
+                return changed
             }
-            for continuation in recipients {
-                continuation.yield(newToken)
-            }
-            // Released here, under `delivery` but not under `state`.
-            recipients.removeAll(keepingCapacity: true)
-            return changed
-        }
-        if changed {
-            notifyObservers()
+            if announced { observationDidSet() }
+            if outcome != nil { return }
         }
     }
 
-    /// Tells Observation that ``token`` changed: `willSet` (which fires the `onChange` of
-    /// `withObservationTracking`) and `didSet`, back to back, after the change.
-    private func notifyObservers() {
+    /// Tells Observation that ``token`` is about to change (fires the `onChange` of
+    /// `withObservationTracking`). Called with no lock held.
+    private func observationWillSet() {
         #if canImport(Observation)
             if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
                 let registrar = observation as? ObservationRegistrar
             {
                 registrar.willSet(self, keyPath: \.token)
+            }
+        #endif
+    }
+
+    /// Tells Observation that ``token`` has changed. Called with no lock held.
+    private func observationDidSet() {
+        #if canImport(Observation)
+            if #available(iOS 17, macOS 14, tvOS 17, watchOS 10, *),
+                let registrar = observation as? ObservationRegistrar
+            {
                 registrar.didSet(self, keyPath: \.token)
             }
         #endif
     }
 
+    /// Asks every running upload call, and those that start later, to pause (`true`) or resume.
+    func setUploadsPaused(_ paused: Bool) {
+        let mailboxes = state.withLock { state in
+            state.uploadsPaused = paused
+            return Array(state.uploaders.values)
+        }
+        for mailbox in mailboxes {
+            mailbox.requestPause(paused)
+        }
+    }
+
     /// Registers the mailbox of a running `uploadTokenChanges` call, so that `resendToken()`
     /// reaches it; returns the id that `removeUploader(_:)` takes.
     func addUploader(_ mailbox: LatestValueMailbox) -> UInt64 {
-        state.withLock { state in
+        let (id, paused) = state.withLock { state in
             let id = state.nextID
             state.nextID &+= 1
             state.uploaders[id] = mailbox
-            return id
+            return (id, state.uploadsPaused)
         }
+        if let paused { mailbox.requestPause(paused) }
+        return id
     }
 
     /// Removes the mailbox registered as `id`.
@@ -385,29 +432,72 @@ public final class PushTokenManager: Sendable {
     }
 }
 
+/// Where a manager's log messages go.
+enum LogSink: Sendable {
+    /// The app's handler: the message only.
+    case handler(PushTokenManager.LogHandler)
+    /// The platform's log (``PushTokenManager/init()``).
+    case system
+}
+
 extension PushTokenManager {
-    /// The handler used by ``init()``: `os.Logger` on Apple platforms, standard error elsewhere.
-    static func defaultLogHandler() -> LogHandler {
+    /// Logs `message` through the manager's sink. `message` names an error by its domain and code
+    /// only (``LoggedError/summary(_:)``); `error` itself reaches only the platform's log on Apple
+    /// platforms, as private text.
+    func log(_ level: LogLevel, _ message: String, error: (any Error)? = nil) {
+        switch logSink {
+        case .handler(let handler):
+            handler(level, message)
+        case .system:
+            PushTokenManager.systemLog(level, message, error: error)
+        }
+    }
+
+    #if canImport(os)
+        private static let logger = Logger(subsystem: "ForgePushToken", category: "PushTokenManager")
+    #endif
+
+    /// The platform's log, used by ``init()``: `os.Logger` on Apple platforms, standard error
+    /// elsewhere.
+    ///
+    /// On Apple platforms the message (fixed text, counts, durations, an error's domain and code)
+    /// is public and the error's description, which may carry a URL, private: the unified log
+    /// shows it only where private data is enabled (a debugger attached, or a profile). Elsewhere
+    /// the message alone is one line on standard error.
+    private static func systemLog(_ level: LogLevel, _ message: String, error: (any Error)?) {
         #if canImport(os)
-            let logger = Logger(subsystem: "ForgePushToken", category: "PushTokenManager")
-            return { level, message in
-                // Messages never contain a device token, so they are logged as public text.
-                switch level {
-                case .debug: logger.debug("\(message, privacy: .public)")
-                case .info: logger.info("\(message, privacy: .public)")
-                case .warning: logger.warning("\(message, privacy: .public)")
-                case .error: logger.error("\(message, privacy: .public)")
-                }
+            let detail = error.map { String(describing: $0) } ?? ""
+            switch level {
+            case .debug: logger.debug("\(message, privacy: .public) \(detail, privacy: .private)")
+            case .info: logger.info("\(message, privacy: .public) \(detail, privacy: .private)")
+            case .warning: logger.warning("\(message, privacy: .public) \(detail, privacy: .private)")
+            case .error: logger.error("\(message, privacy: .public) \(detail, privacy: .private)")
             }
         #else
-            return { level, message in
-                // One write(2) per line, so lines from concurrent calls do not interleave.
-                let line = Array("ForgePushToken \(level.rawValue): \(message)\n".utf8)
-                line.withUnsafeBytes { bytes in
-                    _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count)
-                }
+            // One write(2) per line, so lines from concurrent calls do not interleave.
+            let line = Array(standardErrorLine(level, message).utf8)
+            line.withUnsafeBytes { bytes in
+                _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count)
             }
         #endif
+    }
+}
+
+extension PushTokenManager {
+    /// The line the default handler writes to standard error where there is no `os.Logger`:
+    /// `ForgePushToken <level>: <message>` and a newline. The error itself is not written.
+    static func standardErrorLine(_ level: LogLevel, _ message: String) -> String {
+        "ForgePushToken \(level.rawValue): \(message)\n"
+    }
+}
+
+/// How log messages name an error: by its domain and code, which carry no URL and no token, never
+/// by its description (a `URLError`'s carries the failing URL; an app's error may quote a token).
+enum LoggedError {
+    /// `"<domain> error <code>"`, as `NSError` names its errors: `NSURLErrorDomain error -1009`
+    /// for a `URLError` (not connected), the qualified type name and case index for a Swift error.
+    static func summary(_ error: any Error) -> String {
+        "\(error._domain) error \(error._code)"
     }
 }
 

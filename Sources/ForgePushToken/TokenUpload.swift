@@ -4,9 +4,15 @@
 // the package's minimums, so this API is gated with `@available` and the rest of the library keeps
 // the older minimums (see docs/library.md, "Platforms and minimum versions").
 
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
 @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 extension PushTokenManager {
-    /// How ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``
+    /// How ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
     /// spaces the retries of a failed upload (exponential backoff with bounded jitter), caps a
     /// server's `Retry-After`, and optionally re-sends an unchanged token.
     ///
@@ -22,8 +28,16 @@ extension PushTokenManager {
     /// to half at random, so that many devices that failed together do not retry together.
     /// `u` is the top 53 bits of one value of the random source, divided by 2^53.
     ///
-    /// An upload that answers ``UploadOutcome/retry(after:)`` with a delay waits that long instead,
-    /// at most ``maximumDelay`` (a server's `Retry-After` is honoured up to the policy's cap).
+    /// An upload that answers ``UploadOutcome/retry(after:)`` with a delay (a server's
+    /// `Retry-After`) waits that long instead, capped at ``maximumRequestedDelay`` (one hour by
+    /// default) and lengthened by up to ``jitter`` of itself at random, so that the devices a
+    /// server told `Retry-After: 120` at the same moment do not all come back at the same moment:
+    ///
+    /// ```
+    /// requested(d) = min(d, maximumRequestedDelay) × (1 + jitter × u)
+    /// ```
+    ///
+    /// A requested wait never ends before the server asked (a server's delay is a "not before").
     ///
     /// Retries do not stop by themselves: a token that cannot be uploaded is retried every
     /// ``maximumDelay`` or so until it uploads, a newer value replaces it, the upload answers
@@ -37,35 +51,43 @@ extension PushTokenManager {
     public struct UploadRetryPolicy: Sendable, Hashable {
         /// The base wait before the first retry. Greater than zero.
         public let initialDelay: Duration
-        /// The largest base wait; the doubling stops here. At least ``initialDelay``. Also the
-        /// longest wait a ``UploadOutcome/retry(after:)`` delay is honoured for.
+        /// The largest base wait; the doubling stops here. At least ``initialDelay``.
         public let maximumDelay: Duration
-        /// The largest fraction of a base wait removed at random, in `0...1`. `0` gives the
-        /// exact doubling schedule.
+        /// The largest fraction of a base wait removed at random, and of a requested delay added
+        /// at random, in `0...1`. `0` gives the exact doubling schedule and the exact requested
+        /// delays.
         public let jitter: Double
+        /// The longest delay a ``UploadOutcome/retry(after:)`` (a server's `Retry-After`) is
+        /// honoured for, before jitter; one hour in ``standard``. Greater than zero.
+        public let maximumRequestedDelay: Duration
         /// How long after a successful upload the same value is uploaded again if nothing changed,
         /// or `nil` (the default) to upload a value only when it changes or
         /// ``PushTokenManager/resendToken()`` is called. Greater than zero when set.
         public let resendInterval: Duration?
 
-        /// 1 second doubling to 5 minutes, with up to half of each wait removed at random; no
-        /// periodic re-send.
+        /// 1 second doubling to 5 minutes, with up to half of each wait removed at random; a
+        /// server's requested delay honoured up to one hour, with up to half of it added at random;
+        /// no periodic re-send.
         public static let standard = UploadRetryPolicy(
-            uncheckedInitialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5, resendInterval: nil)
+            uncheckedInitialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5,
+            maximumRequestedDelay: .seconds(3600), resendInterval: nil)
 
         /// A retry policy.
         ///
         /// - Parameters:
         ///   - initialDelay: The base wait before the first retry; must be greater than zero.
-        ///   - maximumDelay: The largest base wait, and the cap on a requested retry delay; must
-        ///     be at least `initialDelay`.
-        ///   - jitter: The largest fraction of a wait removed at random; must be in `0...1`.
+        ///   - maximumDelay: The largest base wait; must be at least `initialDelay`.
+        ///   - jitter: The largest fraction of a backoff wait removed at random, and of a requested
+        ///     delay added at random; must be in `0...1`.
+        ///   - maximumRequestedDelay: The cap on a requested retry delay (`Retry-After`); one hour
+        ///     by default; must be greater than zero.
         ///   - resendInterval: Re-send an accepted value after this long without a change; `nil`
         ///     (the default) never does. Must be greater than zero when set; `.seconds(86_400)`
         ///     re-sends daily.
         /// - Throws: ``InvalidValue`` naming the first argument out of range; nothing is created.
         public init(
-            initialDelay: Duration, maximumDelay: Duration, jitter: Double, resendInterval: Duration? = nil
+            initialDelay: Duration, maximumDelay: Duration, jitter: Double,
+            maximumRequestedDelay: Duration = .seconds(3600), resendInterval: Duration? = nil
         ) throws {
             guard initialDelay > .zero else {
                 throw InvalidValue(description: "initialDelay must be greater than zero, got \(initialDelay)")
@@ -77,21 +99,26 @@ extension PushTokenManager {
             guard jitter >= 0, jitter <= 1 else {
                 throw InvalidValue(description: "jitter must be in 0...1, got \(jitter)")
             }
+            guard maximumRequestedDelay > .zero else {
+                throw InvalidValue(
+                    description: "maximumRequestedDelay must be greater than zero, got \(maximumRequestedDelay)")
+            }
             if let resendInterval, resendInterval <= .zero {
                 throw InvalidValue(description: "resendInterval must be greater than zero, got \(resendInterval)")
             }
             self.init(
                 uncheckedInitialDelay: initialDelay, maximumDelay: maximumDelay, jitter: jitter,
-                resendInterval: resendInterval)
+                maximumRequestedDelay: maximumRequestedDelay, resendInterval: resendInterval)
         }
 
         private init(
             uncheckedInitialDelay initialDelay: Duration, maximumDelay: Duration, jitter: Double,
-            resendInterval: Duration?
+            maximumRequestedDelay: Duration, resendInterval: Duration?
         ) {
             self.initialDelay = initialDelay
             self.maximumDelay = maximumDelay
             self.jitter = jitter
+            self.maximumRequestedDelay = maximumRequestedDelay
             self.resendInterval = resendInterval
         }
 
@@ -115,7 +142,25 @@ extension PushTokenManager {
             return base - base * (jitter * unit)
         }
 
-        /// The error thrown by ``init(initialDelay:maximumDelay:jitter:resendInterval:)`` for an
+        /// The wait for a ``UploadOutcome/retry(after:)`` that asked for `requested`, drawing one
+        /// value from `generator`.
+        ///
+        /// - Parameters:
+        ///   - requested: The delay the upload asked for (a server's `Retry-After`). Negative
+        ///     counts as zero.
+        ///   - generator: The random source; exactly one `next()` is drawn.
+        /// - Returns: `min(requested, maximumRequestedDelay) × (1 + jitter × u)`, between the
+        ///   capped delay and `(1 + jitter)` times it.
+        public func delay(forRequested requested: Duration, using generator: inout some RandomNumberGenerator)
+            -> Duration
+        {
+            let capped = min(max(requested, .zero), maximumRequestedDelay)
+            let unit = Double(generator.next() >> 11) * 0x1p-53
+            return capped + capped * (jitter * unit)
+        }
+
+        /// The error thrown by
+        /// ``init(initialDelay:maximumDelay:jitter:maximumRequestedDelay:resendInterval:)`` for an
         /// argument out of range.
         public struct InvalidValue: Error, Sendable, CustomStringConvertible {
             /// Which argument was wrong and why, in English.
@@ -124,20 +169,23 @@ extension PushTokenManager {
     }
 
     /// What one upload of
-    /// ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``
-    /// is asked to do: put ``token`` on the server, or clear it there when it is `nil`.
+    /// ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
+    /// is asked to do: put ``token`` on the server, clear it there when it is `nil`, or, when
+    /// ``isSignOut``, remove this device's token from the server because the user signed out.
     ///
     /// A value type; `Sendable`.
     public struct TokenUpload: Sendable, Hashable {
         /// The device token to put on the server, as lowercase hex, or `nil` to clear it there
-        /// (the app had a token and has lost it).
+        /// (the app had a token and has lost it, or ``isSignOut``).
         public let token: String?
-        /// The value the server is known to hold: the last value an upload of this call answered
-        /// ``UploadOutcome/done`` for, or `nil` when none has yet (or the last was a clear).
+        /// The value the server is known to hold: the last value an upload answered
+        /// ``UploadOutcome/done`` for, kept across launches by the ``ServerRecordStore``, or `nil`
+        /// when none has yet (or the last was a clear or a sign-out).
         ///
-        /// Name it in a clear (`DELETE /devices/{serverToken}`) or when replacing a token. An
-        /// upload of another value that did not answer ``UploadOutcome/done`` (it threw, asked to
-        /// retry or gave up) may still have reached the server.
+        /// Name it in a clear or a sign-out (`DELETE /devices/{serverToken}`) or when replacing a
+        /// token (a relaunch with a new token included). An upload of another value that did not
+        /// answer ``UploadOutcome/done`` (it threw, asked to retry or gave up) may still have
+        /// reached the server.
         public let serverToken: String?
         /// The APNs environment the token belongs to (see ``APNsEnvironment``): the server sends
         /// to the sandbox gateway for ``APNsEnvironment/development`` and to production for
@@ -145,8 +193,11 @@ extension PushTokenManager {
         public let environment: APNsEnvironment
         /// Why ``token`` is `nil`: the description of the error of the failed registration that
         /// cleared it (``PushTokenManager/didFailToRegister(error:)``), or `nil` when the token is
-        /// set or no registration has failed since the last success.
+        /// set, no registration has failed since the last success, or ``isSignOut``.
         public let registrationError: String?
+        /// Whether this is the sign-out ``PushTokenManager/signOut()`` asked for: the server
+        /// should no longer hold this device's token (``serverToken``). ``token`` is `nil`.
+        public let isSignOut: Bool
 
         /// An upload request; the manager makes these, tests of an upload function may too.
         ///
@@ -155,19 +206,24 @@ extension PushTokenManager {
         ///   - serverToken: The value the server is known to hold, or `nil`.
         ///   - environment: The token's APNs environment.
         ///   - registrationError: Why `token` is `nil`, or `nil`.
-        public init(token: String?, serverToken: String?, environment: APNsEnvironment, registrationError: String?) {
+        ///   - isSignOut: Whether this is a sign-out (`false` by default).
+        public init(
+            token: String?, serverToken: String?, environment: APNsEnvironment, registrationError: String?,
+            isSignOut: Bool = false
+        ) {
             self.token = token
             self.serverToken = serverToken
             self.environment = environment
             self.registrationError = registrationError
+            self.isSignOut = isSignOut
         }
     }
 
     /// How an upload went: the answer of the `upload` function of
-    /// ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``.
+    /// ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``.
     ///
     /// Throwing from the upload means the same as ``retry(after:)`` with no delay: the policy's
-    /// backoff, logged with the error. ``init(httpStatusCode:retryAfter:)`` maps an HTTP answer.
+    /// backoff, logged with the error. ``init(httpStatusCode:retryAfter:now:)`` maps an HTTP answer.
     ///
     /// A value type; `Sendable`.
     public enum UploadOutcome: Sendable, Hashable {
@@ -176,8 +232,9 @@ extension PushTokenManager {
         /// ``UploadRetryPolicy/resendInterval`` passes.
         case done
         /// A transient failure: upload the same value again after `after`, at most the policy's
-        /// ``UploadRetryPolicy/maximumDelay``, or, when `after` is `nil`, after the policy's next
-        /// backoff wait. A newer value or a re-send ends the wait at once.
+        /// ``UploadRetryPolicy/maximumRequestedDelay`` and lengthened by its jitter, or, when
+        /// `after` is `nil` or negative, after the policy's next backoff wait. A newer value or a
+        /// re-send ends the wait at once.
         case retry(after: Duration? = nil)
         /// A permanent failure (the server refused this value, for example with `400` or
         /// `401`): logged, and nothing more is uploaded until the value changes or the app calls
@@ -189,7 +246,7 @@ extension PushTokenManager {
         /// | status | outcome |
         /// |---|---|
         /// | `2xx` | ``done`` |
-        /// | `408`, `429`, `5xx` | ``retry(after:)``, after `Retry-After` when it is delay-seconds |
+        /// | `408`, `429`, `5xx` | ``retry(after:)``, after `Retry-After` when it can be read |
         /// | any other `4xx` | ``giveUp`` |
         /// | anything else (`1xx`, `3xx`, out of range) | ``retry(after:)`` with the policy's backoff |
         ///
@@ -198,32 +255,26 @@ extension PushTokenManager {
         ///
         /// - Parameters:
         ///   - httpStatusCode: The answer's status code (`HTTPURLResponse.statusCode`).
-        ///   - retryAfter: The answer's `Retry-After` field value, or `nil`. Only the
-        ///     delay-seconds form (RFC 9110 §10.2.3: one or more digits, such as `120`) is read;
-        ///     an HTTP-date or anything else falls back to the policy's backoff.
-        public init(httpStatusCode: Int, retryAfter: String?) {
+        ///   - retryAfter: The answer's `Retry-After` field value, or `nil`. Both forms of RFC 9110
+        ///     §10.2.3 are read: delay-seconds (one or more digits, such as `120`; values over a day
+        ///     are read as a day) and an HTTP-date (§5.6.7: IMF-fixdate such as
+        ///     `Sun, 06 Nov 1994 08:49:37 GMT`, and the obsolete RFC 850 and asctime forms), which
+        ///     becomes the time from `now` to that date. A date in the past is no delay; anything
+        ///     unreadable falls back to the policy's backoff (`retry(after: nil)`). The policy caps
+        ///     and jitters the delay (``UploadRetryPolicy/maximumRequestedDelay``).
+        ///   - now: The wall-clock time the answer arrived, for an HTTP-date; the current time by
+        ///     default.
+        public init(httpStatusCode: Int, retryAfter: String?, now: Date = Date()) {
             switch httpStatusCode {
             case 200..<300:
                 self = .done
             case 408, 429, 500..<600:
-                self = .retry(after: retryAfter.flatMap(Self.delaySeconds))
+                self = .retry(after: retryAfter.flatMap { RetryAfter.delay($0, now: now) })
             case 400..<500:
                 self = .giveUp
             default:
                 self = .retry(after: nil)
             }
-        }
-
-        /// `Retry-After` as delay-seconds (`1*DIGIT`, blanks around it ignored), or `nil`.
-        /// Values over a day are read as a day (the policy caps them far below that anyway).
-        private static func delaySeconds(_ field: String) -> Duration? {
-            let digits = field.utf8.drop { $0 == 0x20 || $0 == 0x09 }.reversed().drop { $0 == 0x20 || $0 == 0x09 }
-            guard !digits.isEmpty, digits.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
-            var seconds: Int64 = 0
-            for digit in digits.reversed() {
-                seconds = min(seconds * 10 + Int64(digit - 0x30), 86_400)
-            }
-            return .seconds(seconds)
         }
     }
 
@@ -248,25 +299,33 @@ extension PushTokenManager {
     ///   uploaded after a newer one.
     /// - `nil` ("clear the token on the server") only after this call has seen a token: the `nil`
     ///   of an app that has no token yet is not uploaded, so a launch never clears the server.
-    /// - A value equal to the last one answered ``UploadOutcome/done`` is not uploaded again,
-    ///   unless the app calls ``resendToken()`` or the policy's
-    ///   ``UploadRetryPolicy/resendInterval`` passes.
+    /// - A value equal to the one the server holds (the last answered ``UploadOutcome/done``, in
+    ///   this launch or, through `serverRecord`, an earlier one) is not uploaded again, unless the
+    ///   app calls ``resendToken()`` or the policy's ``UploadRetryPolicy/resendInterval`` passes,
+    ///   counted from the acknowledgement's wall-clock time (``ServerRecord/acknowledged``).
+    /// - After ``signOut()``: one sign-out (``TokenUpload/isSignOut``), after any upload in flight
+    ///   and with the same retries, then nothing until ``resumeUploads()``.
     ///
     /// How:
     /// - Uploads never overlap: a value that arrives during an upload waits for it to return
     ///   and then goes at once.
     /// - ``UploadOutcome/retry(after:)`` or a thrown error: the same value is uploaded again after
-    ///   the requested delay (capped at ``UploadRetryPolicy/maximumDelay``) or the policy's next
-    ///   backoff wait, measured on `clock`. A newer value or a re-send ends the wait at once; a
-    ///   replaced value is never uploaded again.
+    ///   the requested delay (capped at ``UploadRetryPolicy/maximumRequestedDelay``, plus jitter)
+    ///   or the policy's next backoff wait, measured on `clock`. A newer value or a re-send ends the
+    ///   wait at once; a replaced value is never uploaded again.
     /// - ``UploadOutcome/giveUp``: nothing more is uploaded until the value changes or the app
     ///   calls ``resendToken()``.
     /// - Each failure is logged through the manager's log handler at ``LogLevel/error``:
     ///   `"device token upload failed (attempt N): <error>; retrying in <wait>"` (for an answer
     ///   `retry`, `<error>` is `the upload asked to retry`), `"…; a newer value replaces it"`, or
     ///   `"device token upload failed (attempt N): the upload gave up; waiting for a new value or
-    ///   a re-send"`. Any occurrence of the token's text in an error's description is replaced by
-    ///   `<device token>`, so no message contains a token.
+    ///   a re-send"`. `<error>` names only the error's type, domain and code (such as
+    ///   `URLError (NSURLErrorDomain 1009)`), never its description, which may carry a URL or a
+    ///   token (a `URLError` carries the failing URL).
+    /// - On iOS, tvOS and visionOS each attempt runs inside a background task assertion
+    ///   (`UIApplication.beginBackgroundTask(withName:expirationHandler:)`, named
+    ///   `"ForgePushToken upload"`), ended when the attempt returns or the system expires it, so
+    ///   that an upload started during a background launch is not suspended mid-request.
     /// - Cancellation of the calling task ends it promptly: a wait ends at once; an upload in
     ///   flight runs in the calling task and sees the cancellation (`URLSession` stops its
     ///   request), and nothing is uploaded after it returns.
@@ -278,25 +337,55 @@ extension PushTokenManager {
     /// - Parameters:
     ///   - retryPolicy: The backoff between retries, the cap on requested delays, and the periodic
     ///     re-send; ``UploadRetryPolicy/standard`` by default (1 s doubling to 5 minutes, with
-    ///     jitter; no periodic re-send).
+    ///     jitter; requested delays up to an hour; no periodic re-send).
     ///   - environment: The APNs environment given to every upload, or `nil` (the default) to
     ///     decide it once, at the start, with ``APNsEnvironment/current()``. If that throws, the
     ///     error is logged at ``LogLevel/error`` (`"APNs environment: <error>; assuming
     ///     production"`) and ``APNsEnvironment/production`` is used.
+    ///   - serverRecord: Where what the server holds is kept across launches
+    ///     (``ServerRecord``); ``defaultServerRecordStore()`` by default: `UserDefaults` under
+    ///     `"ForgePushToken.serverRecord"` on Apple platforms, memory elsewhere. Two calls that
+    ///     keep two servers in step need two stores.
     ///   - clock: Measures the waits. `ContinuousClock` by default; tests pass a manual clock.
-    ///   - randomSource: Draws the jitter, one value per backoff wait. `SystemRandomNumberGenerator`
-    ///     by default; tests pass a seeded generator.
+    ///   - randomSource: Draws the jitter, one value per wait. `SystemRandomNumberGenerator` by
+    ///     default; tests pass a seeded generator.
     ///   - isolation: Where `upload` runs: the caller's actor by default (`#isolation`).
     ///   - upload: Sends one ``TokenUpload`` to the server and answers how it went (an
     ///     ``UploadOutcome``; throwing is a transient failure). Called in `isolation`, never
     ///     concurrently with itself; it should honour cancellation.
     ///
     /// Thread-safe; several calls may run at once (each keeps its own server in step).
+    @available(iOSApplicationExtension, unavailable)
+    @available(tvOSApplicationExtension, unavailable)
+    @available(visionOSApplicationExtension, unavailable)
+    @available(macCatalystApplicationExtension, unavailable)
     public func uploadTokenChanges(
         retryPolicy: UploadRetryPolicy = .standard,
         environment: APNsEnvironment? = nil,
+        serverRecord: any ServerRecordStore = PushTokenManager.defaultServerRecordStore(),
         clock: some Clock<Duration> = ContinuousClock(),
         randomSource: some RandomNumberGenerator = SystemRandomNumberGenerator(),
+        isolation: isolated (any Actor)? = #isolation,
+        upload: (TokenUpload) async throws -> UploadOutcome
+    ) async {
+        await uploadTokenChanges(
+            retryPolicy: retryPolicy, environment: environment, serverRecord: serverRecord, clock: clock,
+            randomSource: randomSource, wallClock: { Date() }, isolation: isolation, upload: upload)
+    }
+
+    /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
+    /// with the wall clock injected (tests).
+    @available(iOSApplicationExtension, unavailable)
+    @available(tvOSApplicationExtension, unavailable)
+    @available(visionOSApplicationExtension, unavailable)
+    @available(macCatalystApplicationExtension, unavailable)
+    func uploadTokenChanges(
+        retryPolicy: UploadRetryPolicy,
+        environment: APNsEnvironment?,
+        serverRecord: any ServerRecordStore,
+        clock: some Clock<Duration>,
+        randomSource: some RandomNumberGenerator,
+        wallClock: @escaping @Sendable () -> Date,
         isolation: isolated (any Actor)? = #isolation,
         upload: (TokenUpload) async throws -> UploadOutcome
     ) async {
@@ -313,20 +402,21 @@ extension PushTokenManager {
                 }
             }
             var loop = UploadLoop(
-                manager: self, mailbox: mailbox, policy: retryPolicy, environment: environment, clock: clock)
+                manager: self, mailbox: mailbox, policy: retryPolicy, environment: environment, clock: clock,
+                store: serverRecord, wallClock: wallClock)
             await loop.run(isolation: isolation, generator: &generator, upload: upload)
             group.cancelAll()
         }
     }
 
     /// Asks every running
-    /// ``uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)`` to
-    /// upload the current value again, although it did not change: after the user logs in, or
+    /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
+    /// to upload the current value again, although it did not change: after the user logs in, or
     /// when the server has lost it.
     ///
     /// Ends a backoff wait and a ``UploadOutcome/giveUp`` at once; an upload in flight is
     /// followed by one more. Does nothing before the first token (the launch's `nil` is never
-    /// uploaded). Returns at once.
+    /// uploaded), and nothing while uploads are paused by ``signOut()``. Returns at once.
     ///
     /// Thread-safe; callable from any thread or task.
     public func resendToken() {
@@ -335,22 +425,52 @@ extension PushTokenManager {
         }
     }
 
+    /// Says that the server should no longer hold this device's token: the user signed out.
+    ///
+    /// Every running
+    /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
+    /// finishes the upload in flight, if any, then sends one ``TokenUpload`` with
+    /// ``TokenUpload/isSignOut`` set, naming the token the server holds
+    /// (``TokenUpload/serverToken``), with the same retry policy and outcomes as any upload; it is
+    /// left out when the server is known to hold nothing. After it nothing is uploaded (token
+    /// changes and ``resendToken()`` are remembered, not sent) until ``resumeUploads()``. The
+    /// pause is kept in the ``ServerRecord``, so it outlasts a relaunch, and a sign-out not yet
+    /// acknowledged is sent after one. A call that starts after this one starts paused.
+    ///
+    /// Returns at once. Thread-safe; callable from any thread or task.
+    public func signOut() {
+        setUploadsPaused(true)
+    }
+
+    /// Ends the pause of ``signOut()`` (the user signed in again): every running
+    /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
+    /// uploads the current token, if there is one, and keeps the server in step again.
+    ///
+    /// Returns at once. Thread-safe; callable from any thread or task.
+    public func resumeUploads() {
+        setUploadsPaused(false)
+    }
+
     /// ``APNsEnvironment/current()``, or `production` after logging why it could not be decided.
     private func decidedEnvironment() -> APNsEnvironment {
         do {
             return try APNsEnvironment.current()
         } catch {
-            log(.error, "APNs environment: \(error); assuming production")
+            log(.error, "APNs environment: \(LoggedError.summary(error)); assuming production", error: error)
             return .production
         }
     }
 }
 
 /// The state of one
-/// ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:clock:randomSource:isolation:upload:)``
-/// call, and its loop: takes values and re-send requests from the mailbox and uploads until the
-/// task is cancelled.
+/// ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
+/// call, and its loop: takes values, re-send and pause requests from the mailbox and uploads until
+/// the task is cancelled.
 @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+@available(iOSApplicationExtension, unavailable)
+@available(tvOSApplicationExtension, unavailable)
+@available(visionOSApplicationExtension, unavailable)
+@available(macCatalystApplicationExtension, unavailable)
 private struct UploadLoop<C: Clock<Duration>> {
     /// How uploading one value ended.
     enum Settled {
@@ -369,33 +489,69 @@ private struct UploadLoop<C: Clock<Duration>> {
     let policy: PushTokenManager.UploadRetryPolicy
     let environment: APNsEnvironment
     let clock: C
+    let store: any ServerRecordStore
+    let wallClock: @Sendable () -> Date
 
     /// The newest value taken from the mailbox; `.none` before the stream's first value.
     var value: String?? = .none
     /// Whether a token has been seen (before that, `nil` is not uploaded).
     var tokenSeen = false
-    /// The last value answered done, for ``PushTokenManager/TokenUpload/serverToken``.
-    var serverToken: String?
-    /// What the server holds after our last successful upload; `.none` when unknown (before any
-    /// success, or once an upload of another value has been attempted). Skips repeated values.
-    var serverHolds: String?? = .none
+    /// What the server is known to hold, and whether uploads are paused: the persisted record.
+    var record: ServerRecord
+    /// Whether the server's state is known to be `record.token`: `false` once an upload of
+    /// another value has been attempted and not acknowledged. Skips repeated values.
+    var recordIsCurrent: Bool
+    /// When the periodic re-send of `record.token` is due, on `clock`; `nil` without a
+    /// `resendInterval` or while nothing acknowledged is current.
+    var resendDue: C.Instant?
+
+    init(
+        manager: PushTokenManager, mailbox: LatestValueMailbox, policy: PushTokenManager.UploadRetryPolicy,
+        environment: APNsEnvironment, clock: C, store: any ServerRecordStore, wallClock: @escaping @Sendable () -> Date
+    ) {
+        self.manager = manager
+        self.mailbox = mailbox
+        self.policy = policy
+        self.environment = environment
+        self.clock = clock
+        self.store = store
+        self.wallClock = wallClock
+        let loaded = store.load()
+        // A record of another environment (a development build's record read by a production
+        // build) says nothing about this environment's token: it is only named as replaced.
+        self.record =
+            loaded ?? ServerRecord(token: nil, environment: environment, acknowledged: nil, uploadsPaused: false)
+        self.recordIsCurrent = loaded.map { $0.environment == environment } ?? true
+        if recordIsCurrent, let interval = policy.resendInterval, let loaded, let acknowledged = loaded.acknowledged {
+            // Counted from the acknowledgement's wall-clock time; a time in the future (the clock
+            // was set back) counts as now.
+            let elapsed = max(wallClock().timeIntervalSince(acknowledged), 0)
+            let remaining = max(interval - .milliseconds(Int64(min(elapsed, 1e12) * 1000)), .zero)
+            self.resendDue = clock.now.advanced(by: remaining)
+        }
+    }
 
     mutating func run(
         isolation: isolated (any Actor)? = #isolation,
         generator: inout some RandomNumberGenerator,
         upload: (PushTokenManager.TokenUpload) async throws -> PushTokenManager.UploadOutcome
     ) async {
-        var lastSettled: Settled?
         while true {
-            // After a success, with a periodic re-send, wait at most the interval for news.
+            // While the server holds the current value, with a periodic re-send, wait at most
+            // until it is due.
             var periodic = false
-            if lastSettled == .done, let interval = policy.resendInterval, !mailbox.hasNews {
-                await mailbox.waitForNews(atMost: interval, on: clock)
+            if !record.uploadsPaused, tokenSeen, recordIsCurrent, let due = resendDue,
+                case .some(let current) = value, current == record.token, !mailbox.hasNews
+            {
+                let wait = clock.now.duration(to: due)
+                if wait > .zero { await mailbox.waitForNews(atMost: wait, on: clock) }
                 periodic = !mailbox.hasNews
+                // Due once: the upload it starts sets the next due time when it is acknowledged.
+                if periodic { resendDue = nil }
             }
             let news: LatestValueMailbox.News
             if periodic {
-                news = LatestValueMailbox.News(value: .none, resend: true)
+                news = LatestValueMailbox.News(value: .none, resend: true, pause: nil)
             } else {
                 guard let taken = await mailbox.next() else { return }
                 news = taken
@@ -405,16 +561,44 @@ private struct UploadLoop<C: Clock<Duration>> {
                 value = .some(newValue)
                 if newValue != nil { tokenSeen = true }
             }
+            if let pause = news.pause, pause != record.uploadsPaused {
+                record.uploadsPaused = pause
+                store.save(record)
+                if !pause, record.token != nil {
+                    // Resumed before a sign-out was acknowledged: the server may hold the token
+                    // without its user, so the current value goes again.
+                    recordIsCurrent = false
+                }
+            }
+            if record.uploadsPaused {
+                // A sign-out is owed while the server may hold a token.
+                guard record.token != nil || !recordIsCurrent else { continue }
+                if await settle(.signOut, isolation: isolation, generator: &generator, upload: upload) == .cancelled {
+                    return
+                }
+                continue
+            }
             guard case .some(let current) = value, tokenSeen else { continue }
-            guard news.resend || serverHolds != .some(current) else { continue }
-            lastSettled = await settle(current, isolation: isolation, generator: &generator, upload: upload)
-            if lastSettled == .cancelled { return }
+            guard news.resend || !recordIsCurrent || record.token != current else { continue }
+            if await settle(.value(current), isolation: isolation, generator: &generator, upload: upload)
+                == .cancelled
+            {
+                return
+            }
         }
     }
 
-    /// Uploads `value` until it is done, given up, replaced, or the task is cancelled.
+    /// What one ``settle(_:isolation:generator:upload:)`` sends.
+    enum Request: Equatable {
+        /// The token (or `nil`, a clear).
+        case value(String?)
+        /// The sign-out.
+        case signOut
+    }
+
+    /// Uploads `request` until it is done, given up, replaced, or the task is cancelled.
     mutating func settle(
-        _ value: String?,
+        _ request: Request,
         isolation: isolated (any Actor)? = #isolation,
         generator: inout some RandomNumberGenerator,
         upload: (PushTokenManager.TokenUpload) async throws -> PushTokenManager.UploadOutcome
@@ -422,23 +606,30 @@ private struct UploadLoop<C: Clock<Duration>> {
         var attempt = 0
         while !Task.isCancelled {
             attempt += 1
-            serverHolds = .none
-            let request = PushTokenManager.TokenUpload(
-                token: value, serverToken: serverToken, environment: environment,
-                registrationError: value == nil ? manager.registrationErrorIfNoToken : nil)
+            let message = PushTokenManager.TokenUpload(
+                token: request.token, serverToken: record.token, environment: environment,
+                registrationError: request == .value(nil) ? manager.registrationErrorIfNoToken : nil,
+                isSignOut: request == .signOut)
+            recordIsCurrent = false
+            resendDue = nil
             let reason: String
             let requested: Duration?
+            var failure: (any Error)?
             do {
-                switch try await upload(request) {
+                switch try await BackgroundTime.during({ try await upload(message) }) {
                 case .done:
-                    serverHolds = .some(value)
-                    serverToken = value
+                    record.token = request.token
+                    record.environment = environment
+                    record.acknowledged = wallClock()
+                    store.save(record)
+                    recordIsCurrent = true
+                    resendDue = policy.resendInterval.map { clock.now.advanced(by: $0) }
                     return .done
                 case .giveUp:
                     if Task.isCancelled { return .cancelled }
                     manager.log(
                         .error,
-                        "device token upload failed (attempt \(attempt)): the upload gave up; "
+                        "device token \(request.noun) failed (attempt \(attempt)): the upload gave up; "
                             + "waiting for a new value or a re-send")
                     return .gaveUp
                 case .retry(let after):
@@ -446,29 +637,51 @@ private struct UploadLoop<C: Clock<Duration>> {
                     requested = after
                 }
             } catch {
-                reason = Self.redacted("\(error)", value)
+                reason = LoggedError.summary(error)
                 requested = nil
+                failure = error
             }
             if Task.isCancelled { return .cancelled }
             if mailbox.hasNews {
                 let next = mailbox.hasValue ? "a newer value replaces it" : "a re-send was requested"
-                manager.log(.error, "device token upload failed (attempt \(attempt)): \(reason); \(next)")
+                manager.log(
+                    .error, "device token \(request.noun) failed (attempt \(attempt)): \(reason); \(next)",
+                    error: failure)
                 return .replaced
             }
             let wait =
-                requested.map { min(max($0, .zero), policy.maximumDelay) }
+                requested.flatMap { $0 >= .zero ? policy.delay(forRequested: $0, using: &generator) : nil }
                 ?? policy.delay(forRetry: attempt, using: &generator)
-            manager.log(.error, "device token upload failed (attempt \(attempt)): \(reason); retrying in \(wait)")
+            manager.log(
+                .error, "device token \(request.noun) failed (attempt \(attempt)): \(reason); retrying in \(wait)",
+                error: failure)
             await mailbox.waitForNews(atMost: wait, on: clock)
             if mailbox.hasNews { return .replaced }
         }
         return .cancelled
     }
+}
 
-    /// `text` with every occurrence of `token` replaced by `<device token>`.
-    private static func redacted(_ text: String, _ token: String?) -> String {
-        guard let token, !token.isEmpty else { return text }
-        return text.replacing(token, with: "<device token>")
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+@available(iOSApplicationExtension, unavailable)
+@available(tvOSApplicationExtension, unavailable)
+@available(visionOSApplicationExtension, unavailable)
+@available(macCatalystApplicationExtension, unavailable)
+extension UploadLoop.Request {
+    /// The token a request uploads: the value, or `nil` for a sign-out.
+    var token: String? {
+        switch self {
+        case .value(let value): value
+        case .signOut: nil
+        }
+    }
+
+    /// The word for it in log messages.
+    var noun: String {
+        switch self {
+        case .value: "upload"
+        case .signOut: "sign-out"
+        }
     }
 }
 
@@ -483,6 +696,9 @@ final class LatestValueMailbox: Sendable {
         var value: String??
         /// Whether ``requestResend()`` was called since the last ``next()``.
         var resend: Bool
+        /// The last ``requestPause(_:)`` since the last ``next()``: `true` for a sign-out,
+        /// `false` for a resume, `nil` for neither.
+        var pause: Bool?
     }
 
     private struct State: Sendable {
@@ -490,10 +706,14 @@ final class LatestValueMailbox: Sendable {
         var value: String?? = .none
         /// Whether a re-send was asked and not yet taken.
         var resend = false
+        /// The last pause or resume asked and not yet taken.
+        var pause: Bool?
+        /// The last value put, taken or not (for tests); `.none` before the first.
+        var lastPut: String?? = .none
         /// The task waiting for news, if any.
         var waiter: CheckedContinuation<Void, Never>?
 
-        var hasNews: Bool { value != nil || resend }
+        var hasNews: Bool { value != nil || resend || pause != nil }
     }
 
     private let state = Locked(State())
@@ -508,6 +728,11 @@ final class LatestValueMailbox: Sendable {
         state.withLock { $0.value }
     }
 
+    /// The last value put, taken or not; `.none` before the first (for tests).
+    var lastPut: String?? {
+        state.withLock { $0.lastPut }
+    }
+
     /// Whether a value or a re-send request waits to be taken.
     var hasNews: Bool {
         state.withLock { $0.hasNews }
@@ -517,6 +742,7 @@ final class LatestValueMailbox: Sendable {
     func put(_ value: String?) {
         let waiter = state.withLock { state in
             state.value = .some(value)
+            state.lastPut = .some(value)
             return state.waiter.take()
         }
         waiter?.resume()
@@ -531,6 +757,16 @@ final class LatestValueMailbox: Sendable {
         waiter?.resume()
     }
 
+    /// Records a pause (`true`, a sign-out) or a resume (`false`), replacing one not yet taken,
+    /// and wakes the waiting task, if any.
+    func requestPause(_ paused: Bool) {
+        let waiter = state.withLock { state in
+            state.pause = paused
+            return state.waiter.take()
+        }
+        waiter?.resume()
+    }
+
     /// Takes the waiting news, waiting for some if there is none; `nil` once the task is
     /// cancelled.
     func next() async -> News? {
@@ -540,8 +776,9 @@ final class LatestValueMailbox: Sendable {
                 defer {
                     state.value = .none
                     state.resend = false
+                    state.pause = nil
                 }
-                return News(value: state.value, resend: state.resend)
+                return News(value: state.value, resend: state.resend, pause: state.pause)
             }
             if let news { return news }
             await waitForNews()

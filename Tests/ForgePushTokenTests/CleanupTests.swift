@@ -5,7 +5,7 @@ import Testing
 
 /// Rule 8: subscriptions are removed promptly; the manager's deinit finishes open streams; streams
 /// do not keep the manager alive.
-@Suite("Rule 8: cleanup", .timeLimit(.minutes(1)))
+@Suite("Rule 8: cleanup", hangGuard(minutes: 1))
 struct CleanupTests {
     @Test func cancelledConsumerIsRemovedByTheTimeItsTaskFinishes() async {
         let manager = PushTokenManager(logHandler: silent)
@@ -82,7 +82,7 @@ struct CleanupTests {
 
     @Test func deinitEndsAWaitingLoop() async {
         var manager: PushTokenManager? = PushTokenManager(logHandler: silent)
-        weak let weakManager = manager
+        let weakManager = WeakReference(manager)
         manager!.didRegister(deviceToken: token(1))
         let stream = manager!.tokenStream
         let (received, signal) = AsyncStream.makeStream(of: Void.self)
@@ -97,7 +97,7 @@ struct CleanupTests {
         var iterator = received.makeAsyncIterator()
         await iterator.next()
         manager = nil
-        #expect(weakManager == nil)
+        #expect(weakManager.value == nil)
         #expect(await value(of: loop) == [hex(1)])
     }
 
@@ -115,11 +115,11 @@ struct CleanupTests {
 
     @Test func streamsDoNotKeepTheManagerAlive() async {
         var manager: PushTokenManager? = PushTokenManager(logHandler: silent)
-        weak let weakManager = manager
+        let weakManager = WeakReference(manager)
         let streams = (0..<3).map { _ in manager!.tokenStream }
-        #expect(weakManager?.subscriberCount == 3)
+        #expect(weakManager.value?.subscriberCount == 3)
         manager = nil
-        #expect(weakManager == nil)
+        #expect(weakManager.value == nil)
         for stream in streams {
             var iterator = stream.makeAsyncIterator()
             #expect(await iterator.next() == .some(nil))
@@ -129,17 +129,24 @@ struct CleanupTests {
 
     @Test func streamOutlivingItsManagerCanBeDroppedAndCancelled() async {
         var manager: PushTokenManager? = PushTokenManager(logHandler: silent)
-        weak let weakManager = manager
+        let weakManager = WeakReference(manager)
         manager!.didRegister(deviceToken: token(3))
         let read = manager!.tokenStream
         let cancelled = manager!.tokenStream
         var dropped: AsyncStream<String?>? = manager!.tokenStream
         manager = nil
-        #expect(weakManager == nil)  // no stream kept it alive
+        #expect(weakManager.value == nil)  // no stream kept it alive
 
-        // Dropped after the manager: its termination handler finds no manager, and nothing traps.
+        // Dropped after the manager: its termination handler runs, finds no manager (its weak
+        // reference to the state is gone), and does nothing; a trap would end the test run.
+        let terminations = Locked(0)
+        var probe: AsyncStream<String?>? = AsyncStream { continuation in
+            continuation.onTermination = { _ in terminations.withLock { $0 += 1 } }
+        }
         dropped = nil
-        #expect(dropped == nil)
+        probe = nil
+        #expect(terminations.withLock { $0 } == 1)  // dropping a stream runs its termination handler
+        withExtendedLifetime((dropped, probe)) {}
 
         // Read after the manager is gone: the value it had buffered, then the end.
         var seen: [String?] = []

@@ -20,13 +20,18 @@ protocol DeviceTokenAPI: Sendable {
 
 /// Keeps the backend in step with the device token until the returned task is cancelled:
 /// uploads each new token with its APNs environment, deletes the token the server holds when
-/// the app loses its token, retries failures (a thrown error is retried with backoff).
+/// the app loses its token or the user signs out, retries failures (a thrown error is retried
+/// with backoff). The defaults keep what the server holds in `UserDefaults` and wait in real
+/// time; tests pass a `MemoryServerRecordStore` and a manual clock.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 func startUploadingDeviceToken(
     from pushTokens: PushTokenManager,
-    to api: some DeviceTokenAPI
+    to api: some DeviceTokenAPI,
+    serverRecord: any ServerRecordStore = PushTokenManager.defaultServerRecordStore(),
+    clock: some Clock<Duration> = ContinuousClock()
 ) -> Task<Void, Never> {
     Task {
-        await pushTokens.uploadTokenChanges { upload in
+        await pushTokens.uploadTokenChanges(serverRecord: serverRecord, clock: clock) { upload in
             if let token = upload.token {
                 try await api.putDeviceToken(token, environment: upload.environment)
             } else if let old = upload.serverToken {
@@ -53,19 +58,25 @@ func startUploadingDeviceToken(
     }
 }
 
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 @MainActor final class PushModel {
     let pushTokens: PushTokenManager
     let client: APIClient
+    let serverRecord: any ServerRecordStore
     private(set) var lastUpload: PushTokenManager.TokenUpload?
 
-    init(pushTokens: PushTokenManager, client: APIClient) {
+    init(
+        pushTokens: PushTokenManager, client: APIClient,
+        serverRecord: any ServerRecordStore = PushTokenManager.defaultServerRecordStore()
+    ) {
         self.pushTokens = pushTokens
         self.client = client
+        self.serverRecord = serverRecord
     }
 
     /// Keeps the backend in step until the calling task is cancelled.
     func keepServerInStep() async {
-        await pushTokens.uploadTokenChanges { upload in
+        await pushTokens.uploadTokenChanges(serverRecord: serverRecord) { upload in
             lastUpload = upload
             if let token = upload.token {
                 try await client.register(token, environment: upload.environment)
@@ -78,7 +89,13 @@ func startUploadingDeviceToken(
 
     /// After a log-in: the server should hear about this device again.
     func userDidLogIn() {
+        pushTokens.resumeUploads()
         pushTokens.resendToken()
+    }
+
+    /// After a sign-out: the server should no longer hold this device's token.
+    func userDidSignOut() {
+        pushTokens.signOut()
     }
 }
 // END main-actor model
@@ -89,7 +106,8 @@ func startUploadingDeviceToken(
 /// or `POST /fail` with the registration error when the app has no token (which clears it on the
 /// server). The answer decides what happens next: 2xx done; 408, 429 and 5xx retried (after
 /// `Retry-After`, capped by the policy); any other 4xx given up. A network error is thrown, and
-/// retried with backoff.
+/// retried with backoff. A sign-out is sent as `POST /fail` too: the server then holds no token.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 func forgePushTokenServerUpload(
     baseURL: URL,
     session: URLSession = .shared
@@ -157,12 +175,13 @@ private final class FakeAPI: DeviceTokenAPI {
     }
 }
 
-@Suite("Documentation examples", .timeLimit(.minutes(1)))
+@Suite("Documentation examples", hangGuard(minutes: 1))
 struct DocumentationExampleTests {
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func uploadOnChangePutsEachNewTokenAndDeletesAClearedOne() async {
         let manager = PushTokenManager(logHandler: silent)
         let api = FakeAPI()
-        let running = startUploadingDeviceToken(from: manager, to: api)
+        let running = startUploadingDeviceToken(from: manager, to: api, serverRecord: MemoryServerRecordStore())
         var received = api.received.makeAsyncIterator()
 
         // On Linux there is no provisioning profile: production, as for an App Store build.
@@ -180,13 +199,22 @@ struct DocumentationExampleTests {
             api.calls.all == ["put \(hex(0xa)) production", "delete \(hex(0xa))", "put \(hex(0xb)) production"])
     }
 
-    @Test func uploadOnChangeRetriesAFailedUpload() async {
-        // The example uses the standard policy: the retry comes after 0.5 to 1 s of real time.
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+    @Test func uploadOnChangeRetriesAFailedUpload() async throws {
+        // The example uses the standard policy: the retry comes 0.5 to 1 s after the failure, on
+        // the clock it is given (a manual one here, so nothing waits in real time).
         let manager = PushTokenManager(logHandler: silent)
         let api = FakeAPI(failFirstPutOf: [hex(0xc)])
-        let running = startUploadingDeviceToken(from: manager, to: api)
+        let clock = ManualClock()
+        let running = startUploadingDeviceToken(
+            from: manager, to: api, serverRecord: MemoryServerRecordStore(), clock: clock)
         var received = api.received.makeAsyncIterator()
         manager.didRegister(deviceToken: token(0xc))
+        await waitUntil { clock.sleeperCount == 1 }
+        let wait = try #require(clock.requestedSleeps.last)
+        #expect(wait >= .milliseconds(500) && wait <= .seconds(1))
+        #expect(api.calls.all == ["put \(hex(0xc)) production"])  // not retried before the wait ends
+        clock.advance(by: wait)
         #expect(await received.next() == "put \(hex(0xc)) production")
         running.cancel()
         await running.value
@@ -195,10 +223,11 @@ struct DocumentationExampleTests {
 
     /// The `@MainActor` model compiles (the upload closure uses main-actor state without `await`)
     /// and runs on the main actor.
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test @MainActor func aMainActorModelKeepsItsServerInStep() async throws {
         let manager = PushTokenManager(logHandler: silent)
         let client = APIClient()
-        let model = PushModel(pushTokens: manager, client: client)
+        let model = PushModel(pushTokens: manager, client: client, serverRecord: MemoryServerRecordStore())
         let running = Task { await model.keepServerInStep() }
         manager.didRegister(deviceToken: token(0xa))
         while client.devices.isEmpty { try await yieldUnlessCancelled() }
@@ -211,6 +240,14 @@ struct DocumentationExampleTests {
             model.lastUpload
                 == .init(token: hex(0xa), serverToken: hex(0xa), environment: .production, registrationError: nil))
 
+        model.userDidSignOut()  // the server forgets this device's token
+        while !client.devices.isEmpty { try await yieldUnlessCancelled() }
+        #expect(model.lastUpload?.isSignOut == true)
+        #expect(model.lastUpload?.serverToken == hex(0xa))
+        model.userDidLogIn()  // and hears about it again
+        while client.devices.isEmpty { try await yieldUnlessCancelled() }
+        #expect(client.devices == [hex(0xa): .production])
+
         manager.didFailToRegister(error: TestError(description: "revoked"))
         while !client.devices.isEmpty { try await yieldUnlessCancelled() }
         #expect(model.lastUpload?.registrationError == "revoked")
@@ -218,6 +255,7 @@ struct DocumentationExampleTests {
         await running.value
     }
 
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func documentationShowsThisCode() throws {
         let here = URL(fileURLWithPath: #filePath)
         let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

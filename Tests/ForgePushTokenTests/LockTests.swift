@@ -54,12 +54,16 @@ struct LockTests {
         #expect(box.withLock { $0 } == 1)
     }
 
-    @Test func reentrantLockingStopsInsteadOfDeadlocking() async {
-        await #expect(processExitsWith: .failure) {
-            let box = Locked(0)
-            box.withLock { _ in
-                box.withLock { $0 += 1 }
+    // Exit tests need Swift 6.2 (Xcode 26) and a platform that can spawn the test process
+    // (macOS, Linux); with Xcode 16's Swift 6.0 this test is left out.
+    #if compiler(>=6.2) && (os(macOS) || os(Linux))
+        @Test func reentrantLockingStopsInsteadOfDeadlocking() async {
+            await #expect(processExitsWith: .failure) {
+                let box = Locked(0)
+                box.withLock { _ in
+                    box.withLock { $0 += 1 }
+                }
             }
         }
-    }
+    #endif
 }

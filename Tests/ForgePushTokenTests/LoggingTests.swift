@@ -7,17 +7,22 @@ import Testing
 /// Rule 10: failures and rejected tokens go to the log handler, with levels.
 @Suite("Rule 10: logging")
 struct LoggingTests {
-    @Test func failuresAreLoggedAsErrorsWithTheErrorsDescription() {
+    @Test func failuresAreLoggedAsErrorsByDomainAndCodeOnly() {
         let log = LogRecorder()
         let manager = PushTokenManager(logHandler: log.handler)
-        manager.didFailToRegister(error: TestError(description: "no valid aps-environment"))
+        manager.didFailToRegister(error: CocoaLikeError(domain: "NSCocoaErrorDomain", code: 3010))
         manager.didRegister(deviceToken: token(1))
-        manager.didFailToRegister(error: TestError(description: "offline"))
+        // A description carrying a URL and a token never reaches a message.
+        let leaky = CocoaLikeError(
+            domain: "NSURLErrorDomain", code: -1009,
+            description: "offline: https://api.example.com/devices/\(hex(1))?user=42")
+        manager.didFailToRegister(error: leaky)
         #expect(
             log.recorded == [
-                .init(level: .error, message: "registration failed: no valid aps-environment"),
-                .init(level: .error, message: "registration failed: offline"),
+                .init(level: .error, message: "registration failed: NSCocoaErrorDomain error 3010"),
+                .init(level: .error, message: "registration failed: NSURLErrorDomain error -1009"),
             ])
+        #expect(log.recorded.allSatisfy { !$0.message.contains("https") && !$0.message.contains(hex(1)) })
     }
 
     @Test func rejectedEmptyTokensAreLoggedAsWarnings() {
@@ -63,10 +68,34 @@ struct LoggingTests {
         #expect(Level(rawValue: "warning") == .warning)
     }
 
-    @Test func defaultInitializerStartsWithoutToken() {
-        // Logs to standard error here; only checks that the default handler is usable.
-        let manager = PushTokenManager()
-        #expect(manager.token == nil)
-        PushTokenManager.defaultLogHandler()(.debug, "default log handler test line")
+    @Test func theDefaultHandlerWritesOneLinePerMessageWithoutTheError() {
+        #expect(
+            PushTokenManager.standardErrorLine(.warning, "rejected an empty device token")
+                == "ForgePushToken warning: rejected an empty device token\n")
+        #expect(
+            PushTokenManager.standardErrorLine(.error, "registration failed: NSURLErrorDomain error -1009")
+                == "ForgePushToken error: registration failed: NSURLErrorDomain error -1009\n")
+        // The default manager starts without a token, like any other.
+        #expect(PushTokenManager().token == nil)
     }
+
+    @Test func theSummaryOfAnErrorIsItsDomainAndCode() {
+        #expect(
+            LoggedError.summary(CocoaLikeError(domain: "NSURLErrorDomain", code: -1001))
+                == "NSURLErrorDomain error -1001")
+        // A Swift error: its qualified type name and its code, not its description.
+        let summary = LoggedError.summary(TestError(description: "secret https://example.com"))
+        #expect(summary.hasSuffix("TestError error 1"))
+        #expect(!summary.contains("secret"))
+    }
+}
+
+/// An error with a chosen domain and code, as a bridged `NSError` (such as `URLError`) reports
+/// them, and a description that must never be logged.
+struct CocoaLikeError: Error, CustomStringConvertible {
+    let domain: String
+    let code: Int
+    var description = "the description, which may carry a URL"
+    var _domain: String { domain }
+    var _code: Int { code }
 }

@@ -100,9 +100,96 @@ struct ProvisioningProfileTests {
         #expect(try APNsEnvironment.decide(provisioningProfile: Data([1, 2, 3]), isSimulator: true) == .development)
     }
 
-    @Test func aProcessWithoutAProfileIsProduction() throws {
-        // The test runner has no embedded profile (on Linux there is no bundle lookup at all).
-        #expect(try APNsEnvironment.current() == .production)
+    /// A fixture app bundle folder in a new temporary folder, with `profile` (a fixture's name)
+    /// copied to `location` in it, or no profile; removed by `body`'s end.
+    @discardableResult
+    func withAppBundle<R>(
+        profile: String?, at location: APNsEnvironment.ProfileLocation, _ body: (URL) throws -> R
+    ) throws -> R {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("fpt-bundle-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let bundle = root.appendingPathComponent("Fixture.app")
+        try FileManager.default.createDirectory(at: bundle, withIntermediateDirectories: true)
+        if let profile {
+            let target = location.url(in: bundle)
+            try FileManager.default.createDirectory(
+                at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try fixture(profile).write(to: target)
+        }
+        return try body(bundle)
+    }
+
+    @Test func theLookupReadsTheProfileAtEachPlatformsPlaceInTheBundle() throws {
+        try withAppBundle(profile: "development.mobileprovision", at: .rootMobileProvision) { (bundle: URL) throws in
+            #expect(
+                try APNsEnvironment.current(appBundle: bundle, location: .rootMobileProvision, isSimulator: false)
+                    == .development)
+            // The macOS place is empty in an iOS-shaped bundle: no profile, production.
+            #expect(
+                try APNsEnvironment.current(appBundle: bundle, location: .contentsProvisionProfile, isSimulator: false)
+                    == .production)
+        }
+        try withAppBundle(profile: "macos-development.provisionprofile", at: .contentsProvisionProfile) {
+            (bundle: URL) throws in
+            #expect(
+                try APNsEnvironment.current(appBundle: bundle, location: .contentsProvisionProfile, isSimulator: false)
+                    == .development)
+        }
+        try withAppBundle(profile: "production.mobileprovision", at: .rootMobileProvision) { (bundle: URL) throws in
+            #expect(
+                try APNsEnvironment.current(appBundle: bundle, location: .rootMobileProvision, isSimulator: false)
+                    == .production)
+            // In the simulator the profile is not even read.
+            #expect(
+                try APNsEnvironment.current(appBundle: bundle, location: .rootMobileProvision, isSimulator: true)
+                    == .development)
+        }
+    }
+
+    @Test func aBundleWithoutAProfileIsProductionAndBrokenOnesAreClearErrors() throws {
+        try withAppBundle(profile: nil, at: .rootMobileProvision) { (bundle: URL) throws in
+            #expect(
+                try APNsEnvironment.current(appBundle: bundle, location: .rootMobileProvision, isSimulator: false)
+                    == .production)
+            // A folder where the profile should be: it exists but cannot be read.
+            try FileManager.default.createDirectory(
+                at: bundle.appendingPathComponent("embedded.mobileprovision"), withIntermediateDirectories: false)
+            // (`#expect(throws:)` returns the error only from Swift 6.1; do/catch builds with 6.0.)
+            do {
+                let environment = try APNsEnvironment.current(
+                    appBundle: bundle, location: .rootMobileProvision, isSimulator: false)
+                Issue.record("expected .unreadable, got \(environment)")
+            } catch {
+                guard case .unreadable = error as? ProvisioningProfileError else {
+                    Issue.record("expected .unreadable, got \(error)")
+                    return
+                }
+            }
+        }
+        try withAppBundle(profile: "no-entitlement.mobileprovision", at: .rootMobileProvision) { (bundle: URL) throws in
+            #expect(throws: ProvisioningProfileError.noEntitlement) {
+                try APNsEnvironment.current(appBundle: bundle, location: .rootMobileProvision, isSimulator: false)
+            }
+        }
+        try withAppBundle(profile: "garbage.mobileprovision", at: .rootMobileProvision) { (bundle: URL) throws in
+            #expect(throws: ProvisioningProfileError.noPropertyList) {
+                try APNsEnvironment.current(appBundle: bundle, location: .rootMobileProvision, isSimulator: false)
+            }
+        }
+    }
+
+    @Test func withoutAnAppBundleOrAPlaceForAProfileItIsProduction() throws {
+        // Linux: no bundle and no platform location; current() takes that path here.
+        #expect(
+            try APNsEnvironment.current(appBundle: nil, location: .rootMobileProvision, isSimulator: false)
+                == .production)
+        #expect(
+            try APNsEnvironment.current(
+                appBundle: URL(fileURLWithPath: "/nonexistent"), location: nil, isSimulator: false) == .production)
+        #if os(Linux)
+            #expect(APNsEnvironment.ProfileLocation.platform == nil)
+            #expect(try APNsEnvironment.current() == .production)
+        #endif
     }
 
     @Test func rawValuesAreTheEntitlementValues() {

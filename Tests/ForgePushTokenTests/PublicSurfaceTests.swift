@@ -12,9 +12,11 @@ private func compileTimeCheckSendable<T: Sendable>(_: T.Type) {}
 /// Compiles only while `T` is `Sendable` and `Hashable`.
 private func compileTimeCheckSendableHashable<T: Sendable & Hashable>(_: T.Type) {}
 /// Compiles only while `T` is `Observable` and `Sendable`.
+@available(iOS 17, macOS 14, tvOS 17, watchOS 10, *)
 private func compileTimeCheckObservable<T: Observable & Sendable>(_: T.Type) {}
 
 /// The public types keep their conformances (compile-time checks).
+@available(iOS 17, macOS 14, tvOS 17, watchOS 10, *)
 private func compileTimeChecksOfThePublicTypes() {
     compileTimeCheckSendable(PushTokenManager.self)
     compileTimeCheckSendable(PushTokenManager.LogLevel.self)
@@ -24,11 +26,14 @@ private func compileTimeChecksOfThePublicTypes() {
     compileTimeCheckSendableHashable(PushTokenManager.UploadOutcome.self)
     compileTimeCheckSendableHashable(APNsEnvironment.self)
     compileTimeCheckSendableHashable(ProvisioningProfileError.self)
+    compileTimeCheckSendableHashable(ServerRecord.self)
+    compileTimeCheckSendable(MemoryServerRecordStore.self)
 }
 
 /// The public surface fixed by the contract, with these names and shapes.
 @Suite("Public surface")
 struct PublicSurfaceTests {
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func namesAndShapes() {
         let manager = PushTokenManager(logHandler: { (_: PushTokenManager.LogLevel, _: String) in })
         let token: String? = manager.token
@@ -41,6 +46,7 @@ struct PublicSurfaceTests {
     }
 
     /// The upload surface (issues 12 and 18), as an app sees it.
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func uploadShapes() throws {
         let manager = PushTokenManager(logHandler: { _, _ in })
         // The upload need not be @Sendable.
@@ -55,6 +61,13 @@ struct PublicSurfaceTests {
                 randomSource: SystemRandomNumberGenerator(), isolation: nil, upload: { _ in .retry() })
         }
         let resend: () -> Void = manager.resendToken
+        let signOut: () -> Void = manager.signOut
+        let resume: () -> Void = manager.resumeUploads
+        let recorded: (PushTokenManager, any ServerRecordStore) async -> Void = { manager, store in
+            await manager.uploadTokenChanges(serverRecord: store, upload: { _ in .done })
+        }
+        let store: any ServerRecordStore = PushTokenManager.defaultServerRecordStore()
+        #expect(store.load() == nil)
         let policy: PushTokenManager.UploadRetryPolicy = try .init(
             initialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5)
         #expect(policy == .standard)
@@ -64,6 +77,6 @@ struct PublicSurfaceTests {
         let decide: (Data?, Bool) throws(ProvisioningProfileError) -> APNsEnvironment =
             APNsEnvironment.decide(provisioningProfile:isSimulator:)
         #expect(try decide(nil, false) == .production)
-        withExtendedLifetime((manager, upload, configured, resend)) {}
+        withExtendedLifetime((manager, upload, configured, resend, signOut, resume, recorded)) {}
     }
 }

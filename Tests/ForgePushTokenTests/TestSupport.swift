@@ -7,6 +7,45 @@ import Testing
 /// A log handler that discards everything (the shared test support's `quiet`).
 let silent: PushTokenManager.LogHandler = quiet
 
+/// A suite's guard against a hang: Swift Testing's time limit (`timeLimit(_:)`) where the system has
+/// `Clock` (macOS 13, iOS 16, tvOS 16, watchOS 9, Linux), which it needs; no guard before that, so
+/// that the suites still build for the package's macOS 12.
+func hangGuard(minutes: Int) -> any SuiteTrait {
+    if #available(iOS 16, macOS 13, tvOS 16, watchOS 9, *) {
+        return TimeLimitTrait.timeLimit(.minutes(minutes))
+    }
+    return ConditionTrait.enabled(if: true)
+}
+
+/// A weak reference to `value` (`weak let` needs Swift 6.2; `weak var` that is never mutated
+/// warns there), so the tests build with the Swift 6.0 of Xcode 16 and without warnings on 6.2+.
+final class WeakReference<Value: AnyObject> {
+    weak var value: Value?
+
+    init(_ value: Value?) {
+        self.value = value
+    }
+}
+
+/// A seeded random source (SplitMix64, Steele, Lea and Flood 2014, as Java's `SplittableRandom`):
+/// the same seed gives the same values on every run and platform, so a failing random input can be
+/// repeated. Tests print or name their seed.
+struct SeededRandom: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
 /// An error with a fixed description.
 struct TestError: Error, CustomStringConvertible {
     var description: String
@@ -75,14 +114,14 @@ func expectNoEmission(
     sourceLocation: SourceLocation = #_sourceLocation
 ) async -> String? {
     var manager: PushTokenManager? = PushTokenManager(logHandler: logHandler)
-    weak let released = manager
+    let released = WeakReference(manager)
     setUp(manager!)
     var iterator = manager!.tokenStream.makeAsyncIterator()
     _ = await iterator.next()  // the current value
     action(manager!)
     let token = manager!.token
     manager = nil
-    guard released == nil else {
+    guard released.value == nil else {
         Issue.record("the manager outlived its last reference", sourceLocation: sourceLocation)
         return token
     }

@@ -7,6 +7,7 @@ import Testing
 /// every wait is observable.
 ///
 /// Records the duration of every sleep requested (deadline minus the time of the request).
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 final class ManualClock: Clock, Sendable {
     struct Instant: InstantProtocol {
         var offset: Duration
@@ -89,11 +90,14 @@ struct ScriptedRandom: RandomNumberGenerator {
     }
 }
 
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 typealias TokenUpload = PushTokenManager.TokenUpload
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 typealias UploadOutcome = PushTokenManager.UploadOutcome
 
 /// An upload function whose calls a test answers one by one, recording every call and how many
 /// ran at once.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 final class ScriptedBackend: Sendable {
     /// One call of ``upload(_:)`` waiting for its answer.
     struct Call: Sendable {
@@ -184,5 +188,24 @@ final class ScriptedBackend: Sendable {
         return state.withLock { state in
             state.waiting.isEmpty ? nil : state.waiting.removeFirst()
         }
+    }
+}
+
+/// A wall clock a test sets: what the upload loop records as the time of an acknowledgement and
+/// compares a persisted acknowledgement with (`Date`, which survives a relaunch).
+final class WallClock: Sendable {
+    private let time: Locked<Date>
+
+    /// A clock at `start` (2026-01-01T00:00:00Z by default).
+    init(_ start: Date = Date(timeIntervalSince1970: 1_767_225_600)) {
+        time = Locked(start)
+    }
+
+    /// The current time, as the upload loop reads it.
+    @Sendable func now() -> Date { time.withLock { $0 } }
+
+    /// Moves the time forward by `seconds`.
+    func advance(by seconds: TimeInterval) {
+        time.withLock { $0 = $0.addingTimeInterval(seconds) }
     }
 }

@@ -36,10 +36,6 @@ open class Bundle: @unchecked Sendable {
     /// https://developer.apple.com/documentation/foundation/bundle/main
     open class var main: Bundle { fatalError("stand-in: never run") }
 
-    /// Apple: `func url(forResource name: String?, withExtension ext: String?) -> URL?`, iOS 4.0+.
-    /// https://developer.apple.com/documentation/foundation/bundle/url(forresource:withextension:)
-    open func url(forResource name: String?, withExtension ext: String?) -> URL? { nil }
-
     /// Apple: `var bundleURL: URL { get }`, iOS 4.0+, macOS 10.6+.
     /// https://developer.apple.com/documentation/foundation/bundle/bundleurl
     open var bundleURL: URL { fatalError("stand-in: never run") }

@@ -25,6 +25,31 @@ open class UIApplication {
     /// https://developer.apple.com/documentation/uikit/uiapplication/registerforremotenotifications()
     @available(iOS 8.0, macCatalyst 13.1, visionOS 1.0, *)
     open func registerForRemoteNotifications() {}
+
+    // BEGIN Background
+    /// Apple: `func beginBackgroundTask(withName taskName: String?, expirationHandler handler:
+    /// (@MainActor @Sendable () -> Void)? = nil) -> UIBackgroundTaskIdentifier`, iOS 7.0+, iPadOS
+    /// 7.0+, Mac Catalyst 13.1+, tvOS 9.0+, visionOS 1.0+.
+    /// https://developer.apple.com/documentation/uikit/uiapplication/beginbackgroundtask(withname:expirationhandler:)
+    open func beginBackgroundTask(
+        withName taskName: String?, expirationHandler handler: (@MainActor @Sendable () -> Void)? = nil
+    ) -> UIBackgroundTaskIdentifier { .invalid }
+
+    /// Apple: `func endBackgroundTask(_ identifier: UIBackgroundTaskIdentifier)`, iOS 4.0+, iPadOS
+    /// 4.0+, Mac Catalyst 13.1+, tvOS 9.0+, visionOS 1.0+.
+    /// https://developer.apple.com/documentation/uikit/uiapplication/endbackgroundtask(_:)
+    open func endBackgroundTask(_ identifier: UIBackgroundTaskIdentifier) {}
+    // END Background
+}
+
+/// Apple: `struct UIBackgroundTaskIdentifier : Equatable, Hashable, RawRepresentable, Sendable`
+/// with `static let invalid: UIBackgroundTaskIdentifier`, iOS 4.0+, tvOS 9.0+, visionOS 1.0+.
+/// https://developer.apple.com/documentation/uikit/uibackgroundtaskidentifier
+public struct UIBackgroundTaskIdentifier: Equatable, Hashable, RawRepresentable, Sendable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    /// Apple: `static let invalid: UIBackgroundTaskIdentifier`.
+    public static let invalid = UIBackgroundTaskIdentifier(rawValue: 0)
 }
 
 // BEGIN Bundle
@@ -41,10 +66,6 @@ open class Bundle: @unchecked Sendable {
     /// Apple: `class var main: Bundle { get }`.
     /// https://developer.apple.com/documentation/foundation/bundle/main
     open class var main: Bundle { fatalError("stand-in: never run") }
-
-    /// Apple: `func url(forResource name: String?, withExtension ext: String?) -> URL?`, iOS 4.0+.
-    /// https://developer.apple.com/documentation/foundation/bundle/url(forresource:withextension:)
-    open func url(forResource name: String?, withExtension ext: String?) -> URL? { nil }
 
     /// Apple: `var bundleURL: URL { get }`, iOS 4.0+, macOS 10.6+.
     /// https://developer.apple.com/documentation/foundation/bundle/bundleurl

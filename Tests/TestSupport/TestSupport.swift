@@ -9,6 +9,8 @@ import Foundation
 #endif
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Darwin)
+    import Darwin
 #endif
 
 /// A log handler that discards everything.
@@ -88,6 +90,9 @@ public func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void
 /// under the sanitizers, on two cores: a release that takes 5 ms alone took over 2 s under Thread
 /// Sanitizer, issue 22). Timing contracts, such as "released within 2 seconds", are checked
 /// against the release binary in e2e/, where timing can be trusted.
+/// `ContinuousClock` needs macOS 13 / iOS 16 / tvOS 16 / watchOS 9; the server suites that call
+/// this run on Linux.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 public func eventually(hangGuard seconds: Double = 60, _ condition: () -> Bool) -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
     while ContinuousClock.now < deadline {
@@ -105,7 +110,12 @@ public struct TestSupportError: Error, CustomStringConvertible {
 /// A TCP port on 127.0.0.1 that nothing listens on now (bound to port 0, read, released), for a
 /// server a test starts (ours, Redis).
 public func freeLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    // Glibc imports SOCK_STREAM as an enum case (`__socket_type`), Darwin as an Int32.
+    #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+    #endif
     guard fd >= 0 else { throw TestSupportError(description: "socket() failed: \(errno)") }
     defer { close(fd) }
     var address = sockaddr_in()
