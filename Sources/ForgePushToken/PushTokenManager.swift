@@ -67,13 +67,12 @@ public final class PushTokenManager: Sendable {
     /// What the manager logs:
     /// - ``warning``: `"rejected an empty device token"` (``didRegister(deviceToken:)`` with no
     ///   bytes).
-    /// - ``error``: `"registration failed: <description of the error>"`
-    ///   (``didFailToRegister(error:)``).
-    /// - ``error``: `"device token upload failed (attempt N): <description of the error>; …"`
+    /// - ``error``: `"registration failed: <domain> error <code>"` (``didFailToRegister(error:)``).
+    /// - ``error``: `"device token upload failed (attempt N): <domain> error <code>; …"`
     ///   (``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``,
-    ///   with the token's text removed from the error's description), or `"…: the upload gave up;
+    ///   the error named by its type, domain and code alone, never its description), or `"…: the upload gave up;
     ///   waiting for a new value or a re-send"`.
-    /// - ``error``: `"APNs environment: <description of the error>; assuming production"` (the
+    /// - ``error``: `"APNs environment: <domain> error <code>; assuming production"` (the
     ///   same call, when ``APNsEnvironment/current()`` throws).
     public enum LogLevel: String, Sendable, Comparable {
         /// Diagnostic detail.
