@@ -48,7 +48,7 @@ struct Configuration: Sendable {
     /// still comes later than its request, as in the server, but no input leaves work running on
     /// another thread. On a queue of its own (a Dispatch worker thread), one input in thirty
     /// ended with more mallocs than frees, and libFuzzer then reran it and scanned the whole heap
-    /// for leaks (`__lsan_do_recoverable_leak_check`, 4 to 5 times a second): a third of the CPU
+    /// for leaks (`__lsan_do_recoverable_leak_check`, 4 to 6 times a second): a third of the CPU
     /// of a run (issue 32 §4).
     static let stateFileQueue = DispatchQueue.main
 
