@@ -563,16 +563,21 @@ final class Session {
 
 /// The counters of a rendered `/metrics` text, by `ServiceMetrics.Counter`.
 struct RenderedCounters {
-    /// Every sample line without labels (`name value`) starting with `f` (the service's own
-    /// series), read in one pass over the UTF-8 bytes. Splitting the text into `Character`s once
-    /// per counter (issue 19 §4), then into an array of lines, was a quarter of an input's time
-    /// (issue 32 §4): the text holds some hundred lines, mostly histogram buckets.
-    private var values: [[UInt8]: UInt64] = [:]
+    /// The value of each counter's sample line (`name value`, no labels), by the counter's raw
+    /// value; `UInt64.max` when its line is missing or not a number. Read in one pass over the
+    /// UTF-8 bytes, each line compared with the counters' names as bytes: splitting the text into
+    /// `Character`s once per counter (issue 19 §4), then into an array of lines and a dictionary,
+    /// was a quarter of an input's time (issue 32 §4); the text holds some hundred lines, mostly
+    /// histogram buckets.
+    private var values = [UInt64](repeating: .max, count: ServiceMetrics.Counter.allCases.count)
+
+    /// Every counter's name as UTF-8 bytes, by raw value.
+    private static let names: [[UInt8]] = ServiceMetrics.Counter.allCases.map { Array($0.name.utf8) }
 
     init(text: String) {
         var text = text
         values = text.withUTF8 { bytes in
-            var values: [[UInt8]: UInt64] = [:]
+            var values = [UInt64](repeating: .max, count: Self.names.count)
             var start = 0
             while start < bytes.count {
                 var end = start, space = -1, labelled = false
@@ -582,7 +587,10 @@ struct RenderedCounters {
                     end += 1
                 }
                 if bytes[start] == UInt8(ascii: "f"), !labelled, space > start {
-                    values[Array(bytes[start..<space])] = Self.number(bytes[(space + 1)..<end])
+                    let name = bytes[start..<space]
+                    if let index = Self.names.firstIndex(where: { $0.elementsEqual(name) }) {
+                        values[index] = Self.number(bytes[(space + 1)..<end])
+                    }
                 }
                 start = end + 1
             }
@@ -606,6 +614,6 @@ struct RenderedCounters {
 
     /// The counter's value, or `UInt64.max` when its line is missing or not a number.
     func value(_ counter: ServiceMetrics.Counter) -> UInt64 {
-        values[Array(counter.name.utf8)] ?? .max
+        values[counter.rawValue]
     }
 }
