@@ -119,8 +119,8 @@ guarded() {
     python3 "$root/bench/cpuguard.py" --label "$label#$try" --log "$results/guard.jsonl" "${args[@]}" \
       --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$@" >"$work/out" 2>&1 || rc=$?
     if [[ $rc != 75 ]]; then DISTURBED=0; return "$rc"; fi
-    if (( try < tries )); then echo "  (other processes were busy during $label: redone)" >&2
-    else echo "  (other processes were busy during $label on every try: kept, marked disturbed)" >&2; fi
+    if (( try < tries )); then echo "  (other processes or hypervisor steal took CPU during $label: redone)" >&2
+    else echo "  (other processes or hypervisor steal took CPU during $label on every try: kept, marked disturbed)" >&2; fi
   done
   return 0
 }
@@ -251,10 +251,18 @@ runs = {}
 for g in tries:
     runs.setdefault(g["label"].rsplit("#", 1)[0], []).append(g["clean"])
 disturbed = [label for label, clean in runs.items() if not any(clean)]
-kept = [g["foreign_cpu"] for g in tries if g["clean"]]
+kept = [g for g in tries if g["clean"]]
+# A rejected try with steal over cpuguard.py's --max-steal (0.10, kept here) counts as stolen, any
+# other as disturbed by other processes.
+bad = [g for g in tries if not g["clean"]]
+stolen = sum(1 for g in bad if g.get("steal_cpu", 0) > 0.10)
+steals = [g.get("steal_cpu", 0) for g in tries] or [0]
 out += ["", f"cpuguard: {len(disturbed)} of {len(runs)} runs disturbed ({len(tries)} tries, "
-        f"{sum(1 for g in tries if not g['clean'])} of them disturbed by other processes); clean tries saw at most "
-        f"{max(kept, default=0):.2f} foreign CPUs." + (" * marks a median with a disturbed run: "
+        f"{len(bad)} of them disturbed: {len(bad) - stolen} by other processes, {stolen} by hypervisor steal); "
+        f"clean tries saw at most {max((g['foreign_cpu'] for g in kept), default=0):.2f} foreign CPUs and "
+        f"{max((g.get('steal_cpu', 0) for g in kept), default=0):.2f} CPUs stolen; steal over all tries: "
+        f"median {sorted(steals)[len(steals) // 2]:.2f}, at most {max(steals):.2f} CPUs."
+        + (" * marks a median with a disturbed run: "
         + ", ".join(disturbed) + "." if disturbed else "")]
 text = "\n".join(out)
 print(text)

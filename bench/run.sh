@@ -175,8 +175,8 @@ guarded() {
     python3 "$here/cpuguard.py" --label "$label#$try" --log "$out/guard.jsonl" --pid "$pid" \
       --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$@" > "$work/out" || rc=$?
     [[ $rc == 75 ]] || return $rc
-    if (( try < tries )); then echo "  (other processes were busy during $label: redone)" >&2
-    else echo "  (other processes were busy during $label on every try: kept, marked disturbed)" >&2; fi
+    if (( try < tries )); then echo "  (other processes or hypervisor steal took CPU during $label: redone)" >&2
+    else echo "  (other processes or hypervisor steal took CPU during $label on every try: kept, marked disturbed)" >&2; fi
   done
   DISTURBED=1
   return 0
@@ -224,8 +224,8 @@ sse() {
       > "$work/out" || rc=$?
     if [[ "$label" == ours ]]; then stop_ours; elif [[ "$label" == fanout-c ]]; then fc_stop; else ng_stop; fi
     if [[ $rc != 75 ]]; then DISTURBED=0; break; fi
-    if (( try < tries )); then echo "  (other processes were busy during $label N=$n: redone with a fresh server)" >&2
-    else echo "  (other processes were busy during $label N=$n on every try: kept, marked disturbed)" >&2; fi
+    if (( try < tries )); then echo "  (other processes or hypervisor steal took CPU during $label N=$n: redone with a fresh server)" >&2
+    else echo "  (other processes or hypervisor steal took CPU during $label N=$n on every try: kept, marked disturbed)" >&2; fi
   done
   grep -E "^all|RSS per|connect phase" "$work/out" | sed 's/^/  /' || true
   [[ $rc == 0 || $rc == 75 ]] || echo "  $label N=$n: sse_fanout exit $rc (3 = missed events or incomplete)"

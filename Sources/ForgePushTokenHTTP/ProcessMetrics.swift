@@ -38,8 +38,7 @@ package struct ProcessMetrics: Equatable, Sendable {
     /// be read or parsed.
     package static func read() -> ProcessMetrics? {
         guard let stat = try? SmallFile.contents(of: "/proc/self/stat", maxBytes: 4096),
-            let system = try? SmallFile.contents(of: "/proc/stat", maxBytes: 1 << 20),
-            let bootTime = parseBootTime(system)
+            let bootTime = bootTime
         else { return nil }
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         let pageSize = Double(sysconf(Int32(_SC_PAGESIZE)))
@@ -81,6 +80,15 @@ package struct ProcessMetrics: Equatable, Sendable {
             virtualBytes: virtual, startTimeSeconds: bootTime + start / ticksPerSecond,
             openFileDescriptors: nil, maxFileDescriptors: nil)
     }
+
+    /// The boot time (`btime` of `/proc/stat`), read once, on the first reading: it does not
+    /// change while the process runs, and `/proc/stat` grows with the CPUs (a line per CPU, and
+    /// the interrupt counts), so reading it on every scrape cost more than the process's own
+    /// `/proc/self/stat`. `nil` when it cannot be read or parsed.
+    private static let bootTime: Double? = {
+        guard let system = try? SmallFile.contents(of: "/proc/stat", maxBytes: 1 << 20) else { return nil }
+        return parseBootTime(system)
+    }()
 
     /// The `btime` line of `/proc/stat`: boot time in seconds since the Unix epoch.
     package static func parseBootTime(_ text: [UInt8]) -> Double? {

@@ -1,3 +1,5 @@
+import Foundation
+
 // The libFuzzer entry point of the request fuzzer (fuzz/README.md).
 //
 // Each input is read as pipelined HTTP/1.1 request text (`RequestText`), then:
@@ -17,5 +19,8 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         for request in requests { session.handle(request) }
         session.finish()
     }
+    // Whatever this input left on the main queue (the state file's writes run there: see
+    // `Configuration.stateFileQueue`) runs now, inside the input.
+    _ = RunLoop.main.run(mode: .default, before: .distantPast)
     return 0
 }

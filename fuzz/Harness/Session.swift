@@ -10,12 +10,29 @@ struct Configuration: Sendable {
     let initialToken: [UInt8]?
     let authentication: BearerAuthentication?
     let crossOrigin: CrossOriginPolicy
-    /// A state file that cannot be written (its folder does not exist): every change is then
-    /// answered 503 `state_not_saved` and the service turns degraded.
+    /// A state file that can be read but not written (`UnwritableStateFile`): every change is
+    /// then answered 503 `state_not_saved` and the service turns degraded.
     let stateFile: StateFile?
-    /// The store behind the owner: the failing state file, or memory.
-    var store: any TokenStore { stateFile.map { StateFileStore(file: $0) } ?? MemoryTokenStore() }
     let maxSubscribers = 2
+
+    /// The store behind the owner and the state to start from, as the executable makes them
+    /// (Sources/forge-push-token-server/main.swift): a state file's store starts from what
+    /// `load()` reads (the store decides every write against it: group commit), memory from
+    /// `initialToken` at version 0.
+    func makeStore() -> (store: any TokenStore, initial: TokenState) {
+        guard let stateFile else {
+            return (MemoryTokenStore(), TokenState(version: 0, token: initialToken.map(DeviceTokenHex.encode)))
+        }
+        let store = StateFileStore(file: stateFile, queue: Self.stateFileQueue)
+        do {
+            let initial = try store.load()
+            require(initial.token == initialToken.map(DeviceTokenHex.encode) && initial.version == 0,
+                    "the state file holds \(String(reflecting: initial.token)) at version \(initial.version)")
+            return (store, initial)
+        } catch {
+            fatalError("the harness's state file cannot be read: \(error)")
+        }
+    }
 
     /// The bearer token of the `hardened` configuration (also in http.dict and the corpus).
     static let secret = "s3cr3t-T0ken"
@@ -24,6 +41,16 @@ struct Configuration: Sendable {
     static func observerHeaders(_ configuration: Configuration) -> HTTPHeaders {
         configuration.authentication == nil ? HTTPHeaders() : ["Authorization": "Bearer \(secret)"]
     }
+
+    /// The serial queue every state file's store writes on (StateFileStore's group commit): the
+    /// main queue, whose work items run only when the harness turns the main run loop
+    /// (`Session.await`, and once at the end of each input), on libFuzzer's own thread. A write
+    /// still comes later than its request, as in the server, but no input leaves work running on
+    /// another thread. On a queue of its own (a Dispatch worker thread), one input in thirty
+    /// ended with more mallocs than frees, and libFuzzer then reran it and scanned the whole heap
+    /// for leaks (`__lsan_do_recoverable_leak_check`, 4 to 6 times a second): a third of the CPU
+    /// of a run (issue 32 §4).
+    static let stateFileQueue = DispatchQueue.main
 
     static let all: [Configuration] = [
         // The default deployment: open, no CORS, no state file, no token yet.
@@ -34,8 +61,40 @@ struct Configuration: Sendable {
         Configuration(name: "hardened", initialToken: Array(0..<32),
                       authentication: BearerAuthentication(token: secret, scope: .all),
                       crossOrigin: try! CrossOriginPolicy(origins: ["https://app.example.com", "http://[::1]:8080"]),
-                      stateFile: StateFile(path: "/nonexistent/forge-push-token-fuzz/state.json")),
+                      stateFile: UnwritableStateFile.file(holding: Array(0..<32))),
     ]
+}
+
+/// A state file holding a token, in a folder of its own made once per process, that cannot be
+/// written: a folder sits at the name of its temporary twin (`<path>.tmp`), so `StateFile.save`
+/// fails at its first step (`create`) even for root, while `load()` reads the file. (A file in a
+/// folder that does not exist cannot start from a token: the store decides every write against
+/// what it loaded.) The folder is removed when the process exits normally.
+enum UnwritableStateFile {
+    static func file(holding token: [UInt8]) -> StateFile {
+        var template = Array("/tmp/forge-push-token-fuzz-XXXXXX".utf8CString)
+        guard let folder = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }).map({ String(cString: $0) })
+        else { fatalError("mkdtemp failed: errno \(errno)") }
+        let file = StateFile(path: folder + "/state.json")
+        do {
+            try file.save(.init(token: DeviceTokenHex.encode(token), version: 0))
+        } catch {
+            fatalError("the harness's state file cannot be written: \(error)")
+        }
+        guard mkdir(folder + "/state.json.tmp", 0o700) == 0 else { fatalError("mkdir failed: errno \(errno)") }
+        folders.withLock { $0.append(folder) }
+        atexit {
+            for folder in UnwritableStateFile.folders.withLock({ $0 }) {
+                rmdir(folder + "/state.json.tmp")
+                unlink(folder + "/state.json")
+                rmdir(folder)
+            }
+        }
+        return file
+    }
+
+    /// The folders made, for removal at exit.
+    static let folders = Locked<[String]>([])
 }
 
 /// One responder over a fresh service, fed the requests of one input in order, with every
@@ -64,9 +123,9 @@ final class Session {
 
     init(_ configuration: Configuration) {
         self.configuration = configuration
-        let initial = TokenState(version: 0, token: configuration.initialToken.map(DeviceTokenHex.encode))
+        let (store, initial) = configuration.makeStore()
         // Built as the executable builds it (`Service`), without an engine.
-        let service = Service(store: configuration.store, initial: initial,
+        let service = Service(store: store, initial: initial,
                               settings: Service.Settings(authentication: configuration.authentication,
                                                          crossOrigin: configuration.crossOrigin,
                                                          maxSubscribers: configuration.maxSubscribers))
@@ -116,8 +175,13 @@ final class Session {
             require(head == nil, "an event stream after headResponse answered \(head?.status ?? 0)", context: context)
             require(route == .stream && request.method == "GET", "an event stream for another request", context: context)
             status = stream(request)
-        case .later:
-            fatalError("\(context): the harness's stores decide at once, but the answer came later")
+        case .later(let pending):
+            // The state file's group commit answers on its own queue (StateFileStore): wait for
+            // the answer, then check it as any other.
+            let response = Self.await(pending)
+            status = response.status
+            require(head == nil, "a later answer after headResponse answered \(head?.status ?? 0)", context: context)
+            checkResponse(response, request: request, route: route, before: before, decidedByHead: false)
         }
         responder.metrics.recordRequest(route: route, method: request.method, status: status, seconds: 0.0002)
 
@@ -388,6 +452,17 @@ final class Session {
         require(matches, "an event's token is not the service's: \(String(reflecting: text))", context: context)
     }
 
+    /// The response of a write in flight, once its store has decided it (as the engine takes it:
+    /// parked, resumed once, then taken).
+    static func await(_ pending: PendingResponse) -> HTTPResponse {
+        for _ in 0..<1_000 {
+            if let response = pending.takeIfReady() { return response }
+            // One turn of the main run loop runs the main queue's work items (the store's write).
+            _ = RunLoop.main.run(mode: .default, before: .distantPast)
+        }
+        fatalError("a write was not answered after 1,000 turns of the main queue")
+    }
+
     enum End: Equatable { case suspended, endOfStream, abort }
 
     /// Every byte the subscriber has to give now, in small reads, and how the reading stopped.
@@ -493,20 +568,57 @@ final class Session {
 
 /// The counters of a rendered `/metrics` text, by `ServiceMetrics.Counter`.
 struct RenderedCounters {
-    /// Every sample line without labels (`name value`), read once from the UTF-8 bytes: splitting
-    /// the text into `Character`s, once per counter, was most of an input's time (issue 19 §4).
-    private var values: [[UInt8]: UInt64] = [:]
+    /// The value of each counter's sample line (`name value`, no labels), by the counter's raw
+    /// value; `UInt64.max` when its line is missing or not a number. Read in one pass over the
+    /// UTF-8 bytes, each line compared with the counters' names as bytes: splitting the text into
+    /// `Character`s once per counter (issue 19 §4), then into an array of lines and a dictionary,
+    /// was a quarter of an input's time (issue 32 §4); the text holds some hundred lines, mostly
+    /// histogram buckets.
+    private var values = [UInt64](repeating: .max, count: ServiceMetrics.Counter.allCases.count)
+
+    /// Every counter's name as UTF-8 bytes, by raw value.
+    private static let names: [[UInt8]] = ServiceMetrics.Counter.allCases.map { Array($0.name.utf8) }
 
     init(text: String) {
-        for line in text.utf8.split(separator: UInt8(ascii: "\n"))
-        where line.first == UInt8(ascii: "f") && !line.contains(UInt8(ascii: "{")) {
-            guard let space = line.lastIndex(of: UInt8(ascii: " ")) else { continue }
-            values[Array(line[..<space])] = UInt64(String(decoding: line[line.index(after: space)...], as: UTF8.self)) ?? .max
+        var text = text
+        values = text.withUTF8 { bytes in
+            var values = [UInt64](repeating: .max, count: Self.names.count)
+            var start = 0
+            while start < bytes.count {
+                var end = start, space = -1, labelled = false
+                while end < bytes.count, bytes[end] != UInt8(ascii: "\n") {
+                    if bytes[end] == UInt8(ascii: " ") { space = end }
+                    if bytes[end] == UInt8(ascii: "{") { labelled = true }
+                    end += 1
+                }
+                if bytes[start] == UInt8(ascii: "f"), !labelled, space > start {
+                    let name = bytes[start..<space]
+                    if let index = Self.names.firstIndex(where: { $0.elementsEqual(name) }) {
+                        values[index] = Self.number(bytes[(space + 1)..<end])
+                    }
+                }
+                start = end + 1
+            }
+            return values
         }
+    }
+
+    /// Decimal digits as a `UInt64`; `UInt64.max` when empty, not all digits, or too large.
+    private static func number(_ digits: Slice<UnsafeBufferPointer<UInt8>>) -> UInt64 {
+        guard !digits.isEmpty else { return .max }
+        var value: UInt64 = 0
+        for byte in digits {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return .max }
+            let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflow2) = times10.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+            if overflow1 || overflow2 { return .max }
+            value = sum
+        }
+        return value
     }
 
     /// The counter's value, or `UInt64.max` when its line is missing or not a number.
     func value(_ counter: ServiceMetrics.Counter) -> UInt64 {
-        values[Array(counter.name.utf8)] ?? .max
+        values[counter.rawValue]
     }
 }
