@@ -139,7 +139,7 @@ let package = Package(
             name: "ForgePushTokenServerTests",
             dependencies: [
                 "forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore",
-                "ForgePushToken", "ForgePushTokenTestSupport",
+                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport",
             ], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -216,6 +216,18 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         if subscriber.end(.abort) { subscriber.wake() }
     }
 
+    /// Ends cleanly (after a whole event, as at shutdown) every subscriber for which `shouldEnd`
+    /// holds, and wakes those that wait: the HTTP layer's streams whose token was revoked
+    /// (docs/operations.md, "Rotating tokens"). `shouldEnd` runs outside the owner's lock, on
+    /// this thread.
+    /// - Returns: how many subscribers were picked.
+    @discardableResult
+    public func finish(where shouldEnd: (Subscriber) -> Bool) -> Int {
+        let picked = machine.withLock { $0.everySubscriber() }.filter(shouldEnd)
+        finishStreams(picked)
+        return picked.count
+    }
+
     /// One heartbeat period has passed: idle subscribers get a heartbeat.
     public func heartbeat() {
         for subscriber in machine.withLock({ $0.heartbeat() }) where subscriber.heartbeatTick() {
