@@ -15,6 +15,8 @@
    other 700 stay open and get the next event.
 5. Failed reloads (a short token, a vanished file, a directory): one error line each, the failed
    count, and the old sets still enforced (refused without a token, the old token accepted).
+6. As PID 1 of its own PID namespace (unshare(1), as in a container), SIGHUP reloads and SIGTERM
+   stops the service.
 
     credentials_test.py --server PATH
 """
@@ -368,6 +370,67 @@ def failed_reloads(server, volume, files, read, write):
     wait_until(lambda: reloads(server, read, "ok") > ok, 5, interval=0.1, what="the repaired files reloaded")
 
 
+def pid_one_sighup(binary, workdir):
+    """As PID 1 of its own PID namespace (as the image's exec-form ENTRYPOINT runs it in a
+    container, where signals without a handler are dropped), SIGHUP still reloads the files and
+    SIGTERM still stops it: the service waits for both with sigwait rather than relying on default
+    dispositions. Needs unshare(1) and the right to make a PID namespace (root); skipped otherwise."""
+    path = os.path.join(workdir, "pid1-write-tokens")
+    first, second = new_token("pid1-a"), new_token("pid1-b")
+    with open(path, "w") as f:
+        f.write(first + "\n")
+    port_sock = socket.socket()
+    port_sock.bind((HOST, 0))
+    port = port_sock.getsockname()[1]
+    port_sock.close()
+    log_path = os.path.join(workdir, "pid1.log")
+    with open(log_path, "wb") as err:
+        proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", binary, "--port", str(port),
+                                 "--write-token-file", path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err, env={k: v for k, v in os.environ.items()
+                                                 if not k.startswith("FORGE_PUSH_TOKEN_")})
+    try:
+        def child():
+            try:
+                with open("/proc/%d/task/%d/children" % (proc.pid, proc.pid)) as f:
+                    pids = f.read().split()
+            except OSError:
+                return None
+            return int(pids[0]) if pids else None
+
+        def text():
+            with open(log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        try:
+            wait_until(lambda: "listening on" in text() or proc.poll() is not None, 10, what="the PID 1 server")
+        except Failure:
+            raise Failure("the server under unshare did not start: %r" % text()[-500:])
+        if proc.poll() is not None:
+            log("SKIPPED: no PID namespace here (unshare exited %s: %s)" % (proc.returncode, text()[-200:].strip()))
+            return
+        pid = child()
+        with open("/proc/%d/status" % pid) as f:
+            nspid = [line.split()[1:] for line in f if line.startswith("NSpid:")][0]
+        check(nspid[-1] == "1", "the server is not PID 1 of its namespace: NSpid %s" % nspid)
+        with open(path + ".next", "w") as f:
+            f.write(second + "\n")
+        os.rename(path + ".next", path)
+        os.kill(pid, signal.SIGHUP)
+        wait_until(lambda: "credentials reloaded" in text(), 5, what="the reload of PID 1 after SIGHUP")
+        status, _, _ = request(port, "POST", "/fail", headers=bearer(second))
+        check(status == 200, "PID 1: the new token after SIGHUP: %s" % status)
+        os.kill(pid, signal.SIGTERM)
+        code = proc.wait(10)
+        check("received SIGTERM, shutting down" in text() and code == 0,
+              "PID 1 did not stop cleanly on SIGTERM (exit %s): %r" % (code, text()[-400:]))
+        log("as PID 1 of a PID namespace (a container's ENTRYPOINT), SIGHUP reloads the token file and SIGTERM "
+            "stops the service")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
 def run():
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
@@ -375,6 +438,7 @@ def run():
     workdir = tempfile.mkdtemp(prefix="e2e-credentials-")
     try:
         start_refusals(binary, os.path.join(workdir))
+        pid_one_sighup(binary, workdir)
         root = os.path.join(workdir, "secret")
         os.mkdir(root)
         write, read_a, read_b = new_token("write"), new_token("read-a"), new_token("read-b")

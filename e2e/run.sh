@@ -94,6 +94,8 @@ fi
 if [[ " ${selected[*]} " =~ " "(credentials|rotation_docs)" " ]]; then
   # curl makes the role checks and runs the rotation steps of docs/operations.md.
   command -v curl >/dev/null || missing+=(curl)
+  # unshare (util-linux) runs the service as PID 1 of a PID namespace, as a container does.
+  command -v unshare >/dev/null || missing+=(util-linux)
 fi
 if [[ " ${selected[*]} " == *" tls_docs "* ]]; then
   # The commands of docs/replicas.md, "TLS on one machine": openssl and a TLS redis-server.
