@@ -52,6 +52,8 @@ final class CredentialReloader: Sendable {
     private let queue = DispatchQueue(label: "forge-push-token.credentials")
     /// The files' signatures when they were last read (only touched on `queue`).
     private let seen: Locked<[Signature]>
+    /// Set by `stop()`: the poll does not come back.
+    private let stopped = Locked(false)
 
     /// A reloader of `writePath` (and `readPath`) into `responder`, whose files were read at start
     /// with `readFile` just before this is made: their signatures now are the ones in force.
@@ -72,6 +74,12 @@ final class CredentialReloader: Sendable {
         queue.asyncAfter(deadline: .now() + Self.pollInterval) { [self] in poll() }
     }
 
+    /// Stops the poll (a reload already queued still runs). For tests: the service polls until it
+    /// exits.
+    func stop() {
+        stopped.withLock { $0 = true }
+    }
+
     /// Reads the files again now (on the reloader's queue), whether they changed or not; `cause`
     /// goes into the log line (`SIGHUP`).
     func reload(because cause: String) {
@@ -81,6 +89,7 @@ final class CredentialReloader: Sendable {
     private var paths: [String] { [writePath, readPath].compactMap { $0 } }
 
     private func poll() {
+        guard !stopped.withLock({ $0 }) else { return }
         let now = paths.map(Signature.init(path:))
         if now != seen.withLock({ $0 }) {
             reloadNow(because: "a token file changed")

@@ -165,6 +165,33 @@ import Testing
         #expect(setup.metric("ok"))
     }
 
+    @Test func aLinkSwapIsNoticedWithoutASignal() throws {
+        // A Kubernetes Secret volume: write -> ..data/write, ..data -> one folder, then another.
+        let setup = try Reloading()
+        let volume = setup.folder.path
+        for name in ["a", "b"] {
+            #expect(mkdir(volume + "/..folder-" + name, 0o700) == 0)
+        }
+        try setup.folder.write("..folder-a/write", Self.write + "\n")
+        try setup.folder.write("..folder-b/write", "second-write-token-000\n")
+        #expect(symlink("..folder-a", volume + "/..data") == 0)
+        #expect(unlink(setup.writePath) == 0 && symlink("..data/write", setup.writePath) == 0)
+        let first = setup.reload()
+        #expect(first.contains("1 write and 1 read tokens"), "\(first)")
+        setup.reloader.start()
+        defer { setup.reloader.stop() }
+        let before = setup.lines.withLock { $0.count }
+        #expect(symlink("..folder-b", volume + "/..data-next") == 0)
+        #expect(rename(volume + "/..data-next", volume + "/..data") == 0)
+        // The poll looks every second: wait for its line, not for a deadline.
+        while setup.lines.withLock({ $0.count }) == before { usleep(10_000) }
+        let line = setup.lines.withLock { $0[before] }
+        #expect(line.contains("credentials reloaded (a token file changed)"), "\(line)")
+        let check = setup.responder.currentCredentials?.check(
+            authorization: "Bearer second-write-token-000", query: nil, method: "POST")
+        #expect(check?.isAuthorized == true)
+    }
+
     @Test func aVanishedFileIsAFailedReloadThatKeepsTheTokens() throws {
         let setup = try Reloading()
         #expect(unlink(setup.writePath) == 0)
