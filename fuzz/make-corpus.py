@@ -73,6 +73,8 @@ FILES = {
     "stream-get-bad-last-event-id.http": req(["GET /token/stream?retry=1 HTTP/1.1", "Last-Event-ID: \u00e9\u0000-1"]),
     "stream-head.http": req(["HEAD /token/stream HTTP/1.1", "Host: localhost"]),
     "healthz.http": req(["GET /healthz HTTP/1.1", "Host: localhost"]),
+    "livez.http": req(["GET /livez HTTP/1.1", "Host: localhost"]),
+    "readyz.http": req(["HEAD /readyz HTTP/1.1", "Host: localhost"]),
     "metrics.http": req(["GET /metrics HTTP/1.1", "Host: localhost"]),
     "page.http": req(["GET / HTTP/1.1", "Host: localhost", "Accept: text/html"]),
     # Routing

@@ -1,8 +1,9 @@
 /// Bearer-token authentication of requests (RFC 6750) with two roles (docs/operations.md, "Read
-/// and write tokens"): write tokens may call every route, read tokens only the reads (`GET`/`HEAD /token`, `/token/stream`,
-/// `/metrics` and `/`). Protected routes need `Authorization: Bearer <token>` or, for `GET` and
-/// `HEAD`, the query parameter `access_token=<token>` (RFC 6750 §2.3; a browser's `EventSource`
-/// cannot send header fields). The probes (`Route.Access.open`) are never protected.
+/// and write tokens"): write tokens may call every route, read tokens only the reads (`GET`/`HEAD
+/// /token`, `/token/stream`, `/metrics` and `/`). Protected routes need `Authorization: Bearer
+/// <token>` or, for `GET` and `HEAD`, the query parameter `access_token=<token>` (RFC 6750 §2.3; a
+/// browser's `EventSource` cannot send header fields). The probes (`/healthz`, `/livez`,
+/// `/readyz`: `Route.Access.open`) are never protected.
 ///
 /// Two ways to build one:
 /// - `init(token:scope:)`: the one token of `--auth-token` / `--auth-token-file`, a write token;

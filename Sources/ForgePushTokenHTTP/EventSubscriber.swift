@@ -40,6 +40,7 @@ public final class EventSubscriber: TokenSubscriber {
         var offset = 0
         var heartbeatDue = false
         var ending: Ending?
+        var reason: StreamEndReason?
         var suspended = false
 
         mutating func takeResume() -> Bool {
@@ -110,13 +111,21 @@ public final class EventSubscriber: TokenSubscriber {
         }
     }
 
-    /// Asks the stream to end (`.abort` wins over `.finish`).
+    /// Asks the stream to end (`.abort` wins over `.finish`), for `reason` (the first reason
+    /// given is kept: a stream a drain finished and whose client then left counts as `drain`).
     /// - Returns: `true` when the caller must resume the connection.
-    public func end(_ ending: Ending) -> Bool {
+    public func end(_ ending: Ending, reason: StreamEndReason) -> Bool {
         state.withLock { state in
             if state.ending != .abort { state.ending = ending }
+            if state.reason == nil { state.reason = reason }
             return state.takeResume()
         }
+    }
+
+    /// Why the stream was asked to end, or `nil` when it never was (then, once its connection is
+    /// gone, its client went away: `StreamEndReason.client`).
+    public var endReason: StreamEndReason? {
+        state.withLock { $0.reason }
     }
 
     /// Writes the next bytes of the stream into `buffer` (of any size; an event spans several calls

@@ -20,7 +20,10 @@ public struct ReplicaMode: Sendable {
     /// The store's metrics, in the Prometheus text format.
     public var metrics: @Sendable () -> String
     /// The range of the `retry:` field sent at the start of every stream, in milliseconds.
-    public var retryMilliseconds: ClosedRange<Int> = 1000...5000
+    public var retryMilliseconds: ClosedRange<Int> = ReplicaMode.defaultRetryMilliseconds
+
+    /// The `retry:` range a replica sends, and a draining service alone: 1 to 5 seconds.
+    public static let defaultRetryMilliseconds = 1000...5000
 
     /// The mode for `store` when it is shared by several replicas (`TokenStore.replicaName` is
     /// set): its name, refresh and metrics. `nil` for a store the process has alone.

@@ -114,6 +114,11 @@ public final class Responder: Sendable {
     public let accessLog: Bool
     /// The replica mode (docs/replicas.md), or `nil` for a service that runs alone.
     let replica: ReplicaMode?
+    /// Whether the service is draining (`beginDraining()`): its own lock, so that probes never
+    /// take the owner's.
+    private let draining = Locked(false)
+    /// Each open stream's age limit (`--max-stream-age`), behind its own lock.
+    private let ageLimits: Locked<StreamAgeLimits>
 
     /// Creates the responder over `owner`.
     /// - Parameters:
@@ -122,15 +127,18 @@ public final class Responder: Sendable {
     ///   - log: where failures, registration failures and the access log go (default: nowhere).
     ///   - accessLog: whether to log one line per finished request.
     ///   - replica: the replica mode, when the token is shared with other replicas (default none).
+    ///   - maxStreamAge: `--max-stream-age` in seconds: 0 (off, the default), or 60 to 86,400
+    ///     (`StreamAgeLimits.range`); each stream draws its own limit from [A/2, A].
     public init(
         owner: TokenOwner<TokenSnapshot>, authentication: BearerAuthentication? = nil,
         crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil, accessLog: Bool = false,
-        replica: ReplicaMode? = nil
+        replica: ReplicaMode? = nil, maxStreamAge: Int = 0
     ) {
         self.owner = owner
         self.replica = replica
         self.credentials = authentication.map { Locked($0) }
         self.readsNeedToken = authentication?.protects(.token) == true
+        self.ageLimits = Locked(StreamAgeLimits(seconds: maxStreamAge))
         self.crossOrigin = crossOrigin
         self.log = log
         self.accessLog = accessLog
@@ -221,12 +229,16 @@ public final class Responder: Sendable {
             return .eventStream
         case .healthz:
             return .response(health())
+        case .livez:
+            return .response(Self.alive)
+        case .readyz:
+            return .response(health())
         case .metrics:
             let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: .stateNotSaved) : nil
             let text =
                 metrics.render(
                     subscribers: owner.subscriberCount, events: deliveries.counts,
-                    maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved,
+                    maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved, draining: isDraining,
                     tokens: currentCredentials.map { ($0.tokenCount(.read), $0.tokenCount(.write)) } ?? (0, 0))
                 + (replica?.metrics() ?? "")
             return .response(
@@ -284,7 +296,12 @@ public final class Responder: Sendable {
         }
     }
 
+    /// `/healthz` and `/readyz` (docs/operations.md, "Probes"): `503 draining` from the
+    /// first signal of a drain on, `503 shutting_down` once stopping without one, else the
+    /// store's health. Reads no lock of the owner's (`TokenOwner.health` and `isStopping` are
+    /// kept apart from it) and never waits for the store.
     private func health() -> HTTPResponse {
+        if isDraining { return Self.drainingHealth }
         if owner.isStopping { return Self.shuttingDown }
         if let replica { return replica.healthResponse(owner.health) }
         switch owner.health {
@@ -302,6 +319,10 @@ public final class Responder: Sendable {
     }
 
     private static let healthy = HTTPResponse.json(200, encoding: ["status": "ok"])
+    /// `/livez`: the process answers; nothing else is asked.
+    private static let alive = HTTPResponse.json(200, encoding: ["status": "ok"])
+    /// `/healthz` and `/readyz` while draining.
+    private static let drainingHealth = HTTPResponse.json(503, encoding: ["status": "draining"])
     private static let shuttingDown = HTTPResponse.json(503, encoding: ["status": "shutting_down"])
     /// The state is not known yet (a store that has not been read).
     private static let starting = HTTPResponse.json(503, encoding: ["status": "starting"])
@@ -325,6 +346,7 @@ public final class Responder: Sendable {
     ) -> (HTTPResponse, StreamSubscription?) {
         var preamble: [UInt8] = []
         var floor: UInt64?
+        let draining = isDraining
         if let replica {
             if case .starting = owner.health, !owner.isStopping {
                 return (ReplicaMode.notReadYet, nil)
@@ -333,6 +355,9 @@ public final class Responder: Sendable {
             floor = ReplicaMode.lastEventID(admitted.request.headers["Last-Event-ID"])
             // Behind the subscriber: read the state again; it gets nothing below its id meanwhile.
             if let floor, floor > owner.version { replica.refresh() }
+        } else if draining {
+            // Its client is about to come back: tell it when, as a replica does.
+            preamble = ServerSentEvents.retry(milliseconds: Int.random(in: ReplicaMode.defaultRetryMilliseconds))
         }
         do {
             let grant = admitted.grant
@@ -344,7 +369,18 @@ public final class Responder: Sendable {
             if let grant, let credentials, !credentials.withLock({ $0.admits(grant) }) {
                 // Its token was revoked by a reload between the check and the subscription, after
                 // that reload's sweep: the stream ends after its first event, as the sweep would.
-                owner.finish { $0.id == subscription.id }
+                owner.finish(subscription.id, reason: .revoked)
+            }
+            if draining {
+                // 200, its event and retry:, then the end (a 503 would make a browser's
+                // EventSource give up for good; docs/operations.md, "Draining").
+                _ = subscription.subscriber.end(.finish, reason: .drain)
+            } else {
+                ageLimits.withLock { limits in
+                    guard limits.isEnabled else { return }
+                    var generator = SystemRandomNumberGenerator()
+                    limits.opened(subscription.id, at: .now, limit: limits.drawLimit(using: &generator))
+                }
             }
             return (HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), subscription)
         } catch .full {
@@ -389,10 +425,44 @@ public final class Responder: Sendable {
         }
         guard let revoked else { return nil }
         guard !revoked.isEmpty else { return 0 }
-        return owner.finish { subscriber in
+        return owner.finish(reason: .revoked) { subscriber in
             guard let token = (subscriber as? EventSubscriber)?.credential else { return false }
             return revoked.contains(token)
         }
+    }
+
+    // MARK: Draining and stream age
+
+    /// Whether the service is draining (docs/operations.md, "Draining"): `/healthz` and
+    /// `/readyz` answer `503 draining`, and a new event stream gets its event and `retry:` and
+    /// then ends. Reads and writes are served as before.
+    public var isDraining: Bool { draining.withLock { $0 } }
+
+    /// The drain begins (`Service.shutdown(engine:)`, the first signal with `--drain-seconds`
+    /// above 0): readiness turns off at once. It never turns back on: the process is leaving.
+    public func beginDraining() {
+        draining.withLock { $0 = true }
+    }
+
+    /// Ends, cleanly, every stream that has reached its age limit by `now` (`--max-stream-age`;
+    /// `StreamEndReason.age`). The engine calls it about once a second; nothing happens while
+    /// limits are off.
+    public func endStreamsPastTheirAge(at now: ContinuousClock.Instant = .now) {
+        for id in ageLimits.withLock({ $0.due(at: now) }) {
+            owner.finish(id, reason: .age)
+        }
+    }
+
+    /// Whether streams have age limits (`--max-stream-age` above 0), so that the engine calls
+    /// `endStreamsPastTheirAge` only then.
+    public var limitsStreamAge: Bool { ageLimits.withLock { $0.isEnabled } }
+
+    /// An event stream's connection is gone: counts its end under its reason
+    /// (`forge_push_token_streams_ended_total`; `client` when nothing asked it to end) and forgets
+    /// its age limit. The engine calls it once per stream, when its response is freed.
+    public func streamEnded(_ subscriber: EventSubscriber) {
+        metrics.recordStreamEnded(subscriber.endReason ?? .client)
+        ageLimits.withLock { $0.closed(subscriber.id) }
     }
 
     // MARK: Records

@@ -11,8 +11,12 @@ public enum Route: String, Sendable, CaseIterable {
     case token = "/token"
     /// `GET` / `HEAD /token/stream`: the token as Server-Sent Events.
     case stream = "/token/stream"
-    /// `GET` / `HEAD /healthz`: liveness.
+    /// `GET` / `HEAD /healthz`: the service's health (503 while starting, draining or stopping).
     case healthz = "/healthz"
+    /// `GET` / `HEAD /livez`: liveness, which depends on nothing (docs/operations.md).
+    case livez = "/livez"
+    /// `GET` / `HEAD /readyz`: readiness: `/healthz`'s answer, and 503 `draining` while draining.
+    case readyz = "/readyz"
     /// `GET` / `HEAD /metrics`: Prometheus metrics.
     case metrics = "/metrics"
     /// `GET` / `HEAD /`: the live page.
@@ -26,7 +30,7 @@ public enum Route: String, Sendable, CaseIterable {
     /// Who may call a route when the service has tokens (`--auth-token`, `--auth-scope`, or
     /// `--write-token-file` and `--read-token-file`; docs/operations.md, "Read and write tokens").
     public enum Access: Sendable, Equatable {
-        /// Anyone, always (`/healthz`, for probes).
+        /// Anyone, always (`/healthz`, `/livez`, `/readyz`, for probes).
         case open
         /// Only with a write token, whenever the service has tokens (the writes).
         case write
@@ -38,7 +42,7 @@ public enum Route: String, Sendable, CaseIterable {
     /// Who may call the route (`BearerAuthentication.protects(_:)`).
     public var access: Access {
         switch self {
-        case .healthz: .open
+        case .healthz, .livez, .readyz: .open
         case .register, .fail: .write
         case .token, .stream, .metrics, .page: .read
         }
@@ -49,7 +53,7 @@ public enum Route: String, Sendable, CaseIterable {
     public var allowedMethods: [String] {
         switch self {
         case .register, .fail: ["POST", "OPTIONS"]
-        case .token, .stream, .healthz, .metrics, .page: ["GET", "HEAD", "OPTIONS"]
+        case .token, .stream, .healthz, .livez, .readyz, .metrics, .page: ["GET", "HEAD", "OPTIONS"]
         }
     }
 }

@@ -100,6 +100,8 @@ public final class ServiceMetrics: Sendable {
         var counters = [UInt64](repeating: 0, count: Counter.allCases.count)
         var requests: [RequestKey: UInt64] = [:]
         var durations: [String: Histogram] = [:]
+        /// Event streams ended, by `StreamEndReason` in `allCases` order.
+        var streamsEnded = [UInt64](repeating: 0, count: StreamEndReason.allCases.count)
     }
 
     private let state = Locked(State())
@@ -151,6 +153,13 @@ public final class ServiceMetrics: Sendable {
         }
     }
 
+    /// Counts one event stream that ended, under `reason`
+    /// (`forge_push_token_streams_ended_total{reason}`).
+    public func recordStreamEnded(_ reason: StreamEndReason) {
+        let index = StreamEndReason.allCases.firstIndex(of: reason) ?? 0
+        state.withLock { $0.streamsEnded[index] += 1 }
+    }
+
     private static func add(_ seconds: Double, bucket: Int?, to histogram: inout Histogram) {
         if let bucket { histogram.buckets[bucket] += 1 }
         histogram.sum += seconds
@@ -165,13 +174,14 @@ public final class ServiceMetrics: Sendable {
     ///     `forge_push_token_subscribers_limit`; `nil` leaves the series out.
     ///   - stateSaved: whether every change is in the state file (`forge_push_token_state_saved`
     ///     1, or 0 after a failed write); `nil` (no `--state-file`) leaves the series out.
+    ///   - draining: whether the service is draining (`forge_push_token_draining` 1, else 0).
     ///   - tokens: the tokens in force per role, exported as
     ///     `forge_push_token_credentials_tokens{role}` (0 and 0 for a service without tokens).
     ///
     /// The process metrics (`process_*`) and the build information follow the service's own.
     public func render(
         subscribers: Int, events: DeliveryCounts, maxSubscribers: Int? = nil,
-        stateSaved: Bool? = nil, tokens: (read: Int, write: Int) = (0, 0)
+        stateSaved: Bool? = nil, draining: Bool = false, tokens: (read: Int, write: Int) = (0, 0)
     ) -> String {
         let state = state.withLock { $0 }
         var text = ""
@@ -199,6 +209,16 @@ public final class ServiceMetrics: Sendable {
             "forge_push_token_events_skipped_total", "counter",
             "Token events a slow subscriber skipped because a newer one replaced them (conflation).")
         text += "forge_push_token_events_skipped_total \(events.skipped)\n"
+        family(
+            "forge_push_token_streams_ended_total", "counter",
+            "Event streams ended, by reason: client (went away), drain, age (--max-stream-age), shutdown, revoked.")
+        for (reason, count) in zip(StreamEndReason.allCases, state.streamsEnded) {
+            text += "forge_push_token_streams_ended_total{reason=\"\(reason.rawValue)\"} \(count)\n"
+        }
+        family(
+            "forge_push_token_draining", "gauge",
+            "1 from a stopping replica's first signal to its exit while it drains (--drain-seconds), else 0.")
+        text += "forge_push_token_draining \(draining ? 1 : 0)\n"
         family("forge_push_token_http_requests_total", "counter", "HTTP requests by route, method and status.")
         for (key, count) in state.requests.sorted(by: {
             ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status)

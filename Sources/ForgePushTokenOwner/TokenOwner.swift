@@ -21,6 +21,23 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     public typealias Subscriber = any TokenSubscriber<Rendition>
 
     @usableFromInline let machine: Locked<TokenOwnerStateMachine<Rendition>>
+    /// The store's health and whether shutdown has begun, copied from `machine` whenever either
+    /// changes, while `machine`'s lock is held (so copies never arrive out of order): probes
+    /// (`/livez`, `/readyz`, `/healthz`) read it without taking the owner's lock
+    /// (docs/operations.md, "Probes"). Its lock nests inside `machine`'s and takes no
+    /// other.
+    @usableFromInline let board: Locked<Board>
+
+    /// What `board` holds.
+    @usableFromInline struct Board: Sendable {
+        @usableFromInline var health: StoreHealth
+        @usableFromInline var isStopping: Bool
+
+        @usableFromInline init(health: StoreHealth, isStopping: Bool) {
+            self.health = health
+            self.isStopping = isStopping
+        }
+    }
     /// Serialises the commits of an `.ownerSerialized` store; holds how many it ran (a lock over
     /// a zero-sized value makes Thread Sanitizer see the mutex itself as the value accessed).
     @usableFromInline let commits: Locked<UInt64>?
@@ -31,7 +48,10 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// most `maxSubscribers` (≥ 1) subscribers. Call `start()` before the first commit.
     public init(store: any TokenStore, initial: TokenState, health: StoreHealth = .ok, maxSubscribers: Int) {
         self.store = store
-        self.machine = Locked(TokenOwnerStateMachine(initial: initial, health: health, maxSubscribers: maxSubscribers))
+        let machine = TokenOwnerStateMachine<Rendition>(
+            initial: initial, health: health, maxSubscribers: maxSubscribers)
+        self.board = Locked(Board(health: machine.health, isStopping: machine.isStopping))
+        self.machine = Locked(machine)
         self.maxSubscribers = maxSubscribers
         self.commits = store.ordering == .ownerSerialized ? Locked(0) : nil
     }
@@ -60,11 +80,27 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// The current version alone (nothing is copied or retained).
     @inlinable public var version: UInt64 { machine.withLock { $0.current.state.version } }
 
-    /// The store's health.
-    public var health: StoreHealth { machine.withLock { $0.health } }
+    /// The store's health. Read without the owner's lock (a copy the owner keeps current), so a
+    /// probe answers while a commit holds it.
+    public var health: StoreHealth { board.withLock { $0.health } }
 
-    /// Whether graceful shutdown has begun (`stop()`).
-    public var isStopping: Bool { machine.withLock { $0.isStopping } }
+    /// Whether graceful shutdown has begun (`stop()`). Read without the owner's lock, as `health`.
+    public var isStopping: Bool { board.withLock { $0.isStopping } }
+
+    /// Runs `body` on the machine under its lock and, when it changed the health or the phase,
+    /// copies them to `board` before the lock is released.
+    @inlinable
+    func transition<R: Sendable>(_ body: (inout TokenOwnerStateMachine<Rendition>) -> R) -> R {
+        machine.withLock { machine in
+            let health = machine.health
+            let stopping = machine.isStopping
+            let result = body(&machine)
+            if machine.health != health || machine.isStopping != stopping {
+                board.withLock { $0 = Board(health: machine.health, isStopping: machine.isStopping) }
+            }
+            return result
+        }
+    }
 
     /// The most subscribers at once.
     public let maxSubscribers: Int
@@ -101,7 +137,7 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
             guard let base = machine.withLock({ $0.beginCommit() }) else { return (.stopping, nil, []) }
             let outcome = store.commitNow(token, base: base) ?? commitThroughCompletion(token, base: base)
             // Applied before the next commit takes its base: each commit decides on the one before.
-            let (delivery, drained) = machine.withLock { ($0.committed(outcome), $0.finishIfDrained()) }
+            let (delivery, drained) = transition { ($0.committed(outcome), $0.finishIfDrained()) }
             return (outcome, delivery, drained)
         }
         deliver(delivery)
@@ -123,22 +159,23 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
 
     @inlinable
     func finish(_ outcome: CommitOutcome, completion: @Sendable (CommitOutcome) -> Void) {
-        let (delivery, drained) = machine.withLock { ($0.committed(outcome), $0.finishIfDrained()) }
+        let (delivery, drained) = transition { ($0.committed(outcome), $0.finishIfDrained()) }
         deliver(delivery)
         finishStreams(drained)
         completion(outcome)
     }
 
-    /// Ends `subscribers` cleanly (after what is pending for them) and wakes those that wait.
+    /// Ends `subscribers` cleanly (after what is pending for them) and wakes those that wait:
+    /// graceful shutdown's end of the streams (`StreamEndReason.shutdown`).
     @inlinable
     func finishStreams(_ subscribers: [Subscriber]) {
-        for subscriber in subscribers where subscriber.end(.finish) {
+        for subscriber in subscribers where subscriber.end(.finish, reason: .shutdown) {
             subscriber.wake()
         }
     }
 
     private func storeReported(_ event: TokenStoreEvent) {
-        deliver(machine.withLock { $0.storeReported(event) })
+        deliver(transition { $0.storeReported(event) })
     }
 
     @inlinable
@@ -210,21 +247,36 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         machine.withLock { $0.unsubscribe(id) }
     }
 
-    /// Ends subscriber `id` at once (its client has gone). Unknown ids are ignored.
+    /// Ends subscriber `id` at once (its client has gone: `StreamEndReason.client`). Unknown ids
+    /// are ignored.
     public func abort(_ id: UInt64) {
         guard let subscriber = machine.withLock({ $0.subscriber(id) }) else { return }
-        if subscriber.end(.abort) { subscriber.wake() }
+        if subscriber.end(.abort, reason: .client) { subscriber.wake() }
     }
 
-    /// Ends cleanly (after a whole event, as at shutdown) every subscriber for which `shouldEnd`
-    /// holds, and wakes those that wait: the HTTP layer's streams whose token was revoked
-    /// (docs/operations.md, "Rotating tokens"). `shouldEnd` runs outside the owner's lock, on
-    /// this thread.
+    /// Ends subscriber `id` cleanly, after the event it is writing and any pending one (a drain's
+    /// scheduled end, an age limit, a revoked credential), counted under `reason`. Unknown ids
+    /// (a subscriber already gone) are ignored.
+    public func finish(_ id: UInt64, reason: StreamEndReason) {
+        guard let subscriber = machine.withLock({ $0.subscriber(id) }) else { return }
+        if subscriber.end(.finish, reason: reason) { subscriber.wake() }
+    }
+
+    /// The ids of the subscribers now, in no particular order (a drain's schedule is drawn over
+    /// them).
+    public var subscriberIDs: [UInt64] { machine.withLock { $0.subscriberIDs } }
+
+    /// Ends cleanly (after a whole event, as `finish(_:reason:)` does) every subscriber for which
+    /// `shouldEnd` holds, counted under `reason`, and wakes those that wait: the HTTP layer's
+    /// streams whose token was revoked (docs/operations.md, "Rotating tokens"). `shouldEnd` runs
+    /// outside the owner's lock, on this thread.
     /// - Returns: how many subscribers were picked.
     @discardableResult
-    public func finish(where shouldEnd: (Subscriber) -> Bool) -> Int {
+    public func finish(reason: StreamEndReason, where shouldEnd: (Subscriber) -> Bool) -> Int {
         let picked = machine.withLock { $0.everySubscriber() }.filter(shouldEnd)
-        finishStreams(picked)
+        for subscriber in picked where subscriber.end(.finish, reason: reason) {
+            subscriber.wake()
+        }
         return picked.count
     }
 
@@ -241,12 +293,13 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// engine's grace period and `abortAll()` bound the wait). Idempotent. The one stopping state
     /// of the service (`isStopping`).
     public func stop() {
-        finishStreams(machine.withLock { $0.stop() })
+        finishStreams(transition { $0.stop() })
     }
 
-    /// Shutdown's last step: ends every remaining subscription at once.
+    /// Shutdown's last step: ends every remaining subscription at once
+    /// (`StreamEndReason.shutdown`).
     public func abortAll() {
-        for subscriber in machine.withLock({ $0.abortAll() }) where subscriber.end(.abort) {
+        for subscriber in machine.withLock({ $0.abortAll() }) where subscriber.end(.abort, reason: .shutdown) {
             subscriber.wake()
         }
     }

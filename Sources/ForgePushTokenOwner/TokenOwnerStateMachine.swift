@@ -57,6 +57,9 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     /// The number of subscribers.
     public var subscriberCount: Int { subscribers.count }
 
+    /// The ids of the subscribers, in no particular order.
+    public var subscriberIDs: [UInt64] { Array(subscribers.keys) }
+
     // MARK: Events
 
     /// A subscriber asks to join. `make` builds it from its id and the current rendition (its first

@@ -24,10 +24,12 @@ public protocol TokenSubscriber<Rendition>: AnyObject, Sendable {
     /// - Returns: `true` when the caller must call `wake()`.
     func heartbeatTick() -> Bool
 
-    /// Asks the subscription to end: `.finish` after what it holds (graceful shutdown), `.abort`
-    /// at once (its client has gone, or shutdown's last step).
+    /// Asks the subscription to end: `.finish` after what it holds (a drain, an age limit,
+    /// graceful shutdown), `.abort` at once (its client has gone, or shutdown's last step).
+    /// `reason` is what `/metrics` counts the end under (`forge_push_token_streams_ended_total`);
+    /// the first reason given sticks when a subscription is asked to end more than once.
     /// - Returns: `true` when the caller must call `wake()`.
-    func end(_ ending: SubscriberEnding) -> Bool
+    func end(_ ending: SubscriberEnding, reason: StreamEndReason) -> Bool
 
     /// Wakes the subscriber's reader (resumes its connection). Called only after a member above
     /// returned `true`, outside every lock of the owner.
@@ -41,4 +43,19 @@ public enum SubscriberEnding: Sendable, Equatable {
     case finish
     /// At once, without a clean end.
     case abort
+}
+
+/// Why an event stream ended, as `/metrics` counts it (`forge_push_token_streams_ended_total{reason}`,
+/// docs/operations.md, "Deploying and upgrading").
+public enum StreamEndReason: String, Sendable, CaseIterable, Equatable {
+    /// The client went away (or its connection failed).
+    case client
+    /// A stopping replica ended it during its drain window (`--drain-seconds`).
+    case drain
+    /// It reached its own age limit (`--max-stream-age`).
+    case age
+    /// Graceful shutdown ended it (after the drain window, a second signal, or with no drain).
+    case shutdown
+    /// The bearer token it was opened with was revoked (taken out of the token files).
+    case revoked
 }

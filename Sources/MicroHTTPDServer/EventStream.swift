@@ -46,10 +46,12 @@ final class EventStream {
         }
     }
 
-    /// The response is gone (`mhdStreamFree`): stops watching the socket and forgets the subscriber.
+    /// The response is gone (`mhdStreamFree`): stops watching the socket, forgets the subscriber and
+    /// counts the stream's end under its reason (`Responder.streamEnded`).
     func close() {
         if fd >= 0 { server.watcher.unwatch(fd: fd) }
         subscription.cancel()
+        server.responder.streamEnded(subscriber)
     }
 }
 

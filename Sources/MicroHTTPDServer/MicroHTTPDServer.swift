@@ -18,11 +18,13 @@ import ForgePushTokenOwner
 /// `Responder` → `TokenOwner` → its `TokenStore` → `TokenOwner` → each subscriber's connection,
 /// resumed by this adapter (docs/architecture.md).
 ///
-/// Lifecycle: `start()` once, then `shutdown()` once; the server must stay alive in between
-/// (libmicrohttpd's callbacks hold an unretained reference to it).
+/// Lifecycle: `start()` once, then `Service.shutdown(engine:)` once, which calls this server's
+/// `ServiceEngine` steps (`quiesce()`, `awaitIdle()`, `stop()`) in its order; the server must stay
+/// alive in between (libmicrohttpd's callbacks hold an unretained reference to it).
 ///
-/// Thread-safety: `start()` and `shutdown()` may be called from any thread, one after the other.
-public final class MicroHTTPDServer: Sendable {
+/// Thread-safety: `start()` and the shutdown steps may be called from any thread, one after the
+/// other.
+public final class MicroHTTPDServer: ServiceEngine {
     /// The configuration the server was created with.
     public let configuration: ServerConfiguration
     /// The routes' logic.
@@ -38,6 +40,8 @@ public final class MicroHTTPDServer: Sendable {
     /// When a refused connection was last logged, so that a flood of them logs one line per 10 s.
     private let lastRefusalWarning = Locked<ContinuousClock.Instant?>(nil)
     private let running = Locked<Running?>(nil)
+    /// Whether `quiesce()` has closed the listening socket.
+    private let quiesced = Locked(false)
 
     /// What exists between `start()` and `shutdown()`.
     struct Running: Sendable {
@@ -54,7 +58,12 @@ public final class MicroHTTPDServer: Sendable {
         self.configuration = configuration
         self.responder = responder
         self.log = log
-        self.watcher = try SubscriberWatcher(owner: responder.owner, heartbeatSeconds: configuration.heartbeatSeconds)
+        var everySecond: (@Sendable () -> Void)?
+        if responder.limitsStreamAge {
+            everySecond = { [responder] in responder.endStreamsPastTheirAge() }
+        }
+        self.watcher = try SubscriberWatcher(
+            owner: responder.owner, heartbeatSeconds: configuration.heartbeatSeconds, everySecond: everySecond)
         let files = Self.raiseFileLimit(log: log)
         // Each connection holds a descriptor; some are the service's own (listening socket, epoll
         // sets, eventfds, the state file, standard streams). Over the file limit, libmicrohttpd
@@ -171,29 +180,46 @@ public final class MicroHTTPDServer: Sendable {
         return socket.authority
     }
 
-    /// Graceful shutdown: stops accepting connections, ends every event stream cleanly (the chunked
-    /// body terminates, so clients reconnect elsewhere), gives requests in flight up to
-    /// `configuration.shutdownGraceSeconds`, then closes what is left and stops the daemon.
-    /// Returns when the daemon has stopped. Does nothing when the server is not running.
-    public func shutdown() {
+    /// Graceful shutdown's step 4 (`Service.shutdown(engine:)`): stops accepting connections (every
+    /// daemon is quiesced and the listening socket closed); open connections are served on. Does
+    /// nothing when the server is not running or already quiesced.
+    public func quiesce() {
+        guard let run = running.withLock({ $0 }) else { return }
         guard
-            let run = running.withLock({ state in
-                defer { state = nil }
-                return state
+            quiesced.withLock({ done in
+                defer { done = true }
+                return !done
             })
         else { return }
         var listenFD: Int32 = -1
         // Each daemon is quiesced by its own loop's thread (see DaemonLoop.quiesce).
         for context in run.contexts { listenFD = max(listenFD, context.loop.quiesce()) }
         if listenFD >= 0 { close(listenFD) }
-        responder.owner.stop()
+    }
+
+    /// Graceful shutdown's step 5: gives requests in flight (streams included) up to
+    /// `configuration.shutdownGraceSeconds` to finish, and logs a warning when some are left.
+    public func awaitIdle() {
+        guard running.withLock({ $0 != nil }) else { return }
         let grace = configuration.shutdownGraceSeconds
         if !waitUntilIdle(seconds: grace) {
             log.log(.warning, "\(inFlight.withLock { $0 }) requests still open after \(grace) s; closing them")
         }
-        // libmicrohttpd must not be stopped with a suspended connection: abort every remaining
-        // subscriber (which resumes it) and let the daemon close them.
-        responder.owner.abortAll()
+    }
+
+    /// Graceful shutdown's last engine step, after the owner has ended every remaining subscriber
+    /// (`TokenOwner.abortAll()`, which resumes their connections): waits up to 1 s for the daemons
+    /// to close those connections (libmicrohttpd must not be stopped with a suspended one), then
+    /// stops the daemons. Returns when they have stopped. Does nothing when the server is not
+    /// running.
+    public func stop() {
+        quiesce()
+        guard
+            let run = running.withLock({ state in
+                defer { state = nil }
+                return state
+            })
+        else { return }
         _ = waitUntil(seconds: 1) { responder.owner.subscriberCount == 0 }
         watcher.stop()
         for context in run.contexts { context.loop.stop() }
@@ -240,9 +266,9 @@ public final class MicroHTTPDServer: Sendable {
 ///
 /// `@unchecked Sendable` is sound because the pointer is only passed to libmicrohttpd functions
 /// that its manual allows from any thread (`MHD_quiesce_daemon`, `MHD_stop_daemon`), and only by
-/// `shutdown()`, which takes it out of the server's lock so that it is used once, and to the
+/// `stop()`, which takes it out of the server's lock so that it is used once, and to the
 /// functions that drive the daemon (`MHD_get_fdset2`, `MHD_get_timeout`, `MHD_run`), which only its
-/// `DaemonLoop`'s thread calls, and which `shutdown()` stops before `MHD_stop_daemon`.
+/// `DaemonLoop`'s thread calls, and which `stop()` stops before `MHD_stop_daemon`.
 struct DaemonHandle: @unchecked Sendable {
     let pointer: OpaquePointer
 }

@@ -18,8 +18,9 @@ import ForgePushTokenOwner
 /// the owner aborts that subscriber, which resumes its connection, and libmicrohttpd closes it. A
 /// departed client is thus released within milliseconds, heartbeat or not.
 ///
-/// The same thread calls the owner's `heartbeat()` every `heartbeatSeconds`, from its `epoll_wait`
-/// timeout: no busy loop, one thread for every subscriber.
+/// The same thread calls the owner's `heartbeat()` every `heartbeatSeconds`, and `everySecond`
+/// (the streams' age limits, `--max-stream-age`) once a second when there is one, from its
+/// `epoll_wait` timeout: no busy loop, one thread for every subscriber.
 ///
 /// Thread-safety: `watch`/`unwatch` may be called from any thread (epoll_ctl is thread-safe);
 /// `stop()` once, from any thread. The epoll event's data is the subscriber id, not the fd, so an
@@ -29,13 +30,17 @@ final class SubscriberWatcher: Sendable {
     private let stopSignal: Int32
     private let owner: TokenOwner<TokenSnapshot>
     private let heartbeatSeconds: Int
+    private let everySecond: (@Sendable () -> Void)?
     private let finished = DispatchSemaphore(value: 0)
     private static let stopID = UInt64.max
 
-    init(owner: TokenOwner<TokenSnapshot>, heartbeatSeconds: Int) throws(ServerError) {
+    init(
+        owner: TokenOwner<TokenSnapshot>, heartbeatSeconds: Int, everySecond: (@Sendable () -> Void)? = nil
+    ) throws(ServerError) {
         precondition(heartbeatSeconds >= 1, "heartbeat must be at least 1 second")
         self.owner = owner
         self.heartbeatSeconds = heartbeatSeconds
+        self.everySecond = everySecond
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else { throw .socket(call: "epoll_create1", address: "subscriber watcher", errno: errno) }
         stopSignal = eventfd(0, Int32(EFD_CLOEXEC))
@@ -85,13 +90,20 @@ final class SubscriberWatcher: Sendable {
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         let period = UInt64(heartbeatSeconds) * 1_000_000_000
         var nextTick = DispatchTime.now().uptimeNanoseconds + period
+        let second: UInt64 = 1_000_000_000
+        var nextSecond = everySecond == nil ? UInt64.max : DispatchTime.now().uptimeNanoseconds + second
         while true {
             let now = DispatchTime.now().uptimeNanoseconds
             if now >= nextTick {
                 owner.heartbeat()
                 nextTick = now + period
             }
-            let timeout = Int32(clamping: (nextTick - min(now, nextTick)) / 1_000_000 + 1)
+            if now >= nextSecond, let everySecond {
+                everySecond()
+                nextSecond = now + second
+            }
+            let next = min(nextTick, nextSecond)
+            let timeout = Int32(clamping: (next - min(now, next)) / 1_000_000 + 1)
             let count = epoll_wait(epoll, &events, Int32(events.count), timeout)
             if count < 0 { continue }  // EINTR
             for event in events.prefix(Int(count)) {

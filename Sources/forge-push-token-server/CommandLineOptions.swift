@@ -38,6 +38,14 @@ struct CommandLineOptions: Equatable {
     /// `--access-log on|off`: one log line per finished request (the responder writes it).
     var accessLog = true
     var action: Action = .run
+    /// `--drain-seconds N`: how long a stopping service spends ending its event streams, 0 to 600
+    /// (docs/operations.md, "Draining"; default 0: at once).
+    var drainSeconds = 0
+    /// `--max-stream-age SECONDS`: each stream's age limit A (each draws from [A/2, A]); 0 (the
+    /// default) for none, else 60 to 86,400 (docs/operations.md, "Stream age").
+    var maxStreamAge = 0
+    /// What `--health-check` asks (`--health-check=live` or `=ready`; default `/healthz`).
+    var healthCheckProbe: HealthCheck.Probe = .health
     /// `FORGE_PUSH_TOKEN_*` variables that name no setting (a misspelling would otherwise go
     /// unnoticed: a mistyped `..._AUTH_TOKEN_FILE` leaves the service open), sorted.
     var unknownVariables: [String] = []
@@ -67,7 +75,8 @@ struct CommandLineOptions: Equatable {
                                        [--redis-url URL [--redis-password-file PATH] [--redis-key-prefix PREFIX]
                                         [--redis-tls-ca-file PATH] [--redis-tls-cert-file PATH --redis-tls-key-file PATH]
                                         [--redis-sentinel-password-file PATH] [--redis-probe-interval SECONDS]]
-                                       [--version] [--help] [--health-check]
+                                       [--drain-seconds N] [--max-stream-age SECONDS]
+                                       [--version] [--help] [--health-check[=live|ready]]
 
           --host ADDR             IPv4 or IPv6 literal, or localhost (default 127.0.0.1)
           --port N                TCP port, 0 picks a free one (default 8080)
@@ -142,10 +151,19 @@ struct CommandLineOptions: Equatable {
                                   publish a delivery probe on PREFIX:probe this often and expect
                                   to hear it within 2 s, else redis is not_delivering (1 to 60,
                                   default 5)
+          --drain-seconds N       on SIGTERM or SIGINT, stay ready to serve for N seconds while
+                                  ending the event streams one by one, spread over N, so that
+                                  their clients come back elsewhere a few at a time (0 to 600,
+                                  default 0: end them at once; a fleet sets 5 or more)
+          --max-stream-age SECONDS
+                                  end each event stream cleanly after a limit drawn from
+                                  [SECONDS/2, SECONDS], so that clients rebalance over replicas
+                                  (0 = never, the default, or 60 to 86400)
           --version               print the version and exit
           --help                  print this help and exit
           --health-check          ask GET /healthz of the service at --host/--port (a wildcard
-                                  host means loopback); exit 0 when it answers 200, else 1
+                                  host means loopback); exit 0 when it answers 200, else 1;
+                                  --health-check=live asks /livez, --health-check=ready /readyz
 
         Every flag has an environment variable: FORGE_PUSH_TOKEN_ and the flag in upper case with
         - as _ (FORGE_PUSH_TOKEN_PORT=9000). A flag wins over its variable; an empty variable counts
@@ -161,7 +179,7 @@ struct CommandLineOptions: Equatable {
         "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
         "max-url-bytes", "idle-timeout", "header-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
         "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file", "redis-sentinel-password-file",
-        "redis-probe-interval",
+        "redis-probe-interval", "drain-seconds", "max-stream-age",
     ]
     /// The value flags that may be given more than once; their values accumulate.
     static let repeatableFlags: Set = ["cors-origin"]
@@ -206,6 +224,13 @@ struct CommandLineOptions: Equatable {
                 name = String(name[..<equals])
             }
             switch name {
+            case "health-check" where inline != nil:
+                // An optional value: the = form only (docs/operations.md, "Probes").
+                guard let probe = HealthCheck.Probe(flagValue: inline ?? "") else {
+                    throw UsageError(description: "--health-check takes live or ready, not \(inline ?? "")")
+                }
+                options.healthCheckProbe = probe
+                if options.action == .run { options.action = .healthCheck }
             case "help", "version", "health-check":
                 guard inline == nil else { throw UsageError(description: "--\(name) takes no value") }
                 if options.action == .run {
@@ -463,6 +488,21 @@ struct CommandLineOptions: Equatable {
                 throw UsageError(description: "--port must be a whole number from 0 to 65535, not \(port)")
             }
             server.port = number
+        }
+        if let seconds = values["drain-seconds"] {
+            drainSeconds = try Self.whole(
+                seconds, flag: "drain-seconds", in: Service.Settings.drainSecondsRange, unit: "seconds")
+        }
+        if let seconds = values["max-stream-age"] {
+            let range = StreamAgeLimits.range
+            let value = try Self.whole(seconds, flag: "max-stream-age", in: 0...range.upperBound, unit: "seconds")
+            guard value == 0 || range.contains(value) else {
+                throw UsageError(
+                    description:
+                        "--max-stream-age must be 0 (no limit) or a whole number of seconds from \(range.lowerBound) to \(range.upperBound), not \(seconds)"
+                )
+            }
+            maxStreamAge = value
         }
         if let seconds = values["heartbeat"] {
             server.heartbeatSeconds = try Self.whole(seconds, flag: "heartbeat", in: 1...86_400, unit: "seconds")

@@ -1,3 +1,4 @@
+import Dispatch
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
@@ -72,7 +73,7 @@ case .version:
     print("forge-push-token-server \(serverVersion)")
     exit(0)
 case .healthCheck:
-    exit(HealthCheck.run(options.server) ? 0 : 1)
+    exit(HealthCheck.run(options.server, probe: options.healthCheckProbe) ? 0 : 1)
 case .run:
     break
 }
@@ -116,7 +117,8 @@ let service = Service(
     store: store, initial: initial, health: initialHealth,
     settings: Service.Settings(
         authentication: options.authentication, crossOrigin: options.crossOrigin, accessLog: options.accessLog,
-        maxSubscribers: options.server.maxSubscribers),
+        maxSubscribers: options.server.maxSubscribers, drainSeconds: options.drainSeconds,
+        maxStreamAge: options.maxStreamAge),
     log: log)
 let responder = service.responder
 responder.metrics.setBuildVersion(serverVersion)
@@ -150,7 +152,23 @@ while true {
     log.log(.info, "received \(name): \(what); ignored (SIGTERM or SIGINT stops the service)")
 }
 log.log(.info, "received \(received == SIGTERM ? "SIGTERM" : "SIGINT"), shutting down")
-server.shutdown()
-// After the server: writes still in flight during graceful shutdown kept their store until now.
-service.close()
+// From here the signals are another thread's: a second SIGTERM or SIGINT cuts a drain short
+// (Service.hurry); SIGHUP and the others change nothing about it (docs/operations.md).
+let stopping = signals
+DispatchQueue(label: "forge-push-token.signals").async { [service, log] in
+    var waited = stopping
+    var signal: Int32 = 0
+    while true {
+        guard sigwait(&waited, &signal) == 0 else { continue }
+        if signal == SIGTERM || signal == SIGINT {
+            log.log(.info, "received \(signal == SIGTERM ? "SIGTERM" : "SIGINT") again: ending the streams at once")
+            service.hurry()
+        } else {
+            log.log(.info, "received signal \(signal) while stopping; ignored")
+        }
+    }
+}
+// The one shutdown order (Service.shutdown): drain, end the streams, stop accepting, the grace
+// period, stop the server, close the store.
+service.shutdown(engine: server)
 exit(0)

@@ -245,11 +245,21 @@ struct CredentialRoleTests {
         #expect(responder.replaceCredentials(new) == 6)
         for subscription in revoked + [revokedWriter] {
             #expect(drain(subscription.subscriber).result == .endOfStream)
+            #expect(subscription.subscriber.endReason == .revoked)
         }
         for subscription in kept + [moved] {
             #expect(drain(subscription.subscriber).result == .suspended)
+            #expect(subscription.subscriber.endReason == nil)
         }
         #expect(responder.owner.subscriberCount == 12, "ended streams leave when their connection goes")
+        // Their connections go, as the engine reports it: counted under reason="revoked".
+        for subscription in revoked + [revokedWriter] {
+            responder.streamEnded(subscription.subscriber)
+            subscription.cancel()
+        }
+        let metrics = string(try responder.send("GET", "/metrics", headers: bearer(Self.read[1])).body)
+        #expect(metrics.contains("forge_push_token_streams_ended_total{reason=\"revoked\"} 6\n"), "\(metrics)")
+        #expect(responder.owner.subscriberCount == 6)
     }
 
     @Test("a stream admitted before a reload that revoked its token ends once subscribed")
@@ -267,6 +277,7 @@ struct CredentialRoleTests {
         let stream = try #require(subscription)
         let out = drain(stream.subscriber)
         #expect(out.result == .endOfStream)
+        #expect(stream.subscriber.endReason == .revoked)
         #expect(string(out.bytes) == expectedEvent(0, nil), "its one event, then the end")
 
         // Admitted under a set that still holds its token: it stays.

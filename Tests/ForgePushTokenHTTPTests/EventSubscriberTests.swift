@@ -52,7 +52,7 @@ struct EventSubscriberTests {
         #expect(subscriber.offer(Self.snapshot(2)) == true)
         #expect(subscriber.offer(Self.snapshot(3)) == false, "not suspended any more")
         #expect(subscriber.heartbeatTick() == false)
-        #expect(subscriber.end(.finish) == false)
+        #expect(subscriber.end(.finish, reason: .shutdown) == false)
     }
 
     @Test("offer while not suspended returns false and the event is still written")
@@ -179,7 +179,7 @@ struct EventSubscriberTests {
         let subscriber = EventSubscriber(id: 0, first: first, wake: {})
         let head = readOnce(subscriber, size: 7)
         #expect(head.result == .bytes(7))
-        #expect(subscriber.end(.finish) == false, "not suspended")
+        #expect(subscriber.end(.finish, reason: .shutdown) == false, "not suspended")
         #expect(subscriber.offer(TokenSnapshot(version: 4, token: "ff")) == false)
         #expect(subscriber.heartbeatTick() == false)
 
@@ -198,7 +198,7 @@ struct EventSubscriberTests {
     func finishDeliversPendingEvent() {
         let first = TokenSnapshot(version: 0, token: nil)
         let subscriber = EventSubscriber(id: 0, first: first, wake: {})
-        #expect(subscriber.end(.finish) == false)
+        #expect(subscriber.end(.finish, reason: .shutdown) == false)
         let out = drain(subscriber)
         #expect(out.bytes == first.event)
         #expect(out.result == .endOfStream)
@@ -219,8 +219,8 @@ struct EventSubscriberTests {
     @Test("end(.finish) while suspended resumes once, then .endOfStream")
     func finishWhileSuspended() {
         let subscriber = Self.idle()
-        #expect(subscriber.end(.finish) == true)
-        #expect(subscriber.end(.finish) == false)
+        #expect(subscriber.end(.finish, reason: .shutdown) == true)
+        #expect(subscriber.end(.finish, reason: .shutdown) == false)
         let out = readOnce(subscriber)
         #expect(out.result == .endOfStream)
         #expect(out.suspends == 0)
@@ -230,7 +230,7 @@ struct EventSubscriberTests {
     func abortAtOnce() {
         let subscriber = EventSubscriber(id: 0, first: Self.snapshot(1), wake: {})
         _ = readOnce(subscriber, size: 5)
-        #expect(subscriber.end(.abort) == false)
+        #expect(subscriber.end(.abort, reason: .client) == false)
         let out = readOnce(subscriber)
         #expect(out.result == .abort)
         #expect(out.bytes.isEmpty)
@@ -238,34 +238,34 @@ struct EventSubscriberTests {
         #expect(readOnce(subscriber).result == .abort)
 
         let suspended = Self.idle()
-        #expect(suspended.end(.abort) == true)
-        #expect(suspended.end(.abort) == false)
+        #expect(suspended.end(.abort, reason: .client) == true)
+        #expect(suspended.end(.abort, reason: .client) == false)
         #expect(readOnce(suspended).result == .abort)
     }
 
     @Test(".abort wins over .finish, in either order")
     func abortWins() {
         let finishThenAbort = Self.idle()
-        #expect(finishThenAbort.end(.finish) == true)
-        #expect(finishThenAbort.end(.abort) == false)
+        #expect(finishThenAbort.end(.finish, reason: .shutdown) == true)
+        #expect(finishThenAbort.end(.abort, reason: .client) == false)
         #expect(readOnce(finishThenAbort).result == .abort)
 
         let abortThenFinish = Self.idle()
-        #expect(abortThenFinish.end(.abort) == true)
-        #expect(abortThenFinish.end(.finish) == false)
+        #expect(abortThenFinish.end(.abort, reason: .client) == true)
+        #expect(abortThenFinish.end(.finish, reason: .shutdown) == false)
         #expect(readOnce(abortThenFinish).result == .abort)
 
         let midEvent = EventSubscriber(id: 0, first: Self.snapshot(1), wake: {})
         _ = readOnce(midEvent, size: 3)
-        _ = midEvent.end(.finish)
-        _ = midEvent.end(.abort)
+        _ = midEvent.end(.finish, reason: .shutdown)
+        _ = midEvent.end(.abort, reason: .client)
         #expect(readOnce(midEvent).result == .abort)
     }
 
     @Test("after an end, offers and heartbeats are ignored")
     func nothingAfterEnd() {
         let subscriber = Self.idle()
-        #expect(subscriber.end(.finish) == true)
+        #expect(subscriber.end(.finish, reason: .shutdown) == true)
         #expect(subscriber.offer(Self.snapshot(2)) == false)
         #expect(subscriber.heartbeatTick() == false)
         let out = drain(subscriber)

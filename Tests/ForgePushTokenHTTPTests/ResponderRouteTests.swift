@@ -96,7 +96,7 @@ struct ResponderRouteTests {
         #expect(Route(path: "/metrics")?.allowedMethods == ["GET", "HEAD", "OPTIONS"])
         #expect(Route(path: "/")?.allowedMethods == ["GET", "HEAD", "OPTIONS"])
         #expect(Route(path: "/token?x=1") == nil, "Route matches a path; HTTPRequest strips the query")
-        #expect(Route.allCases.count == 7)
+        #expect(Route.allCases.count == 9)
     }
 
     // MARK: Query strings

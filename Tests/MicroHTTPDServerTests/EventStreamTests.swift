@@ -127,7 +127,7 @@ extension LiveServerTests {
             let stream = try openStream(live)
             defer { stream.close() }
             _ = try stream.readStream(until: "\n\n")
-            live.server.shutdown()
+            live.service.shutdown(engine: live.server)
             // The zero-size chunk: a clean end (how soon is the release binary's to show, in
             // e2e/state_file_test.py's SIGTERM runs; here only that it comes).
             #expect(try stream.readChunk() == nil)

@@ -45,8 +45,7 @@ final class LiveServer {
     }
 
     deinit {
-        server.shutdown()
-        service.close()
+        service.shutdown(engine: server)
     }
 
     func client() throws -> TestClient { try TestClient(port: port) }

@@ -133,6 +133,8 @@ public final class RecordingSubscriber: TokenSubscriber {
         public var ticks = 0
         /// How it was ended, in order.
         public var endings: [SubscriberEnding] = []
+        /// Why it was ended, in order (beside `endings`).
+        public var reasons: [StreamEndReason] = []
         /// Wakes.
         public var wakes = 0
     }
@@ -166,9 +168,10 @@ public final class RecordingSubscriber: TokenSubscriber {
     }
 
     /// Records the ending; always asks for a wake.
-    public func end(_ ending: SubscriberEnding) -> Bool {
+    public func end(_ ending: SubscriberEnding, reason: StreamEndReason) -> Bool {
         state.withLock {
             $0.endings.append(ending)
+            $0.reasons.append(reason)
             return true
         }
     }

@@ -260,11 +260,16 @@ final class Session {
             require(request.method == "HEAD" && status == 200 && response.body.isEmpty
                         && response.headers["Content-Type"] == ServerSentEvents.contentType,
                     "/token/stream answered \(status) as a complete response", context: context)
-        case .healthz:
+        case .healthz, .readyz:
+            // /readyz answers as /healthz does (../shared/spec/deploy.md, "Probes"); no drain here.
             let expected = (owner.health != .ok) ? "degraded" : "ok"
             require(status == 200 && jsonObject(response.body)?["status"] as? String == expected,
-                    "/healthz answered \(status) \(String(reflecting: String(decoding: response.body, as: UTF8.self))), expected \(expected)",
+                    "\(request.path) answered \(status) \(String(reflecting: String(decoding: response.body, as: UTF8.self))), expected \(expected)",
                     context: context)
+        case .livez:
+            // Liveness depends on nothing: 200 ok whatever the state file did.
+            require(status == 200 && jsonObject(response.body)?["status"] as? String == "ok",
+                    "/livez answered \(status)", context: context)
         case .metrics:
             require(status == 200, "/metrics answered \(status)", context: context)
             checkMetricsText(response.body)

@@ -1,0 +1,150 @@
+/// When a stopping replica ends each of its event streams during its drain window
+/// (`--drain-seconds`; docs/operations.md, "Draining", step 2): a plain value with no
+/// lock, no clock and no I/O. `Service` runs it: it asks `advance(toSeconds:)` what is due, ends
+/// those streams cleanly (`TokenOwner.finish(_:reason:)` with `.drain`) and sleeps until the
+/// moment the step names, or until a second signal (`secondSignal()`).
+///
+/// The S streams open when the signal came are ended in random order at evenly spaced moments:
+/// the k-th (k from 0) at (k + Uₖ) × N / S seconds, each Uₖ uniform. So each slot of N / S
+/// seconds holds exactly one end, and no 100 ms slice of the window holds more than
+/// `maxEndsPer100ms` = max(1, ⌈2 × S × 0.1 / N⌉). Where a slot is 200 ms or wider (S ≤ 5 N),
+/// two neighbours could otherwise fall within 100 ms of each other (Uₖ near 1, Uₖ₊₁ near 0),
+/// which that bound of 1 forbids: there each Uₖ is drawn from [0, 1 − 0.1 / slot), which keeps
+/// neighbours more than 100 ms apart; narrower slots draw from [0, 1) as the spec writes it.
+///
+/// Thread-safety: a `Sendable` value; mutate it from one thread.
+public struct DrainSchedule: Sendable, Equatable {
+    /// One stream's moment: seconds into the window, and the subscriber to end then.
+    public struct Moment: Sendable, Equatable {
+        /// Seconds from the start of the window.
+        public var seconds: Double
+        /// The subscriber's id (`TokenOwner.subscriberIDs`).
+        public var id: UInt64
+    }
+
+    /// What to do next, after ending `end`.
+    public enum Next: Sendable, Equatable {
+        /// Call `advance(toSeconds:)` again at this many seconds into the window.
+        case wake(atSeconds: Double)
+        /// The window is over: go on with shutdown (the remaining streams end there, as
+        /// `StreamEndReason.shutdown`).
+        case finished
+    }
+
+    /// One step of the schedule: the streams to end now, in order, and what comes next.
+    public struct Step: Sendable, Equatable {
+        /// Subscriber ids to end cleanly now (`StreamEndReason.drain`).
+        public var end: [UInt64]
+        /// When to ask again, or that the drain is over.
+        public var next: Next
+    }
+
+    /// The window, in seconds (N).
+    public let seconds: Double
+    /// Every stream's moment, in time order.
+    public let moments: [Moment]
+    /// How many moments have been handed out.
+    public private(set) var handedOut = 0
+    /// Whether a second signal cut the window short.
+    public private(set) var cutShort = false
+
+    /// A schedule over `streams` (the subscribers open when the signal came) for a window of
+    /// `seconds` (N ≥ 0), its order and its Uₖ drawn from `generator`. With no streams, or a
+    /// window of 0, the schedule is over at once: a drain with nothing to drain takes no time.
+    public init(streams: [UInt64], seconds: Double, using generator: inout some RandomNumberGenerator) {
+        self.seconds = max(0, seconds)
+        let order = streams.shuffled(using: &generator)
+        let count = Double(order.count)
+        guard self.seconds > 0, !order.isEmpty else {
+            moments = []
+            return
+        }
+        let slot = self.seconds / count
+        let widest = slot >= 0.2 ? 1 - 0.1 / slot : 1
+        moments = order.enumerated().map { index, id in
+            Moment(seconds: (Double(index) + Double.random(in: 0..<widest, using: &generator)) * slot, id: id)
+        }
+    }
+
+    /// The most ends any 100 ms slice of the window holds: max(1, ⌈2 × S × 0.1 / N⌉)
+    /// (docs/operations.md, "Draining").
+    public static func maxEndsPer100ms(streams: Int, seconds: Double) -> Int {
+        guard seconds > 0 else { return max(1, streams) }
+        return max(1, Int((2 * Double(streams) * 0.1 / seconds).rounded(.up)))
+    }
+
+    /// `elapsed` seconds of the window have passed: the streams whose moment has come and not
+    /// been handed out, and when to ask next.
+    public mutating func advance(toSeconds elapsed: Double) -> Step {
+        guard !cutShort else { return Step(end: [], next: .finished) }
+        var due: [UInt64] = []
+        while handedOut < moments.count, moments[handedOut].seconds <= elapsed {
+            due.append(moments[handedOut].id)
+            handedOut += 1
+        }
+        let next: Next = handedOut < moments.count ? .wake(atSeconds: moments[handedOut].seconds) : .finished
+        return Step(end: due, next: next)
+    }
+
+    /// A second `SIGTERM` or `SIGINT`: the window is over at once. Nothing more is handed out; the
+    /// streams not yet ended end in shutdown's next step, all at once.
+    public mutating func secondSignal() -> Step {
+        cutShort = true
+        return Step(end: [], next: .finished)
+    }
+
+    /// The ids whose moment has not been handed out.
+    public var remaining: [UInt64] { moments[handedOut...].map(\.id) }
+}
+
+/// Each event stream's own age limit (`--max-stream-age A`; docs/operations.md, "Stream
+/// age"): drawn uniformly from [A/2, A] when the stream opens, so that the streams of a fleet
+/// end at spread-out moments and reconnect through the load balancer, which gives replicas added
+/// by a scale-out their share. A plain value: `Responder` keeps it behind its own lock and asks
+/// `due(at:)` once a second.
+///
+/// Thread-safety: a `Sendable` value; mutate it under one lock.
+public struct StreamAgeLimits: Sendable, Equatable {
+    /// The configured limit A in seconds; 0 turns limits off.
+    public let seconds: Int
+    /// When each open stream reaches its limit, by subscriber id.
+    public private(set) var deadlines: [UInt64: ContinuousClock.Instant] = [:]
+
+    /// Limits of `seconds` (0, or `range`'s 60 to 86,400).
+    public init(seconds: Int) {
+        self.seconds = seconds
+    }
+
+    /// What `--max-stream-age` accepts besides 0 (off), in seconds.
+    public static let range = 60...86_400
+
+    /// Whether streams have limits at all.
+    public var isEnabled: Bool { seconds > 0 }
+
+    /// One stream's limit, uniform in [A/2, A] seconds.
+    public func drawLimit(using generator: inout some RandomNumberGenerator) -> Duration {
+        let limit = Double.random(in: Double(seconds) / 2...Double(seconds), using: &generator)
+        return .milliseconds(Int64((limit * 1000).rounded()))
+    }
+
+    /// Stream `id` opened at `now` with `limit` (`drawLimit`). Nothing happens while limits are
+    /// off.
+    public mutating func opened(_ id: UInt64, at now: ContinuousClock.Instant, limit: Duration) {
+        guard isEnabled else { return }
+        deadlines[id] = now + limit
+    }
+
+    /// Stream `id` is gone (for whatever reason): it is forgotten.
+    public mutating func closed(_ id: UInt64) {
+        deadlines.removeValue(forKey: id)
+    }
+
+    /// The streams whose limit has come by `now`, forgotten here; the caller ends them cleanly
+    /// (`StreamEndReason.age`). Sorted by id, so the result is a plain value to compare.
+    public mutating func due(at now: ContinuousClock.Instant) -> [UInt64] {
+        guard !deadlines.isEmpty else { return [] }
+        let due = deadlines.compactMap { $0.value <= now ? $0.key : nil }.sorted()
+        for id in due { deadlines.removeValue(forKey: id) }
+        return due
+    }
+}

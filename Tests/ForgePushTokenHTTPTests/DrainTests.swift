@@ -1,0 +1,331 @@
+import Dispatch
+import ForgePushToken
+import ForgePushTokenOwner
+import ForgePushTokenOwnerTestSupport
+import ForgePushTokenTestSupport
+import Foundation
+import Testing
+
+@testable import ForgePushTokenHTTP
+
+/// A seeded generator (SplitMix64), so that a schedule drawn in a test is the same on every run.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var mixed = state
+        mixed = (mixed ^ (mixed >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        mixed = (mixed ^ (mixed >> 27)) &* 0x94D0_49BB_1331_11EB
+        return mixed ^ (mixed >> 31)
+    }
+}
+
+/// The most moments of `seconds` (sorted) inside any half-open 100 ms slice.
+func busiest100ms(_ seconds: [Double]) -> Int {
+    var most = 0
+    var low = 0
+    for high in seconds.indices {
+        while seconds[high] - seconds[low] >= 0.1 { low += 1 }
+        most = max(most, high - low + 1)
+    }
+    return most
+}
+
+/// The drain window's schedule as a value (../shared/spec/deploy.md, "Draining", step 2).
+@Suite struct DrainScheduleTests {
+    @Test("no streams, or a window of 0: over at once, nothing to end (a drain with nothing takes no time)")
+    func nothingToDrain() {
+        var generator = SeededGenerator(state: 1)
+        var empty = DrainSchedule(streams: [], seconds: 600, using: &generator)
+        #expect(empty.advance(toSeconds: 0) == DrainSchedule.Step(end: [], next: .finished))
+        var zero = DrainSchedule(streams: [1, 2, 3], seconds: 0, using: &generator)
+        #expect(zero.moments.isEmpty)
+        #expect(zero.advance(toSeconds: 0) == DrainSchedule.Step(end: [], next: .finished))
+    }
+
+    @Test(
+        "every stream once, the k-th in its own slot [k N/S, (k+1) N/S), in random order, within the 100 ms bound",
+        arguments: [(2000, 10.0), (10_000, 10.0), (1000, 5.0), (3, 600.0), (5, 10.0), (40, 10.0), (77, 7.0)])
+    func slots(streams count: Int, seconds: Double) {
+        for seed in UInt64(1)...20 {
+            var generator = SeededGenerator(state: seed)
+            let ids = (0..<UInt64(count)).map { $0 * 7 + 3 }
+            let schedule = DrainSchedule(streams: ids, seconds: seconds, using: &generator)
+            #expect(Set(schedule.moments.map(\.id)) == Set(ids) && schedule.moments.count == count)
+            let slot = seconds / Double(count)
+            for (index, moment) in schedule.moments.enumerated() {
+                #expect(moment.seconds >= Double(index) * slot && moment.seconds < Double(index + 1) * slot)
+            }
+            let bound = DrainSchedule.maxEndsPer100ms(streams: count, seconds: seconds)
+            #expect(busiest100ms(schedule.moments.map(\.seconds)) <= bound)
+            if count >= 40 {
+                #expect(schedule.moments.map(\.id) != ids, "the order is random, not the order given")
+            }
+        }
+    }
+
+    @Test("the bound: max(1, ⌈2 × S × 0.1 / N⌉)")
+    func bound() {
+        #expect(DrainSchedule.maxEndsPer100ms(streams: 2000, seconds: 10) == 40)
+        #expect(DrainSchedule.maxEndsPer100ms(streams: 10_000, seconds: 10) == 200)
+        #expect(DrainSchedule.maxEndsPer100ms(streams: 3, seconds: 600) == 1)
+        #expect(DrainSchedule.maxEndsPer100ms(streams: 51, seconds: 10) == 2)
+    }
+
+    @Test("advance hands out what is due, once, in time order, and names the next moment")
+    func advance() {
+        var generator = SeededGenerator(state: 7)
+        var schedule = DrainSchedule(streams: Array(0..<100), seconds: 10, using: &generator)
+        let moments = schedule.moments
+        var handed: [UInt64] = []
+        var step = schedule.advance(toSeconds: 0)
+        var clock = 0.0
+        while true {
+            handed += step.end
+            guard case .wake(let at) = step.next else { break }
+            #expect(at > clock || step.end.isEmpty == false || at == moments[handed.count].seconds)
+            #expect(at == moments[handed.count].seconds, "the next wake is the next moment")
+            clock = at
+            step = schedule.advance(toSeconds: at)
+            #expect(!step.end.isEmpty, "waking at a moment ends its stream")
+        }
+        #expect(handed == moments.map(\.id))
+        #expect(schedule.remaining.isEmpty)
+        #expect(schedule.advance(toSeconds: 100) == DrainSchedule.Step(end: [], next: .finished))
+    }
+
+    @Test("a late wake-up hands out everything due at once, nothing twice")
+    func lateWake() {
+        var generator = SeededGenerator(state: 9)
+        var schedule = DrainSchedule(streams: Array(0..<50), seconds: 5, using: &generator)
+        let first = schedule.advance(toSeconds: 2.5)
+        #expect(first.end == schedule.moments.prefix { $0.seconds <= 2.5 }.map(\.id))
+        let rest = schedule.advance(toSeconds: 5)
+        #expect(Set(first.end).isDisjoint(with: rest.end) && first.end.count + rest.end.count == 50)
+        #expect(rest.next == .finished)
+    }
+
+    @Test("a second signal ends the window at once: nothing more is handed out, the rest are listed")
+    func secondSignal() {
+        var generator = SeededGenerator(state: 3)
+        var schedule = DrainSchedule(streams: Array(0..<10), seconds: 10, using: &generator)
+        let early = schedule.advance(toSeconds: 3)
+        #expect(early.end.count == 3)
+        #expect(schedule.remaining.count == 7)
+        #expect(schedule.secondSignal() == DrainSchedule.Step(end: [], next: .finished))
+        #expect(schedule.cutShort)
+        #expect(schedule.advance(toSeconds: 10) == DrainSchedule.Step(end: [], next: .finished))
+    }
+}
+
+/// Each stream's age limit (../shared/spec/deploy.md, "Stream age").
+@Suite struct StreamAgeLimitTests {
+    @Test("each limit is drawn from [A/2, A], and the draws spread over it")
+    func draws() {
+        let limits = StreamAgeLimits(seconds: 60)
+        var generator = SeededGenerator(state: 11)
+        let draws = (0..<10_000).map { _ in limits.drawLimit(using: &generator) }
+        #expect(draws.allSatisfy { $0 >= .seconds(30) && $0 <= .seconds(60) })
+        #expect(draws.min()! < .seconds(31) && draws.max()! > .seconds(59))
+        let below45 = draws.filter { $0 < .seconds(45) }.count
+        #expect((4500...5500).contains(below45), "uniform: about half below the middle, got \(below45)")
+    }
+
+    @Test("due hands out each stream once, when its deadline has come; a closed stream never")
+    func due() {
+        var limits = StreamAgeLimits(seconds: 60)
+        let start = ContinuousClock.now
+        limits.opened(1, at: start, limit: .seconds(30))
+        limits.opened(2, at: start, limit: .seconds(45))
+        limits.opened(3, at: start, limit: .seconds(60))
+        limits.closed(2)
+        #expect(limits.due(at: start + .seconds(29)) == [])
+        #expect(limits.due(at: start + .seconds(30)) == [1])
+        #expect(limits.due(at: start + .seconds(50)) == [])
+        #expect(limits.due(at: start + .seconds(70)) == [3])
+        #expect(limits.deadlines.isEmpty)
+    }
+
+    @Test("off (0): nothing is kept")
+    func off() {
+        var limits = StreamAgeLimits(seconds: 0)
+        #expect(!limits.isEnabled)
+        limits.opened(1, at: .now, limit: .seconds(1))
+        #expect(limits.deadlines.isEmpty && limits.due(at: .now + .seconds(100)) == [])
+    }
+}
+
+/// An engine that records the steps `Service.shutdown(engine:)` asks of it.
+final class RecordingEngine: ServiceEngine {
+    let steps = Locked<[String]>([])
+    let service: Locked<Service?> = Locked(nil)
+    /// What the responder said at the first step: draining, stopping, and each stream's reason.
+    let atQuiesce = Locked<(draining: Bool, stopping: Bool)?>(nil)
+
+    func quiesce() {
+        steps.withLock { $0.append("quiesce") }
+        if let service = service.withLock({ $0 }) {
+            atQuiesce.withLock { $0 = (service.responder.isDraining, service.owner.isStopping) }
+        }
+    }
+    func awaitIdle() { steps.withLock { $0.append("awaitIdle") } }
+    func stop() { steps.withLock { $0.append("stop") } }
+}
+
+/// `Service.shutdown(engine:)`: the one shutdown order (issue 31) with the drain of
+/// ../shared/spec/deploy.md.
+@Suite struct ServiceShutdownTests {
+    func service(drainSeconds: Int) -> Service {
+        Service(store: MemoryTokenStore(), settings: .init(maxSubscribers: 64, drainSeconds: drainSeconds))
+    }
+
+    @Test("without a drain: streams end (shutdown), then quiesce, the grace period, stop; readiness says shutting_down")
+    func withoutDrain() throws {
+        let service = service(drainSeconds: 0)
+        let engine = RecordingEngine()
+        engine.service.withLock { $0 = service }
+        let stream = try #require(service.responder.openEventStream {}.1)
+        service.shutdown(engine: engine)
+        #expect(engine.steps.withLock { $0 } == ["quiesce", "awaitIdle", "stop"])
+        #expect(engine.atQuiesce.withLock { $0 }.map { !$0.draining && $0.stopping } == true)
+        #expect(stream.endReason == .shutdown)
+        guard case .response(let ready) = service.responder.respond(to: HTTPRequest(method: "GET", target: "/readyz"))
+        else { throw Unexpected(description: "/readyz answered no response") }
+        #expect(ready.status == 503 && string(ready.body) == #"{"status":"shutting_down"}"#)
+        service.shutdown(engine: engine)  // once only
+        #expect(engine.steps.withLock { $0 }.count == 3)
+    }
+
+    @Test("with a drain: readiness off, every open stream ended by the drain before the engine stops accepting")
+    func drainEndsEveryStream() throws {
+        let service = service(drainSeconds: 1)
+        let engine = RecordingEngine()
+        engine.service.withLock { $0 = service }
+        let wakes = Counter()
+        let streams = try (0..<20).map { _ in try #require(service.responder.openEventStream { wakes.increment() }.1) }
+        for stream in streams { #expect(drain(stream).result == .suspended) }
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            service.shutdown(engine: engine)
+            done.signal()
+        }
+        done.wait()
+        #expect(engine.steps.withLock { $0 } == ["quiesce", "awaitIdle", "stop"])
+        #expect(engine.atQuiesce.withLock { $0 }.map { $0.draining && $0.stopping } == true)
+        #expect(streams.allSatisfy { $0.endReason == .drain })
+        #expect(wakes.value == 20, "each suspended stream is woken once, to end")
+    }
+
+    @Test("with a drain and no streams: no time; a second signal first: the streams end at once, as shutdown")
+    func drainShortCuts() throws {
+        let quiet = service(drainSeconds: 600)
+        let engine = RecordingEngine()
+        let start = ContinuousClock.now
+        quiet.shutdown(engine: engine)
+        #expect(ContinuousClock.now - start < .seconds(60), "600 s of drain with nothing to drain")
+        #expect(engine.steps.withLock { $0 } == ["quiesce", "awaitIdle", "stop"])
+
+        let hurried = service(drainSeconds: 600)
+        let streams = try (0..<5).map { _ in try #require(hurried.responder.openEventStream {}.1) }
+        hurried.hurry()
+        hurried.shutdown(engine: RecordingEngine())
+        #expect(streams.allSatisfy { $0.endReason == .shutdown })
+    }
+}
+
+/// The probes and the draining responder (../shared/spec/deploy.md, "Probes", "Draining").
+@Suite struct ProbeAndDrainingResponderTests {
+    func get(_ responder: Responder, _ path: String) -> HTTPResponse {
+        guard case .response(let response) = responder.respond(to: HTTPRequest(method: "GET", target: path)) else {
+            Issue.record("\(path) answered something other than a response")
+            return HTTPResponse(status: 0)
+        }
+        return response
+    }
+
+    @Test(
+        "/livez: 200 ok whatever the store and the phase; /readyz: /healthz's answer, then 503 draining; neither waits for a write with the store"
+    )
+    func probes() throws {
+        let store = ScriptedStore(answering: .whenReleased)
+        let service = Service(store: store, health: .starting(reason: HealthReason(rawValue: "connecting")))
+        let responder = service.responder
+        #expect(get(responder, "/livez").status == 200)
+        #expect(string(get(responder, "/livez").body) == #"{"status":"ok"}"#)
+        let starting = get(responder, "/readyz")
+        #expect(starting.status == 503 && starting.body == get(responder, "/healthz").body)
+        store.report(.health(.ok))
+        // A write the store holds (as a hung Redis would): the probes answer all the same.
+        guard case .later = responder.respond(to: HTTPRequest(method: "POST", target: "/register", body: utf8("abcd")))
+        else { throw Unexpected(description: "the write was answered at once") }
+        #expect(store.heldCount == 1)
+        #expect(get(responder, "/readyz").status == 200)
+        #expect(get(responder, "/readyz").body == get(responder, "/healthz").body)
+        responder.beginDraining()
+        for path in ["/readyz", "/healthz"] {
+            #expect(get(responder, path).status == 503)
+            #expect(string(get(responder, path).body) == #"{"status":"draining"}"#)
+        }
+        #expect(get(responder, "/livez").status == 200)
+        let metrics = string(get(responder, "/metrics").body)
+        #expect(metrics.contains("\nforge_push_token_draining 1\n"))
+        store.release()
+    }
+
+    @Test("a new stream while draining: 200, retry:, its event, then the end (reason drain)")
+    func newStreamWhileDraining() throws {
+        let responder = makeResponder()
+        responder.owner.register(deviceToken: tokenBytes(32))
+        responder.beginDraining()
+        let (head, subscriber) = responder.openEventStream {}
+        #expect(head.status == 200)
+        let stream = try #require(subscriber)
+        let read = drain(stream)
+        #expect(read.result == .endOfStream)
+        let text = string(read.bytes)
+        #expect(text.hasPrefix("retry: "))
+        #expect(text.hasSuffix(expectedEvent(1, lowerHex(tokenBytes(32)))))
+        #expect(stream.endReason == .drain)
+        responder.streamEnded(stream)
+        let metrics = string(get(responder, "/metrics").body)
+        #expect(metrics.contains("\nforge_push_token_streams_ended_total{reason=\"drain\"} 1\n"))
+    }
+
+    @Test("streams_ended_total: all five reasons are defined from the start; each end counts once")
+    func endedCounters() throws {
+        let responder = makeResponder()
+        var metrics = string(get(responder, "/metrics").body)
+        for reason in ["client", "drain", "age", "shutdown", "revoked"] {
+            #expect(metrics.contains("\nforge_push_token_streams_ended_total{reason=\"\(reason)\"} 0\n"))
+        }
+        #expect(metrics.contains("\nforge_push_token_draining 0\n"))
+        let left = try #require(responder.openEventStream {}.1)
+        responder.streamEnded(left)  // nothing asked it to end: its client went away
+        let revoked = try #require(responder.openEventStream {}.1)
+        responder.owner.finish(revoked.id, reason: .revoked)
+        responder.owner.abort(revoked.id)  // the first reason sticks
+        responder.streamEnded(revoked)
+        metrics = string(get(responder, "/metrics").body)
+        #expect(metrics.contains("\nforge_push_token_streams_ended_total{reason=\"client\"} 1\n"))
+        #expect(metrics.contains("\nforge_push_token_streams_ended_total{reason=\"revoked\"} 1\n"))
+    }
+
+    @Test("a stream past its age ends cleanly after its event (reason age); one closed before is forgotten")
+    func streamAge() throws {
+        let service = Service(store: MemoryTokenStore(), settings: .init(maxStreamAge: 60))
+        let responder = service.responder
+        #expect(responder.limitsStreamAge)
+        let old = try #require(responder.openEventStream {}.1)
+        let gone = try #require(responder.openEventStream {}.1)
+        responder.streamEnded(gone)
+        responder.endStreamsPastTheirAge(at: .now + .seconds(29))
+        #expect(old.endReason == nil)
+        responder.endStreamsPastTheirAge(at: .now + .seconds(61))
+        #expect(old.endReason == .age)
+        #expect(gone.endReason == nil)
+        let read = drain(old)
+        #expect(read.result == .endOfStream && eventIDs(read.bytes) == [0])
+        #expect(!makeResponder().limitsStreamAge)
+    }
+}

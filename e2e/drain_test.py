@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""The drain of a stopping service against the release binary (docs/operations.md, "Deploying
+and upgrading"; ../shared/spec/deploy.md, "Draining").
+
+1. `--drain-seconds 10` with 2,000 event streams: on SIGTERM every stream ends cleanly (the
+   chunked terminator), spread as the spec says, measured from each stream's own end time: the
+   k-th end (in time order) inside the k-th slot of N/S seconds, at most max(1, ceil(2 S 0.1 / N))
+   ends in any 100 ms, none before the signal, the last within N. Meanwhile the service is still
+   served: /readyz and /healthz answer 503 draining, /livez 200, `--health-check=ready` fails
+   while `--health-check=live` passes, a write and a read answer 200, /metrics says draining 1,
+   and a new stream gets 200, `retry:`, its event and the end. A SIGHUP mid-window changes
+   nothing. The process exits 0 within N + 3 s.
+2. A second SIGTERM during a 60 s drain ends every remaining stream at once.
+3. A drain with no streams takes no time (`--drain-seconds 600`, exit within 2 s).
+4. Out-of-range flags exit 64.
+
+Prints its numbers. Usage: e2e/drain_test.py --server PATH
+"""
+import argparse
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+from e2e_support import (HOST, Failure, Server, check, log, main, open_subscribers, request, token_hex)
+
+TERMINATOR = b"\r\n0\r\n\r\n"
+
+
+def bound_per_100ms(streams, seconds):
+    """max(1, ceil(2 x S x 0.1 / N)), the spec's bound."""
+    return max(1, -(-2 * streams // (10 * seconds)))
+
+
+def busiest_100ms(times):
+    """The most of the sorted `times` inside any 100 ms slice."""
+    most, low = 0, 0
+    for high in range(len(times)):
+        while times[high] - times[low] >= 0.1:
+            low += 1
+        most = max(most, high - low + 1)
+    return most
+
+
+def watch_ends(sockets, deadline):
+    """Reads every socket until it ends; returns ({socket index: monotonic end time of a clean
+    end}, [indices that closed without the terminator])."""
+    selector = selectors.DefaultSelector()
+    tails = {}
+    for index, sock in enumerate(sockets):
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ, index)
+        tails[index] = b"\r\n"  # open_subscribers read up to the end of a chunk
+    ended, broken = {}, []
+    while len(ended) + len(broken) < len(sockets) and time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=0.05):
+            index = key.data
+            try:
+                chunk = key.fileobj.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            now = time.monotonic()
+            if chunk:
+                tails[index] = (tails[index] + chunk)[-16:]
+                if not tails[index].endswith(TERMINATOR):
+                    continue
+                ended[index] = now
+            else:
+                broken.append(index)
+            selector.unregister(key.fileobj)
+    selector.close()
+    return ended, broken
+
+
+def read_stream_to_end(port, timeout=5):
+    """A new `GET /token/stream` read to its end: (status, body text, ended cleanly)."""
+    sock = socket.create_connection((HOST, port), timeout=timeout)
+    try:
+        sock.sendall(b"GET /token/stream HTTP/1.1\r\nHost: e2e\r\nAccept: text/event-stream\r\n\r\n")
+        data = b""
+        deadline = time.monotonic() + timeout
+        while not data.endswith(TERMINATOR) and time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else None
+        return status, body.decode("utf-8", "replace"), data.endswith(TERMINATOR)
+    finally:
+        sock.close()
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def health_check(binary, port, probe):
+    """`--health-check=PROBE` of the service on `port`: its exit code."""
+    return subprocess.run([binary, "--health-check=" + probe, "--port", str(port)], env={"PATH": "/usr/bin:/bin"},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10).returncode
+
+
+def during_the_window(binary, server, results):
+    """What a draining service still does, asked from another thread during the window."""
+    try:
+        port = server.port
+        time.sleep(1.0)
+        status, _, body = request(port, "GET", "/readyz")
+        results["readyz"] = (status, body)
+        status, _, body = request(port, "GET", "/healthz")
+        results["healthz"] = (status, body)
+        status, _, body = request(port, "GET", "/livez")
+        results["livez"] = (status, body)
+        results["check_live"] = health_check(binary, port, "live")
+        results["check_ready"] = health_check(binary, port, "ready")
+        status, _, _ = request(port, "POST", "/register", body=token_hex(29, 2).encode(),
+                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+        results["write"] = status
+        status, _, body = request(port, "GET", "/token")
+        results["read"] = (status, body)
+        results["new_stream"] = read_stream_to_end(port)
+        status, _, body = request(port, "GET", "/metrics")
+        text = body.decode()
+        results["metrics"] = (status, metric(text, "forge_push_token_draining"),
+                              metric(text, 'forge_push_token_streams_ended_total{reason="drain"}'))
+        time.sleep(2.0)
+        os.kill(server.pid, signal.SIGHUP)  # changes nothing about the drain
+        results["sighup_at"] = time.monotonic()
+    except Exception as error:  # reported by the main thread
+        results["error"] = repr(error)
+
+
+def spread(binary):
+    streams, seconds = 2000, 10
+    server = Server(binary, ["--port", "0", "--drain-seconds", str(seconds), "--max-subscribers", "3000",
+                             "--access-log", "off"]).start()
+    try:
+        status, _, _ = server.register(token_hex(29, 1))
+        check(status == 200, "the first write answered %s" % status)
+        sockets = open_subscribers(server.port, streams, timeout=20)
+        log("%d subscribers open" % streams)
+        results = {}
+        signalled = time.monotonic()
+        os.kill(server.pid, signal.SIGTERM)
+        helper = threading.Thread(target=during_the_window, args=(binary, server, results))
+        helper.start()
+        ended, broken = watch_ends(sockets, signalled + seconds + 5)
+        helper.join(30)
+        code = server.wait(timeout=max(1.0, signalled + seconds + 4 - time.monotonic()))
+        exited = time.monotonic() - signalled
+        for sock in sockets:
+            sock.close()
+        check("error" not in results, "during the window: %s" % results.get("error"))
+        check(not broken, "%d streams closed without the chunked terminator" % len(broken))
+        check(len(ended) == streams, "%d of %d streams ended within N + 5 s" % (len(ended), streams))
+        times = sorted(t - signalled for t in ended.values())
+        slot = seconds / streams
+        # The k-th end inside the k-th slot, measured from the signal: never early (the server's
+        # window starts after the signal is sent), late by no more than the signal's delivery, a
+        # thread's wake-up and this reader's loop (250 ms).
+        early = [k for k, t in enumerate(times) if t < k * slot - 0.005]
+        late = [k for k, t in enumerate(times) if t > (k + 1) * slot + 0.25]
+        busiest = busiest_100ms(times)
+        bound = bound_per_100ms(streams, seconds)
+        per_second = [sum(1 for t in times if s <= t < s + 1) for s in range(seconds + 1)]
+        log("drain of %d streams over %d s: first end %.3f s, last %.3f s after SIGTERM; busiest 100 ms %d"
+            " (bound %d); per second %s; ends before their slot %d, after it + 250 ms %d; exit %s after %.2f s"
+            % (streams, seconds, times[0], times[-1], busiest, bound, per_second, len(early), len(late), code, exited))
+        check(not early, "%d ends came before their slot (first: #%d at %.3f s)"
+              % (len(early), early[0], times[early[0]]) if early else "")
+        check(not late, "%d ends came over 250 ms after their slot (first: #%d at %.3f s, slot ends %.3f s)"
+              % (len(late), late[0], times[late[0]], (late[0] + 1) * slot) if late else "")
+        check(busiest <= bound, "%d ends in one 100 ms slice, over the bound %d" % (busiest, bound))
+        check(times[-1] <= seconds + 0.25, "the last stream ended %.3f s after the signal" % times[-1])
+        check(code == 0, "the service exited with %s" % code)
+        check(exited <= seconds + 3 + 0.5, "the service took %.2f s to exit, over N + 3" % exited)
+        # What the window still served.
+        check(results["readyz"][0] == 503 and b'"draining"' in results["readyz"][1], "/readyz: %r" % (results["readyz"],))
+        check(results["healthz"][0] == 503 and b'"draining"' in results["healthz"][1], "/healthz: %r" % (results["healthz"],))
+        check(results["livez"] == (200, b'{"status":"ok"}'), "/livez: %r" % (results["livez"],))
+        check(results["check_live"] == 0 and results["check_ready"] == 1,
+              "--health-check=live exited %s, =ready %s while draining" % (results["check_live"], results["check_ready"]))
+        check(results["write"] == 200, "a write during the window answered %s" % results["write"])
+        check(results["read"][0] == 200 and token_hex(29, 2).encode() in results["read"][1],
+              "a read during the window: %r" % (results["read"],))
+        status, body, clean = results["new_stream"]
+        check(status == 200 and "retry: " in body and body.index("retry: ") < body.index("id: ")
+              and token_hex(29, 2) in body and clean,
+              "a new stream during the window: %s %r (clean end: %s)" % (status, body[:200], clean))
+        check(results["metrics"][0] == 200 and results["metrics"][1] == 1 and results["metrics"][2] >= 1,
+              "/metrics during the window: %r" % (results["metrics"],))
+        check("sighup_at" in results, "SIGHUP was not sent")
+        log("during the window: /readyz %s, /healthz %s, /livez %s, write %s, read %s, new stream %s with retry:"
+            " and its event, then its end; SIGHUP at %.1f s changed nothing"
+            % (results["readyz"][0], results["healthz"][0], results["livez"][0], results["write"],
+               results["read"][0], status, results["sighup_at"] - signalled))
+    finally:
+        server.kill()
+
+
+def second_signal(binary):
+    streams, seconds = 200, 60
+    server = Server(binary, ["--port", "0", "--drain-seconds", str(seconds), "--access-log", "off"]).start()
+    try:
+        sockets = open_subscribers(server.port, streams)
+        signalled = time.monotonic()
+        os.kill(server.pid, signal.SIGTERM)
+        first, broken = watch_ends(sockets, signalled + 1.0)
+        check(not broken, "streams broke before the second signal")
+        check(len(first) < streams // 10, "%d streams ended in the first second of a 60 s drain" % len(first))
+        again = time.monotonic()
+        os.kill(server.pid, signal.SIGTERM)
+        rest, broken = watch_ends([s for i, s in enumerate(sockets) if i not in first], again + 5)
+        last = max(rest.values()) - again if rest else 0
+        code = server.wait(timeout=5)
+        for sock in sockets:
+            sock.close()
+        check(not broken and len(first) + len(rest) == streams,
+              "after the second signal: %d ended cleanly, %d broken" % (len(rest), len(broken)))
+        check(last < 1.0, "the last stream ended %.2f s after the second signal" % last)
+        check(code == 0, "the service exited with %s" % code)
+        log("second SIGTERM: %d of %d streams ended in the first second, the other %d within %.3f s of the"
+            " second signal; exit %s" % (len(first), streams, len(rest), last, code))
+    finally:
+        server.kill()
+
+
+def nothing_to_drain(binary):
+    server = Server(binary, ["--port", "0", "--drain-seconds", "600"]).start()
+    try:
+        signalled = time.monotonic()
+        os.kill(server.pid, signal.SIGTERM)
+        code = server.wait(timeout=5)
+        took = time.monotonic() - signalled
+        check(code == 0 and took < 2, "a drain with no streams exited %s after %.2f s" % (code, took))
+        log("no streams: --drain-seconds 600 exited %s after %.3f s" % (code, took))
+    finally:
+        server.kill()
+
+
+def out_of_range(binary):
+    for args, env in [(["--drain-seconds", "601"], {}), (["--drain-seconds=-1"], {}),
+                      (["--max-stream-age", "59"], {}), (["--max-stream-age", "86401"], {}),
+                      (["--health-check=sometimes"], {}), ([], {"FORGE_PUSH_TOKEN_DRAIN_SECONDS": "1000"}),
+                      ([], {"FORGE_PUSH_TOKEN_MAX_STREAM_AGE": "10"})]:
+        done = subprocess.run([binary] + args, env=dict(env, PATH="/usr/bin:/bin"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, timeout=10)
+        check(done.returncode == 64, "%s %s exited %s: %s" % (args, env, done.returncode, done.stderr[-300:]))
+    log("out-of-range --drain-seconds, --max-stream-age, --health-check and their variables exit 64")
+
+
+def run():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    binary = os.path.abspath(parser.parse_args().server)
+    out_of_range(binary)
+    nothing_to_drain(binary)
+    second_signal(binary)
+    spread(binary)
+
+
+if __name__ == "__main__":
+    main(run)
