@@ -33,6 +33,9 @@ struct CommandLineOptions: Equatable {
     /// The tokens of `writeTokenFile` and `readTokenFile` as read at start (`TokenFile.parse`).
     var writeTokens: [String]?
     var readTokens: [String]?
+    /// What `stat(2)` said of the token files just before they were read at start (write, then
+    /// read): the reloader's starting point, so that a change while they were read is not missed.
+    var tokenFileSignatures: [CredentialReloader.Signature] = []
     /// `--cors-origin`, validated, in order (`*` allows every origin).
     var crossOrigin = CrossOriginPolicy()
     /// `--access-log on|off`: one log line per finished request (the responder writes it).
@@ -358,6 +361,7 @@ struct CommandLineOptions: Equatable {
                 description: "--read-token-file needs --write-token-file: otherwise reads would need a token "
                     + "while anyone could write")
         }
+        tokenFileSignatures = [writePath, readTokenFile].compactMap { $0 }.map(CredentialReloader.Signature.init(path:))
         writeTokens = try Self.readTokenFile(writePath, flag: "write-token-file", readFile: readFile)
         if let readPath = readTokenFile {
             readTokens = try Self.readTokenFile(readPath, flag: "read-token-file", readFile: readFile)

@@ -56,9 +56,12 @@ final class CredentialReloader: Sendable {
     private let stopped = Locked(false)
 
     /// A reloader of `writePath` (and `readPath`) into `responder`, whose files were read at start
-    /// with `readFile` just before this is made: their signatures now are the ones in force.
+    /// with `readFile`. `signatures` are the files' signatures taken just before that read
+    /// (`CommandLineOptions.tokenFileSignatures`), so a change during it is reloaded by the first
+    /// poll; `nil` takes them now.
     init(
         writePath: String, readPath: String?, responder: Responder, log: ServerLog,
+        signatures: [Signature]? = nil,
         readFile: @escaping @Sendable (String) throws -> String = CommandLineOptions.readTextFile
     ) {
         self.writePath = writePath
@@ -66,7 +69,7 @@ final class CredentialReloader: Sendable {
         self.responder = responder
         self.log = log
         self.readFile = readFile
-        self.seen = Locked([writePath, readPath].compactMap { $0 }.map(Signature.init(path:)))
+        self.seen = Locked(signatures ?? [writePath, readPath].compactMap { $0 }.map(Signature.init(path:)))
     }
 
     /// Starts looking at the files every `pollInterval`.

@@ -127,7 +127,9 @@ for warning in options.startupWarnings {
 }
 // The token files are read again on SIGHUP and when they change (docs/operations.md, "Rotating tokens").
 let reloader = options.writeTokenFile.map { path in
-    CredentialReloader(writePath: path, readPath: options.readTokenFile, responder: responder, log: log)
+    CredentialReloader(
+        writePath: path, readPath: options.readTokenFile, responder: responder, log: log,
+        signatures: options.tokenFileSignatures)
 }
 let server: MicroHTTPDServer
 do {

@@ -192,6 +192,30 @@ import Testing
         #expect(check?.isAuthorized == true)
     }
 
+    @Test func aChangeAfterTheStartReadIsReloadedByTheFirstPoll() throws {
+        let folder = try TemporaryFolder()
+        try folder.write("write", Self.write + "\n")
+        let options = try CommandLineOptions.parse(["--write-token-file", folder.path + "/write"], environment: [:])
+        #expect(options.tokenFileSignatures.count == 1)
+        // The file changes after it was read at start, before the reloader exists.
+        try folder.write("write", "second-write-token-000\n")
+        let responder = Responder(
+            owner: TokenOwner(store: MemoryTokenStore(), initial: .initial, maxSubscribers: 2),
+            authentication: options.authentication)
+        let lines = Locked<[String]>([])
+        let reloader = CredentialReloader(
+            writePath: folder.path + "/write", readPath: nil, responder: responder,
+            log: ServerLog(minimumLevel: .info) { line in lines.withLock { $0.append(line) } },
+            signatures: options.tokenFileSignatures)
+        reloader.start()
+        defer { reloader.stop() }
+        while lines.withLock({ $0.isEmpty }) { usleep(10_000) }
+        #expect(lines.withLock { $0[0] }.contains("credentials reloaded (a token file changed)"))
+        let check = responder.currentCredentials?.check(
+            authorization: "Bearer second-write-token-000", query: nil, method: "POST")
+        #expect(check?.isAuthorized == true)
+    }
+
     @Test func aVanishedFileIsAFailedReloadThatKeepsTheTokens() throws {
         let setup = try Reloading()
         #expect(unlink(setup.writePath) == 0)
