@@ -406,9 +406,10 @@ public final class Responder: Sendable {
     var authentication: BearerAuthentication? { currentCredentials }
 
     /// Puts `new` in force from the next request (a reload of the token files, docs/operations.md,
-    /// "Rotating tokens")
-    /// and ends cleanly every event stream whose token is in neither of `new`'s sets (a stream
-    /// admitted while this runs is checked again once subscribed, so none escapes).
+    /// "Rotating tokens") and ends cleanly every event stream whose token is in neither of `new`'s
+    /// sets, under `StreamEndReason.revoked` (a stream admitted while this runs is checked again
+    /// once subscribed, so none escapes). Call it from one thread at a time (`CredentialReloader`
+    /// runs on one serial queue): two at once could end a stream whose token the later put back.
     /// - Parameter new: the policy built from the files just read; it must protect the same
     ///   routes as the one in force (the same files are read again).
     /// - Returns: how many streams were ended, or `nil` (nothing changed) when the service has no
