@@ -93,8 +93,9 @@ if [[ " ${selected[*]} " =~ " "(sentinel|sentinel_docs|probe|acl_docs)" " ]]; th
   command -v redis-cli >/dev/null || missing+=(redis-tools)
 fi
 if [[ " ${selected[*]} " =~ " "(credentials|rotation_docs)" " ]]; then
-  # curl makes the role checks and runs the rotation steps of docs/operations.md.
+  # curl makes the role checks; curl and openssl run the rotation steps of docs/operations.md.
   command -v curl >/dev/null || missing+=(curl)
+  command -v openssl >/dev/null || missing+=(openssl)
   # unshare (util-linux) runs the service as PID 1 of a PID namespace, as a container does.
   command -v unshare >/dev/null || missing+=(util-linux)
 fi
