@@ -121,6 +121,7 @@ grep -q "^ExecStart=$server\$" "$unit" || { echo "the unit's ExecStart line is n
 verify_output="$(systemd-analyze verify "$unit" 2>&1)" || { echo "$verify_output" >&2; exit 1; }
 [[ -z "$verify_output" ]] || { echo "systemd-analyze verify: $verify_output" >&2; exit 1; }
 echo "systemd-analyze verify: no findings"
+# shellcheck disable=SC2016 # $MAINPID is systemd's, written as it stands in the unit
 for setting in DynamicUser=yes ProtectSystem=strict StateDirectory=forge-push-token NoNewPrivileges=yes \
                LoadCredential=auth-token: RestrictAddressFamilies= SystemCallFilter=@system-service \
                'ExecReload=/bin/kill -HUP $MAINPID'; do
