@@ -13,21 +13,28 @@ and upgrading"; ../shared/spec/deploy.md, "Draining").
 2. A second SIGTERM during a 60 s drain ends every remaining stream at once.
 3. A drain with no streams takes no time (`--drain-seconds 600`, exit within 2 s).
 4. Out-of-range flags exit 64.
+5. `--max-stream-age 60` (run beside the others): 20 streams each end cleanly between 30 and 60 s
+   (plus the once-a-second tick) after they opened, at spread-out moments, counted as `age`.
 
 Prints its numbers. Usage: e2e/drain_test.py --server PATH
 """
 import argparse
+import multiprocessing
 import os
 import selectors
 import signal
 import socket
+import struct
 import subprocess
-import threading
 import time
 
 from e2e_support import (HOST, Failure, Server, check, log, main, open_subscribers, request, token_hex)
 
 TERMINATOR = b"\r\n0\r\n\r\n"
+# Linux's SO_TIMESTAMPNS (asm-generic/socket.h; Python's socket module does not name it): each
+# received segment carries the kernel's CLOCK_REALTIME of its arrival, so an end is timed when it
+# reached this machine's socket, not when this (possibly descheduled) process got to read it.
+SO_TIMESTAMPNS = 35
 
 
 def bound_per_100ms(streams, seconds):
@@ -46,11 +53,13 @@ def busiest_100ms(times):
 
 
 def watch_ends(sockets, deadline):
-    """Reads every socket until it ends; returns ({socket index: monotonic end time of a clean
-    end}, [indices that closed without the terminator])."""
+    """Reads every socket until it ends; returns ({socket index: when its clean end arrived, on
+    the monotonic clock}, [indices that closed without the terminator])."""
     selector = selectors.DefaultSelector()
     tails = {}
+    offset = time.monotonic() - time.time()  # kernel arrival times are wall-clock
     for index, sock in enumerate(sockets):
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ, index)
         tails[index] = b"\r\n"  # open_subscribers read up to the end of a chunk
@@ -58,13 +67,17 @@ def watch_ends(sockets, deadline):
     while len(ended) + len(broken) < len(sockets) and time.monotonic() < deadline:
         for key, _ in selector.select(timeout=0.05):
             index = key.data
+            now = time.monotonic()
             try:
-                chunk = key.fileobj.recv(65536)
+                chunk, ancillary, _, _ = key.fileobj.recvmsg(65536, socket.CMSG_SPACE(16))
             except BlockingIOError:
                 continue
             except OSError:
-                chunk = b""
-            now = time.monotonic()
+                chunk, ancillary = b"", []
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                    seconds, nanoseconds = struct.unpack("qq", data[:16])
+                    now = seconds + nanoseconds / 1e9 + offset
             if chunk:
                 tails[index] = (tails[index] + chunk)[-16:]
                 if not tails[index].endswith(TERMINATOR):
@@ -109,10 +122,11 @@ def health_check(binary, port, probe):
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10).returncode
 
 
-def during_the_window(binary, server, results):
-    """What a draining service still does, asked from another thread during the window."""
+def during_the_window(binary, port, pid, pipe):
+    """What a draining service still does, asked during the window from a child process (so that
+    the parent, which timestamps every stream's end, is never held up by it)."""
+    results = {}
     try:
-        port = server.port
         time.sleep(1.0)
         status, _, body = request(port, "GET", "/readyz")
         results["readyz"] = (status, body)
@@ -133,10 +147,14 @@ def during_the_window(binary, server, results):
         results["metrics"] = (status, metric(text, "forge_push_token_draining"),
                               metric(text, 'forge_push_token_streams_ended_total{reason="drain"}'))
         time.sleep(2.0)
-        os.kill(server.pid, signal.SIGHUP)  # changes nothing about the drain
+        os.kill(pid, signal.SIGHUP)  # changes nothing about the drain
         results["sighup_at"] = time.monotonic()
-    except Exception as error:  # reported by the main thread
+    except Exception as error:  # reported by the parent
         results["error"] = repr(error)
+    pipe.send(results)  # synchronous, unlike a multiprocessing.Queue's feeder thread
+    pipe.close()
+    # Not through the parent's exit handlers, which would kill the servers it started.
+    os._exit(0)
 
 
 def spread(binary):
@@ -148,13 +166,15 @@ def spread(binary):
         check(status == 200, "the first write answered %s" % status)
         sockets = open_subscribers(server.port, streams, timeout=20)
         log("%d subscribers open" % streams)
-        results = {}
+        receiver, sender = multiprocessing.get_context("fork").Pipe(duplex=False)
+        helper = multiprocessing.get_context("fork").Process(target=during_the_window,
+                                                             args=(binary, server.port, server.pid, sender))
         signalled = time.monotonic()
         os.kill(server.pid, signal.SIGTERM)
-        helper = threading.Thread(target=during_the_window, args=(binary, server, results))
         helper.start()
         ended, broken = watch_ends(sockets, signalled + seconds + 5)
-        helper.join(30)
+        results = receiver.recv() if receiver.poll(30) else {"error": "the helper process gave no results"}
+        helper.join(10)
         code = server.wait(timeout=max(1.0, signalled + seconds + 4 - time.monotonic()))
         exited = time.monotonic() - signalled
         for sock in sockets:
@@ -199,6 +219,8 @@ def spread(binary):
         check(results["metrics"][0] == 200 and results["metrics"][1] == 1 and results["metrics"][2] >= 1,
               "/metrics during the window: %r" % (results["metrics"],))
         check("sighup_at" in results, "SIGHUP was not sent")
+        check("received SIGHUP while stopping; ignored" in server.stderr(),
+              "the service did not log the SIGHUP it ignored during the drain")
         log("during the window: /readyz %s, /healthz %s, /livez %s, write %s, read %s, new stream %s with retry:"
             " and its event, then its end; SIGHUP at %.1f s changed nothing"
             % (results["readyz"][0], results["healthz"][0], results["livez"][0], results["write"],
@@ -258,14 +280,48 @@ def out_of_range(binary):
     log("out-of-range --drain-seconds, --max-stream-age, --health-check and their variables exit 64")
 
 
+def stream_age_start(binary):
+    server = Server(binary, ["--port", "0", "--max-stream-age", "60", "--access-log", "off"]).start()
+    sockets = open_subscribers(server.port, 20)
+    return server, sockets, time.monotonic()
+
+
+def stream_age_finish(age):
+    server, sockets, opened = age
+    try:
+        ended, broken = watch_ends(sockets, opened + 63)
+        for sock in sockets:
+            sock.close()
+        ages = sorted(t - opened for t in ended.values())
+        check(not broken and len(ended) == 20, "--max-stream-age 60: %d of 20 ended cleanly, %d broken"
+              % (len(ended), len(broken)))
+        # Each limit is drawn from [30, 60] s; the limits are checked once a second.
+        check(ages[0] >= 30 - 0.2 and ages[-1] <= 60 + 1.5, "stream ages %.1f to %.1f s, outside [30, 61.5]"
+              % (ages[0], ages[-1]))
+        check(ages[-1] - ages[0] >= 5, "20 streams' limits all within %.1f s: not drawn" % (ages[-1] - ages[0]))
+        status, _, body = request(server.port, "GET", "/metrics")
+        counted = metric(body.decode(), 'forge_push_token_streams_ended_total{reason="age"}')
+        check(counted == 20, "streams_ended_total{reason=\"age\"} is %s, not 20" % counted)
+        log("--max-stream-age 60: 20 streams ended cleanly %.1f to %.1f s after opening (%s), counted as age"
+            % (ages[0], ages[-1], " ".join("%.0f" % a for a in ages)))
+        check(server.stop() == 0, "the stream-age server did not exit 0")
+    finally:
+        server.kill()
+
+
 def run():
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
     binary = os.path.abspath(parser.parse_args().server)
     out_of_range(binary)
-    nothing_to_drain(binary)
-    second_signal(binary)
-    spread(binary)
+    age = stream_age_start(binary)
+    try:
+        nothing_to_drain(binary)
+        second_signal(binary)
+        spread(binary)
+        stream_age_finish(age)
+    finally:
+        age[0].kill()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ or BAD. This check fails on any WARN or BAD note, and prints them with the reque
   1. Starts SERVER on a free loopback port with a state file and registers a token.
   2. Checks, each as REDbot's HAR output (`-o har`, made in-process with REDbot's own HAR
      formatter, so that HEAD and request header fields can be set):
-     GET and HEAD of /token, /healthz, /metrics and /; a conditional GET and HEAD of /token and a
+     GET and HEAD of /token, /healthz, /livez, /readyz, /metrics and /; a conditional GET and HEAD of /token and a
      conditional GET of / (If-None-Match with the ETag just served: a 304); an error answer
      (GET and HEAD of an unknown path: 404; GET of /register: 405).
   3. Starts SERVER again with --auth-token and --auth-scope all and checks GET /token, the
@@ -148,6 +148,10 @@ def run():
         checks.check(port, "token conditional weak", "/token", headers=[("If-None-Match", "W/" + etag)], status=304)
         checks.check(port, "healthz", "/healthz", status=200)
         checks.check(port, "healthz head", "/healthz", "HEAD", status=200)
+        checks.check(port, "livez", "/livez", status=200)
+        checks.check(port, "livez head", "/livez", "HEAD", status=200)
+        checks.check(port, "readyz", "/readyz", status=200)
+        checks.check(port, "readyz head", "/readyz", "HEAD", status=200)
         checks.check(port, "metrics", "/metrics", status=200)
         checks.check(port, "metrics head", "/metrics", "HEAD", status=200)
         page = checks.check(port, "page", "/", status=200)

@@ -3,10 +3,11 @@
 # issue 13: a real Prometheus scraping the service, JSON logs; issue 11: replicas sharing the token
 # through Redis, behind nginx; issue 21: the edges of HTTP an attacker found; issue 17: the TLS
 # and Sentinel commands of docs/replicas.md, a Sentinel failover, the delivery probe; issue 29:
-# the drain of a stopping service, a rolling deploy through three replicas behind nginx; issue 28:
-# read and write tokens, their reload during 1,000 streams, the rotation of docs/operations.md).
+# the drain of a stopping service, a rolling deploy through three replicas behind nginx, HTTP/2
+# and TLS at the edge in headless Chromium; issue 28: read and write tokens, their reload during
+# 1,000 streams, the rotation of docs/operations.md).
 #
-#   e2e/run.sh --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|credentials|rotation_docs ...]
+#   e2e/run.sh --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|http2|credentials|rotation_docs ...]
 #
 # Every server of the pass runs with --log-format json by default (FORGE_PUSH_TOKEN_LOG_FORMAT;
 # the tests read its lines back as text); afterwards every line every server wrote is checked with
@@ -22,7 +23,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { echo "usage: $0 --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|credentials|rotation_docs ...]" >&2; }
+usage() { echo "usage: $0 --server PATH [--log-format json|text] [metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|http2|credentials|rotation_docs ...]" >&2; }
 server=""
 log_format=json
 selected=()
@@ -32,14 +33,14 @@ while [ $# -gt 0 ]; do
     --server=*) server="${1#--server=}"; shift ;;
     --log-format) [ $# -ge 2 ] || { usage; exit 64; }; log_format="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|credentials|rotation_docs) selected+=("$1"); shift ;;
+    metrics|state_file|browser|hardening|http_edges|prometheus|replicas|tls_docs|acl_docs|sentinel|sentinel_docs|probe|drain|rolling|http2|credentials|rotation_docs) selected+=("$1"); shift ;;
     *) echo "unknown argument: $1" >&2; usage; exit 64 ;;
   esac
 done
 [ -n "$server" ] || { usage; exit 64; }
 [ -x "$server" ] && [ -f "$server" ] || { echo "not an executable file: $server" >&2; exit 64; }
 server="$(cd "$(dirname "$server")" && pwd)/$(basename "$server")"
-[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe drain credentials rotation_docs)
+[ ${#selected[@]} -gt 0 ] || selected=(metrics state_file browser hardening http_edges prometheus replicas tls_docs acl_docs sentinel sentinel_docs probe drain rolling http2 credentials rotation_docs)
 case "$log_format" in json|text) ;; *) echo "--log-format must be json or text" >&2; exit 64 ;; esac
 
 say() { printf '==> %s\n' "$*"; }
@@ -60,7 +61,7 @@ apt_install() {
   return 1
 }
 
-if [[ " ${selected[*]} " == *" browser "* ]]; then
+if [[ " ${selected[*]} " =~ " "(browser|http2)" " ]]; then
   if ! command -v chromium >/dev/null || [ ! -x /usr/bin/chromedriver ]; then
     t0=$SECONDS
     say "installing chromium chromium-driver (apt)"
@@ -104,12 +105,17 @@ if [[ " ${selected[*]} " == *" tls_docs "* ]]; then
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v openssl >/dev/null || missing+=(openssl)
 fi
-if [[ " ${selected[*]} " =~ " "(replicas|rolling)" " ]]; then
+if [[ " ${selected[*]} " =~ " "(replicas|rolling|http2)" " ]]; then
   # The replica test starts its own redis-server and nginx on free loopback ports (never the
   # system services) and uses redis-cli to inspect and damage the state.
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v redis-cli >/dev/null || missing+=(redis-tools)
   command -v nginx >/dev/null || missing+=(nginx)
+fi
+if [[ " ${selected[*]} " == *" http2 "* ]]; then
+  # The edge of docs/replicas.md: a certificate made with openssl, checked with curl --http2.
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v curl >/dev/null || missing+=(curl)
 fi
 if ((${#missing[@]})); then
   say "installing ${missing[*]} (apt)"
@@ -140,7 +146,7 @@ fi
 export E2E_ARTIFACTS="${E2E_ARTIFACTS:-$here/artifacts}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 mkdir -p "$E2E_ARTIFACTS"
-declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90 [http_edges]=120 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [drain]=60 [rolling]=150 [credentials]=90 [rotation_docs]=60)
+declare -A limit=([metrics]=45 [state_file]=120 [browser]=75 [hardening]=90 [http_edges]=120 [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60 [probe]=45 [drain]=100 [rolling]=150 [http2]=75 [credentials]=90 [rotation_docs]=60)
 export E2E_LOG_FORMAT="$log_format"
 E2E_LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/e2e-logs.XXXXXX")"
 export E2E_LOG_DIR

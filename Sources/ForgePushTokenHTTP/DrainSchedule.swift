@@ -12,6 +12,10 @@
 /// which that bound of 1 forbids: there each Uₖ is drawn from [0, 1 − 0.1 / slot), which keeps
 /// neighbours more than 100 ms apart; narrower slots draw from [0, 1) as the spec writes it.
 ///
+/// The bound holds for the moments streams are actually ended, too: a caller that wakes late (a
+/// busy machine) is handed what is due at no more than `maxEndsPer100ms` per 100 ms, the rest a
+/// little later, rather than in one burst.
+///
 /// Thread-safety: a `Sendable` value; mutate it from one thread.
 public struct DrainSchedule: Sendable, Equatable {
     /// One stream's moment: seconds into the window, and the subscriber to end then.
@@ -47,12 +51,19 @@ public struct DrainSchedule: Sendable, Equatable {
     public private(set) var handedOut = 0
     /// Whether a second signal cut the window short.
     public private(set) var cutShort = false
+    /// The most ends handed out in any 100 ms (`maxEndsPer100ms` of this schedule).
+    public let bound: Int
+    /// When the last `bound` ends were handed out (seconds into the window), a ring: `recent[next]`
+    /// is the oldest once it is full.
+    private var recent: [Double] = []
+    private var next = 0
 
     /// A schedule over `streams` (the subscribers open when the signal came) for a window of
     /// `seconds` (N ≥ 0), its order and its Uₖ drawn from `generator`. With no streams, or a
     /// window of 0, the schedule is over at once: a drain with nothing to drain takes no time.
     public init(streams: [UInt64], seconds: Double, using generator: inout some RandomNumberGenerator) {
         self.seconds = max(0, seconds)
+        self.bound = Self.maxEndsPer100ms(streams: streams.count, seconds: max(0, seconds))
         let order = streams.shuffled(using: &generator)
         let count = Double(order.count)
         guard self.seconds > 0, !order.isEmpty else {
@@ -74,16 +85,35 @@ public struct DrainSchedule: Sendable, Equatable {
     }
 
     /// `elapsed` seconds of the window have passed: the streams whose moment has come and not
-    /// been handed out, and when to ask next.
+    /// been handed out (at most `bound` in any 100 ms of hand-outs), and when to ask next.
     public mutating func advance(toSeconds elapsed: Double) -> Step {
         guard !cutShort else { return Step(end: [], next: .finished) }
         var due: [UInt64] = []
-        while handedOut < moments.count, moments[handedOut].seconds <= elapsed {
+        while handedOut < moments.count, moments[handedOut].seconds <= elapsed, mayHandOut(at: elapsed) {
             due.append(moments[handedOut].id)
             handedOut += 1
+            record(elapsed)
         }
-        let next: Next = handedOut < moments.count ? .wake(atSeconds: moments[handedOut].seconds) : .finished
-        return Step(end: due, next: next)
+        guard handedOut < moments.count else { return Step(end: due, next: .finished) }
+        var wake = moments[handedOut].seconds
+        if recent.count == bound { wake = max(wake, recent[self.next] + 0.1) }
+        return Step(end: due, next: .wake(atSeconds: wake))
+    }
+
+    /// Whether one more end at `elapsed` keeps every 100 ms at `bound` or fewer: the `bound`-th
+    /// end before it was handed out 100 ms ago or more.
+    private func mayHandOut(at elapsed: Double) -> Bool {
+        // The same sum as the wake-up `advance` names, so that waking at it always hands one out.
+        recent.count < bound || elapsed >= recent[next] + 0.1
+    }
+
+    private mutating func record(_ elapsed: Double) {
+        if recent.count < bound {
+            recent.append(elapsed)
+        } else {
+            recent[next] = elapsed
+            next = (next + 1) % bound
+        }
     }
 
     /// A second `SIGTERM` or `SIGINT`: the window is over at once. Nothing more is handed out; the

@@ -166,7 +166,8 @@ DispatchQueue(label: "forge-push-token.signals").async { [service, log] in
             log.log(.info, "received \(signal == SIGTERM ? "SIGTERM" : "SIGINT") again: ending the streams at once")
             service.hurry()
         } else {
-            log.log(.info, "received signal \(signal) while stopping; ignored")
+            let name = signal == SIGHUP ? "SIGHUP" : signal == SIGUSR1 ? "SIGUSR1" : "SIGUSR2"
+            log.log(.info, "received \(name) while stopping; ignored (the drain goes on)")
         }
     }
 }
