@@ -8,6 +8,8 @@ subscribers through nginx that behave as a browser's EventSource does (they reco
 `retry:` they were sent, with `Last-Event-ID`), and a writer through nginx every 50 ms. Each
 replica in turn is taken out of nginx (marked `down`, nginx reloaded), paused, sent SIGTERM,
 drained, started again on its port, and put back once `/readyz` says it is ready; then the next.
+Last, one replica is stopped while nginx still sends to it (a load balancer that has not
+noticed): its drain serves on, and nginx passes its later refusals on to the others.
 
 It asserts what the spec promises:
 - every write answered 200, none 5xx (nginx passes a refusal on to the next replica), and none
@@ -326,10 +328,11 @@ def peak_per_second(times):
     return most, at
 
 
-def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_timeout=30):
+def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_timeout=30, unnoticed=False):
     """Three replicas (`--drain-seconds drain`) behind the documented nginx, `count` subscribers
     and a writer every 50 ms; with `roll`, each replica rolled in turn, else the same time with no
-    roll. Returns the numbers (see `run` and bench/roll.py)."""
+    roll; with `unnoticed` too, one replica is then stopped while nginx still sends to it. Returns
+    the numbers (see `run` and bench/roll.py)."""
     for tool in ("redis-server", "nginx"):
         check(shutil.which(tool), "%s is not installed (apt-get install redis-server nginx)" % tool)
     redis = Redis().start()
@@ -380,6 +383,17 @@ def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_ti
             rolls.append((port, streams, signalled, stopped))
             log("replica %d: %d streams, drained and exited in %.2f s after SIGTERM, back and ready %.2f s after it"
                 % (port, streams, stopped, time.monotonic() - signalled))
+        if roll and unnoticed:
+            # A load balancer that has not noticed: SIGTERM while nginx still sends to the replica.
+            # Its drain keeps serving; once it stops, nginx passes its refusals on to the others.
+            port = ports[0]
+            writes_before = len(writer.answers)
+            signalled = time.monotonic()
+            code = replicas[port].stop(timeout=drain + 5)
+            check(code == 0, "replica %d exited %s" % (port, code))
+            replicas[port] = start_replica(port)
+            log("replica %d stopped while still in nginx: drained and back in %.2f s under %d writes"
+                % (port, time.monotonic() - signalled, len(writer.answers) - writes_before))
         rolled = time.monotonic()
         # Every subscriber back on a stream (a client waits out its retry: of up to 5 s).
         wait_until(lambda: subscribers.connected() == count, 15 + count / 1000,
@@ -451,7 +465,7 @@ def run():
     parser.add_argument("--drain-seconds", type=int, default=5)
     options = parser.parse_args()
     drain = options.drain_seconds
-    r = rolling_deploy(os.path.abspath(options.server), options.subscribers, drain)
+    r = rolling_deploy(os.path.abspath(options.server), options.subscribers, drain, unnoticed=True)
     log("rolling deploy of 3 replicas (--drain-seconds %d) under %d subscribers and %d writes in %.1f s: "
         "writes refused %d (5xx %d), ids gone back %d, streams broken %d, slowest subscriber to the final "
         "version %.0f ms after the last write, reconnects %d, peak reconnects per second %d (per replica: %s); "
