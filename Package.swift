@@ -141,7 +141,7 @@ let package = Package(
             name: "ForgePushTokenServerTests",
             dependencies: [
                 "forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore",
-                "ForgePushToken", "ForgePushTokenTestSupport",
+                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport",
             ], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -11,11 +11,13 @@ probe paths are routes of openapi.yaml, readiness on /readyz (fails fast), liven
 (slow to fail), the startup probe on /livez; every probe's port and the Service's target port are
 the container port, which is the service's --port; a preStop sleep and a grace period of at least
 pause + --drain-seconds + 5; a drain of 5 s or more; no secret mounted with subPath (nor any
-volume from a secret), the auth token file inside a mounted secret; the state file off; every
+volume from a secret), both token files (--write-token-file, --read-token-file) inside one mounted
+secret and none of the one-token settings; the state file off; every
 FORGE_PUSH_TOKEN_* variable a setting of the service; the security context the image supports
 (its USER, non-root, read-only root filesystem, no capabilities, no privilege escalation,
 RuntimeDefault seccomp); requests and limits; a PodDisruptionBudget of one and a Service whose
-selectors match the pods; the Prometheus scrape job on /metrics with a credentials file.
+selectors match the pods; the Prometheus scrape job on /metrics with a read token's credentials
+file.
 
 drain: each compose file's service stop_grace_period, and the systemd unit's TimeoutStopSec, are at
 least its --drain-seconds (FORGE_PUSH_TOKEN_DRAIN_SECONDS) + 5; the fleet files (replicas,
@@ -24,6 +26,7 @@ Sentinel, systemd) set a drain of 5 or more; the Dockerfile's HEALTHCHECK asks /
 above it), so Docker never marks a draining container unhealthy before it is gone.
 """
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -153,6 +156,13 @@ def kubernetes(rendered_path):
     for name, value in env.items():
         if name.endswith("_FILE") and value:
             check(any(value.startswith(m) for m in secret_mounts), f"{name}={value} is not inside a mounted secret")
+    # Read and write tokens that rotate without a restart (docs/operations.md, "Read and write
+    # tokens"): both token files, from one whole-mounted secret; none of the one-token settings.
+    token_files = [env.get("FORGE_PUSH_TOKEN_WRITE_TOKEN_FILE"), env.get("FORGE_PUSH_TOKEN_READ_TOKEN_FILE")]
+    check(all(token_files), "FORGE_PUSH_TOKEN_WRITE_TOKEN_FILE and FORGE_PUSH_TOKEN_READ_TOKEN_FILE must both be set")
+    check(len({os.path.dirname(path) for path in token_files}) == 1, f"the token files are not in one secret: {token_files}")
+    for name in ("FORGE_PUSH_TOKEN_AUTH_TOKEN", "FORGE_PUSH_TOKEN_AUTH_TOKEN_FILE", "FORGE_PUSH_TOKEN_AUTH_SCOPE"):
+        check(not env.get(name), f"{name} with the token files would stop the service (exit 64)")
     check(env.get("FORGE_PUSH_TOKEN_STATE_FILE") == "", "FORGE_PUSH_TOKEN_STATE_FILE must be set empty (replicas exclude it)")
     check(env.get("FORGE_PUSH_TOKEN_REDIS_URL"), "no FORGE_PUSH_TOKEN_REDIS_URL")
     age = int(env.get("FORGE_PUSH_TOKEN_MAX_STREAM_AGE") or 0)
@@ -192,6 +202,8 @@ def kubernetes(rendered_path):
     for job in jobs:
         check(job.get("metrics_path", "/metrics") == "/metrics" and "/metrics" in paths, "the scrape job's path is not /metrics")
         check(job.get("authorization", {}).get("credentials_file"), "the scrape job has no authorization.credentials_file")
+        check("read" in job["authorization"]["credentials_file"],
+              "the scrape job's credentials_file should be a read token of Prometheus's own, not a write token")
         kept = " ".join(str(r.get("regex")) for r in job.get("relabel_configs", []) if r.get("action") == "keep")
         check(pod_labels.get("app.kubernetes.io/name", "?") in kept, "the scrape job does not keep the pods by their label")
     print(f"kubernetes: 3 replicas, probes /readyz {probes.get('readinessProbe', ('', 0))[1]} s to fail, /livez "

@@ -21,6 +21,7 @@
 """
 import argparse
 import os
+import secrets
 import tempfile
 import time
 
@@ -28,7 +29,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from e2e_support import EventStream, Failure, Server, check, log, main, token_hex, wait_until
+from e2e_support import EventStream, Failure, Server, check, log, main, remember_secret, token_hex, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,6 +132,45 @@ def post_and_see(server, page, action, expected_token, expected_version, limit=1
     log("  page shows %s (version %s) %.0f ms after the answer"
         % (expected_token[:16] + "…" if len(expected_token) > 16 else expected_token,
            expected_version, (seen - answered) * 1000))
+
+
+def read_token_page(binary, driver, workdir):
+    """Issue 28: with token files, the live page opened with a read token in its address streams
+    (and shows a change a writer makes), while that token cannot write; without a token the page's
+    stream is refused. Returns the server (stopped)."""
+    write, read = "w-" + secrets.token_hex(20), "r-" + secrets.token_hex(20)
+    for value in (write, read):
+        remember_secret(value)
+    files = {}
+    for name, value in (("write-tokens", write), ("read-tokens", read)):
+        files[name] = os.path.join(workdir, name)
+        with open(files[name], "w") as f:
+            f.write(value + "\n")
+    server = Server(binary, ["--host", "127.0.0.1", "--port", "0", "--write-token-file", files["write-tokens"],
+                             "--read-token-file", files["read-tokens"]], workdir=workdir).start()
+    page = Page(driver)
+    csp = CSPWatch(driver)
+    driver.get("http://127.0.0.1:%d/?access_token=%s" % (server.port, read))
+    page.wait(lambda s: s["state"] == "open" and s["token"] == "none" and s["version"] == "0", 10,
+              "the page opened with a read token to stream")
+    log("page opened with a read token: %r" % page.snapshot())
+    device = token_hex(0xB0, 28)
+    post_and_see(server, page, lambda: server.request(
+        "POST", "/register", body=device.encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded", "Authorization": "Bearer " + write}), device, 1)
+    status, headers, _ = server.request("POST", "/register", body=token_hex(0xB0, 29).encode(),
+                                        headers={"Content-Type": "application/x-www-form-urlencoded",
+                                                 "Authorization": "Bearer " + read})
+    check(status == 403 and 'error="insufficient_scope"' in headers.get("www-authenticate", ""),
+          "the page's read token wrote: %s %r" % (status, headers))
+    page.wait(lambda s: s["token"] == device and s["version"] == "1", 2, "the page to keep the token")
+    csp.check_none("on the page opened with a read token")
+    log("the page's read token is refused on a write (403 insufficient_scope); the page kept the token")
+    for path in ("/", "/token/stream"):
+        status, _, _ = server.request("GET", path)
+        check(status == 401, "GET %s without a token answered %s, not 401" % (path, status))
+    check(server.stop() == 0, "server did not exit 0 on SIGTERM")
+    return server
 
 
 def run():
@@ -248,6 +288,7 @@ def run():
         wait_until(lambda: csp.violations(), 5, what="the CSP violation caused on purpose to be reported")
         log("a violation caused on purpose is seen: %s" % csp.violations()[0][:160])
         check(server.stop() == 0, "server did not exit 0 on SIGTERM")
+        servers.append(read_token_page(args.server, driver, workdir))
     except BaseException:
         if driver is not None:
             try:

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import secrets
 import socket
 import subprocess
 import tempfile
@@ -26,11 +27,13 @@ import time
 import urllib.parse
 import urllib.request
 
-from e2e_support import EventStream, Failure, Server, check, log, main, token_hex, wait_until
+from e2e_support import EventStream, Failure, Server, check, log, main, remember_secret, token_hex, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES = os.path.join(HERE, "..", "docker", "prometheus", "rules.yml")
 JOB = "forge-push-token"
+READ_JOB = "forge-push-token-read-token"
+NO_TOKEN_JOB = "forge-push-token-no-token"
 
 
 def free_port():
@@ -42,7 +45,10 @@ def free_port():
 class Prometheus:
     """One Prometheus process on loopback, killed by PID at the end."""
 
-    def __init__(self, binary, target_port, workdir):
+    def __init__(self, binary, target_port, workdir, read_target=None):
+        """`read_target`: (port, credentials file) of a service whose reads need a token (issue 28),
+        scraped as job READ_JOB with `authorization.credentials_file`, and as job NO_TOKEN_JOB
+        without it."""
         self.port = free_port()
         self.workdir = workdir
         config = os.path.join(workdir, "prometheus.yml")
@@ -51,6 +57,12 @@ class Prometheus:
                     "rule_files:\n  - %s\n"
                     "scrape_configs:\n  - job_name: %s\n    static_configs:\n"
                     "      - targets: ['127.0.0.1:%d']\n" % (json.dumps(os.path.abspath(RULES)), JOB, target_port))
+            if read_target:
+                port, credentials = read_target
+                f.write("  - job_name: %s\n    authorization:\n      type: Bearer\n      credentials_file: %s\n"
+                        "    static_configs:\n      - targets: ['127.0.0.1:%d']\n"
+                        "  - job_name: %s\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n"
+                        % (READ_JOB, json.dumps(credentials), port, NO_TOKEN_JOB, port))
         check(subprocess.run([shutil.which("promtool") or "promtool", "check", "config", config],
                              capture_output=True, timeout=30).returncode == 0, "promtool check config failed")
         self.log_path = os.path.join(workdir, "prometheus.log")
@@ -112,13 +124,34 @@ def run():
     workdir = tempfile.mkdtemp(prefix="e2e-prometheus-")
     server = Server(args.server, ["--host", "127.0.0.1", "--port", "0", "--max-subscribers", "4",
                                   "--state-file", os.path.join(workdir, "state.json")], workdir=workdir).start()
-    prometheus = Prometheus(args.prometheus, server.port, workdir)
+    # A service whose reads need a token (--read-token-file): Prometheus presents its own read
+    # token from a file of its own (credentials_file takes the whole file as the token).
+    read_token, write_token = "prometheus-" + secrets.token_hex(16), "writer-" + secrets.token_hex(16)
+    for value in (read_token, write_token):
+        remember_secret(value)
+    paths = {name: os.path.join(workdir, name) for name in ("read-tokens", "write-tokens", "prometheus-token")}
+    for name, text in (("read-tokens", "# Prometheus\n%s\n" % read_token), ("write-tokens", write_token + "\n"),
+                       ("prometheus-token", read_token + "\n")):
+        with open(paths[name], "w") as f:
+            f.write(text)
+    guarded = Server(args.server, ["--host", "127.0.0.1", "--port", "0", "--write-token-file", paths["write-tokens"],
+                                   "--read-token-file", paths["read-tokens"]], workdir=workdir).start()
+    prometheus = Prometheus(args.prometheus, server.port, workdir, read_target=(guarded.port, paths["prometheus-token"]))
     log("server on port %d, prometheus (pid %d) on port %d" % (server.port, prometheus.proc.pid, prometheus.port))
     try:
         check_scrapes(server, prometheus)
+        wait_until(lambda: prometheus.scalar('up{job="%s"}' % READ_JOB) == 1, 30, interval=0.25,
+                   what='up{job="%s"} == 1 (a read token from credentials_file)' % READ_JOB)
+        tokens = prometheus.scalar('forge_push_token_credentials_tokens{job="%s",role="read"}' % READ_JOB)
+        check(tokens == 1, "credentials_tokens{role=read} scraped with the read token: %r" % tokens)
+        wait_until(lambda: prometheus.scalar('up{job="%s"}' % NO_TOKEN_JOB) == 0, 30, interval=0.25,
+                   what='up{job="%s"} == 0 (no token: 401)' % NO_TOKEN_JOB)
+        log("Prometheus scrapes /metrics with a read token from authorization.credentials_file (up 1); "
+            "without it the scrape is refused (up 0)")
     finally:
         prometheus.stop()
         server.kill()
+        guarded.kill()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

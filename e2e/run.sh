@@ -6,7 +6,8 @@
 # what a replica trusts, each attack against real Redis and sentinels; obs-fold, chunked trailers
 # and the limits of libmicrohttpd's framing, directly and behind nginx; issue 29: the drain of a
 # stopping service, a rolling deploy through three replicas behind nginx, HTTP/2 and TLS at the
-# edge in headless Chromium).
+# edge in headless Chromium; issue 28: read and write tokens, their reload during 1,000 streams,
+# the rotation of docs/operations.md).
 #
 #   e2e/run.sh --server PATH [--log-format json|text] [TEST ...]
 #
@@ -28,10 +29,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 # The tests, in the order they run, and each one's hard timeout in seconds: the one list of them.
 tests=(metrics state_file browser hardening http_edges http_framing prometheus replicas tls_docs acl_docs
-       sentinel sentinel_docs probe trust drain rolling http2)
+       sentinel sentinel_docs probe trust drain rolling http2 credentials rotation_docs)
 declare -A limit=([metrics]=45 [state_file]=180 [browser]=75 [hardening]=90 [http_edges]=120 [http_framing]=90
                   [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60
-                  [probe]=45 [trust]=90 [drain]=100 [rolling]=150 [http2]=75)
+                  [probe]=45 [trust]=90 [drain]=100 [rolling]=150 [http2]=75 [credentials]=90 [rotation_docs]=60)
 usage() { echo "usage: $0 --server PATH [--log-format json|text] [$(IFS='|'; echo "${tests[*]}") ...]" >&2; }
 server=""
 log_format=json
@@ -101,6 +102,13 @@ if [[ " ${selected[*]} " =~ " "(sentinel|sentinel_docs|probe|acl_docs|trust)" " 
   # with redis-cli; the trust test's Redis, sentinels, attacking proxy and rogue sentinel.
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v redis-cli >/dev/null || missing+=(redis-tools)
+fi
+if [[ " ${selected[*]} " =~ " "(credentials|rotation_docs)" " ]]; then
+  # curl makes the role checks; curl and openssl run the rotation steps of docs/operations.md.
+  command -v curl >/dev/null || missing+=(curl)
+  command -v openssl >/dev/null || missing+=(openssl)
+  # unshare (util-linux) runs the service as PID 1 of a PID namespace, as a container does.
+  command -v unshare >/dev/null || missing+=(util-linux)
 fi
 if [[ " ${selected[*]} " == *" tls_docs "* ]]; then
   # The commands of docs/replicas.md, "TLS on one machine": openssl and a TLS redis-server.

@@ -121,10 +121,24 @@ grep -q "^ExecStart=$server\$" "$unit" || { echo "the unit's ExecStart line is n
 verify_output="$(systemd-analyze verify "$unit" 2>&1)" || { echo "$verify_output" >&2; exit 1; }
 [[ -z "$verify_output" ]] || { echo "systemd-analyze verify: $verify_output" >&2; exit 1; }
 echo "systemd-analyze verify: no findings"
+# shellcheck disable=SC2016 # $MAINPID is systemd's, written as it stands in the unit
 for setting in DynamicUser=yes ProtectSystem=strict StateDirectory=forge-push-token NoNewPrivileges=yes \
-               LoadCredential=auth-token: RestrictAddressFamilies= SystemCallFilter=@system-service; do
+               LoadCredential=auth-token: RestrictAddressFamilies= SystemCallFilter=@system-service \
+               'ExecReload=/bin/kill -HUP $MAINPID'; do
   grep -q "^$setting" "$unit" || { echo "the unit lost $setting" >&2; exit 1; }
 done
+# The unit's commented token-file variant (issue 28), switched on in place of the auth-token lines,
+# must verify too: its copies at start and on reload, and the variables that name them.
+tokens_unit="$work/tokens/forge-push-token-server.service"
+mkdir -p "$work/tokens"
+sed -e '/^LoadCredential=auth-token:/d' -e '/^Environment=FORGE_PUSH_TOKEN_AUTH_TOKEN_FILE=/d' \
+    -e 's/^#\(RuntimeDirectory\|ExecStartPre=+\|ExecReload=+\|Environment=FORGE_PUSH_TOKEN_\(WRITE\|READ\)_TOKEN_FILE\)/\1/' \
+    "$unit" >"$tokens_unit"
+[[ $(grep -c '^\(RuntimeDirectory\|ExecStartPre=+\|ExecReload=+\|Environment=FORGE_PUSH_TOKEN_\(WRITE\|READ\)_TOKEN_FILE\)' "$tokens_unit") == 6 ]] \
+  || { echo "the unit's commented token-file lines are not the six expected" >&2; exit 1; }
+verify_output="$(systemd-analyze verify "$tokens_unit" 2>&1)" || { echo "$verify_output" >&2; exit 1; }
+[[ -z "$verify_output" ]] || { echo "systemd-analyze verify (token files): $verify_output" >&2; exit 1; }
+echo "systemd-analyze verify of the token-file variant: no findings"
 # The filter must keep setrlimit (@resources): the service raises RLIMIT_NOFILE at start.
 if grep -Eq '^SystemCallFilter=~.*@resources' "$unit"; then echo "the unit denies @resources (setrlimit)" >&2; exit 1; fi
 # Exposure threshold 2.0 of 10 (systemd's --threshold is in tenths); the unit scores about 1.2.

@@ -11,7 +11,10 @@
 #   against it: once plain, then, when `SERVER --help` mentions --auth-token, once more with a
 #   random --auth-token (and --auth-scope all when the binary has it), Schemathesis sending
 #   `Authorization: Bearer <token>` and also checking that the protected operations refuse
-#   requests without it or with a wrong one (check ignored_auth).
+#   requests without it or with a wrong one (check ignored_auth). And, when the binary has
+#   --read-token-file, once with a write-token file and a read-token file: every operation with the
+#   write token, with the read token (writes must answer 403 insufficient_scope) and, through
+#   ignored_auth, with none.
 # - Every operation of openapi.yaml is tested except `GET /token/stream` (a stream never ends;
 #   `HEAD /token/stream` is tested instead), with at most N generated test cases per operation and
 #   phase (default 50), and the checks listed in CHECKS below.
@@ -211,6 +214,55 @@ PY
     stop_server
 else
     summaries+=("auth: skipped ($server --help does not mention --auth-token)")
+fi
+
+if has_flag --read-token-file; then
+    # Read and write tokens (docs/operations.md, "Read and write tokens"): every operation is tried
+    # with a write token (roles-write), a read token (roles-read: the reads; roles-read-writes: the
+    # writes, which must answer 403 insufficient_scope as openapi.yaml lists) and, through the
+    # ignored_auth check of each run, with no token and a wrong one. Every operation but the
+    # probes and OPTIONS needs a token now: `{}` is dropped from all of them.
+    write_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    read_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    (umask 077 && printf '# schemathesis\n%s\n' "$write_token" >"$work/write-tokens" \
+        && printf '%s\n' "$read_token" >"$work/read-tokens")
+    "$venv/bin/python" - "$spec" "$work/openapi-roles.json" <<'PY'
+import json, sys, yaml
+source, target = sys.argv[1:3]
+with open(source) as f:
+    document = yaml.safe_load(f)
+for item in document["paths"].values():
+    for operation in item.values():
+        if isinstance(operation, dict) and "security" in operation:
+            required = [requirement for requirement in operation["security"] if requirement]
+            if required:
+                operation["security"] = required
+with open(target, "w") as f:
+    json.dump(document, f)
+PY
+    start_server roles --write-token-file "$work/write-tokens" --read-token-file "$work/read-tokens"
+    run roles-write "$work/openapi-roles.json" --checks "$CHECKS,ignored_auth" \
+        --header "Authorization: Bearer $write_token" --generation-with-security-parameters false
+    run roles-read "$work/openapi-roles.json" --checks "$CHECKS,ignored_auth" \
+        --include-method GET --include-method HEAD --include-method OPTIONS \
+        --header "Authorization: Bearer $read_token" --generation-with-security-parameters false
+    # A read token on a write is refused whatever the body: valid data gets 403 too, so
+    # positive_data_acceptance does not apply; the 403 must be one openapi.yaml lists.
+    run roles-read-writes "$work/openapi-roles.json" \
+        --checks "${CHECKS/,positive_data_acceptance/},ignored_auth" --include-method POST \
+        --header "Authorization: Bearer $read_token" --generation-with-security-parameters false
+    # The read token's writes were refused with 403 (the access log: "POST /register 403 ..."),
+    # and nothing it sent was accepted after the write token's run.
+    refused=$(grep -c ' POST /\(register\|fail\) 403 ' "$server_log" || true)
+    if ((refused == 0)); then
+        failed=1
+        summaries+=("roles: no POST was refused with 403 insufficient_scope for the read token")
+    else
+        summaries+=("roles: $refused POSTs with the read token refused with 403 insufficient_scope")
+    fi
+    stop_server
+else
+    summaries+=("roles: skipped ($server --help does not mention --read-token-file)")
 fi
 
 echo

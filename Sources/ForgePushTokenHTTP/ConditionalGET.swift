@@ -52,7 +52,7 @@ extension Responder {
     /// it.
     func tokenRead(_ request: HTTPRequest) -> HTTPResponse {
         let snapshot = owner.current
-        let isPrivate = authentication?.protects(.token) == true
+        let isPrivate = readsNeedToken
         return ConditionalGET.answer(
             Self.tokenResponse(snapshot, isPrivate: isPrivate), current: snapshot.entityTag,
             ifNoneMatch: request.headers["If-None-Match"])
@@ -62,7 +62,7 @@ extension Responder {
     /// `If-None-Match` names it.
     func pageRead(_ request: HTTPRequest) -> HTTPResponse {
         let full = HTTPResponse(
-            status: 200, headers: LivePage.headers(isPrivate: authentication?.protects(.page) == true),
+            status: 200, headers: LivePage.headers(isPrivate: readsNeedToken),
             body: LivePage.html)
         return ConditionalGET.answer(full, current: LivePage.entityTag, ifNoneMatch: request.headers["If-None-Match"])
     }

@@ -52,6 +52,9 @@ public final class EventSubscriber: TokenSubscriber {
 
     /// The subscriber's id within its owner, unique for the owner's lifetime.
     public let id: UInt64
+    /// The token that admitted the stream (shared with the token set: no copy), or `nil` when
+    /// reads need none: a reload that removes it ends the stream (`Responder.replaceCredentials`).
+    let credential: [UInt8]?
     private let state: Locked<State>
     private let resume: @Sendable () -> Void
     private let tally: DeliveryTally
@@ -60,12 +63,13 @@ public final class EventSubscriber: TokenSubscriber {
     /// event it writes or skips is added to `tally`. `preamble` is written before anything else (a
     /// `retry:` field); with a `floor` (a replica's subscriber whose `Last-Event-ID` is above
     /// `first`'s version), no event below `floor` is sent: the first event is the first offered at
-    /// `floor` or above.
+    /// `floor` or above. `credential` is the token that admitted the stream (`nil`: none needed).
     public init(
         id: UInt64, first: TokenSnapshot, tally: DeliveryTally = DeliveryTally(), preamble: [UInt8] = [],
-        floor: UInt64? = nil, wake: @escaping @Sendable () -> Void
+        floor: UInt64? = nil, credential: BearerAuthentication.Grant? = nil, wake: @escaping @Sendable () -> Void
     ) {
         self.id = id
+        self.credential = credential?.token
         self.tally = tally
         var initial = State(pending: first, lastOffered: first.version)
         initial.output = preamble

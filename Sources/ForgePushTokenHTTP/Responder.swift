@@ -5,7 +5,7 @@ import ForgePushTokenOwner
 /// libmicrohttpd adapter) asks, in a few calls, and nothing else.
 ///
 /// The engine calls, per request: `admit(_:)` once the head has arrived (the route is matched and
-/// the head checked here, once: 404, `OPTIONS`, 405, 401), then `respond(to:)` with the admitted
+/// the head checked here, once: 404, `OPTIONS`, 405, 401, 403), then `respond(to:)` with the admitted
 /// request and its body, which answers at once, asks for an event stream (`openEventStream`), or
 /// answers later (a `PendingResponse`, for a write the store decides on its own thread); at the
 /// end `recordFinished(_:)`. `GET /token` may be answered from a response the engine caches per
@@ -40,6 +40,15 @@ public final class Responder: Sendable {
         public let route: Route
         /// The request; the engine sets `body` before `respond(to:)`.
         public var request: HTTPRequest
+        /// The token that admitted the request, or `nil` when the route needed none.
+        public var grant: BearerAuthentication.Grant?
+
+        /// An admitted request for `route`, admitted by `grant` (`nil`: no token needed).
+        public init(route: Route, request: HTTPRequest, grant: BearerAuthentication.Grant? = nil) {
+            self.route = route
+            self.request = request
+            self.grant = grant
+        }
     }
 
     /// One finished request, for the metrics and the access log.
@@ -90,8 +99,12 @@ public final class Responder: Sendable {
     public let deliveries = DeliveryTally()
     /// Seconds a refused subscriber is told to wait (`Retry-After`).
     public let retryAfterSeconds = 5
-    /// Who may call which route; `nil` when the service runs without a token.
-    let authentication: BearerAuthentication?
+    /// Who may call which route, with the token sets in force; `nil` when the service runs
+    /// without a token. Replaced as a whole by `replaceCredentials(_:)`; which routes need a token
+    /// (`scope`) never changes.
+    let credentials: Locked<BearerAuthentication>?
+    /// Whether the reads need a token (scope `all`, or a read-token file): fixed at start.
+    let readsNeedToken: Bool
     /// Which other origins' browser pages may read the responses: the engine completes every
     /// answer's header with it (`ResponseHeaders.completing(_:crossOrigin:origin:)`).
     public let crossOrigin: CrossOriginPolicy
@@ -123,8 +136,9 @@ public final class Responder: Sendable {
     ) {
         self.owner = owner
         self.replica = replica
+        self.credentials = authentication.map { Locked($0) }
+        self.readsNeedToken = authentication?.protects(.token) == true
         self.ageLimits = Locked(StreamAgeLimits(seconds: maxStreamAge))
-        self.authentication = authentication
         self.crossOrigin = crossOrigin
         self.log = log
         self.accessLog = accessLog
@@ -137,13 +151,14 @@ public final class Responder: Sendable {
     /// allocation-free path for that request is only taken when this holds (it reads
     /// `If-None-Match` itself, in place, for the 304).
     public var answersTokenReadsBlindly: Bool {
-        authentication?.protects(.token) != true && !crossOrigin.isEnabled
+        !readsNeedToken && !crossOrigin.isEnabled
             && (replica == nil || owner.health == .ok)
     }
 
     /// Decides what a request's head (method, target, header fields) alone decides, before its
     /// body is read: 404 for an unknown path, the answer to `OPTIONS`, 405 for a method the path
-    /// does not take, 401 when the route needs the bearer token and the request lacks it. The
+    /// does not take, 401 when the route needs a bearer token and the request has none of the
+    /// service's, 403 `insufficient_scope` for a write sent with a read token. The
     /// engine calls it once, as soon as the header fields have arrived, so that a refused
     /// request's body is never kept.
     public func admit(_ head: HTTPRequest) -> Admission {
@@ -161,16 +176,20 @@ public final class Responder: Sendable {
                     405, ServiceError("method_not_allowed", "\(route.rawValue) accepts \(allow)"),
                     headers: ["Allow": allow]), route: route)
         }
-        if let authentication, authentication.protects(route) {
-            let outcome = authentication.check(
-                authorization: head.headers["Authorization"], query: head.query,
-                method: method)
-            if outcome != .authorized {
-                metrics.increment(.unauthorizedRequests)
-                return .answer(BearerAuthentication.unauthorized(outcome, method: method), route: route)
-            }
+        guard let credentials, route.access == .write || (route.access == .read && readsNeedToken) else {
+            return .proceed(AdmittedRequest(route: route, request: head))
         }
-        return .proceed(AdmittedRequest(route: route, request: head))
+        let outcome = credentials.withLock { $0 }.check(
+            authorization: head.headers["Authorization"], query: head.query, method: method)
+        guard case .authorized(let grant) = outcome else {
+            metrics.increment(.unauthorizedRequests)
+            return .answer(BearerAuthentication.unauthorized(outcome, method: method), route: route)
+        }
+        if route.access == .write && grant.role != .write {
+            metrics.increment(.forbiddenRequests)
+            return .answer(BearerAuthentication.insufficientScope, route: route)
+        }
+        return .proceed(AdmittedRequest(route: route, request: head, grant: grant))
     }
 
     /// The reply to an admitted request. Never throws: every failure is an error response.
@@ -219,7 +238,8 @@ public final class Responder: Sendable {
             let text =
                 metrics.render(
                     subscribers: owner.subscriberCount, events: deliveries.counts,
-                    maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved, draining: isDraining)
+                    maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved, draining: isDraining,
+                    tokens: currentCredentials.map { ($0.tokenCount(.read), $0.tokenCount(.write)) } ?? (0, 0))
                 // The store's own series: Redis' in replica mode, the state file's writes alone.
                 + (replica?.metrics() ?? owner.store.metricsText())
             return .response(
@@ -341,8 +361,16 @@ public final class Responder: Sendable {
             preamble = ServerSentEvents.retry(milliseconds: Int.random(in: ReplicaMode.defaultRetryMilliseconds))
         }
         do {
+            let grant = admitted.grant
             let subscription = try owner.subscribe { [deliveries] id, first in
-                EventSubscriber(id: id, first: first, tally: deliveries, preamble: preamble, floor: floor, wake: wake)
+                EventSubscriber(
+                    id: id, first: first, tally: deliveries, preamble: preamble, floor: floor, credential: grant,
+                    wake: wake)
+            }
+            if let grant, let credentials, !credentials.withLock({ $0.admits(grant) }) {
+                // Its token was revoked by a reload between the check and the subscription, after
+                // that reload's sweep: the stream ends after its first event, as the sweep would.
+                owner.finish(subscription.id, reason: .revoked)
             }
             if draining {
                 // 200, its event and retry:, then the end (a 503 would make a browser's
@@ -367,6 +395,41 @@ public final class Responder: Sendable {
                     503, ServiceError("shutting_down", "the service is stopping"),
                     headers: ["Retry-After": String(retryAfterSeconds)]), nil
             )
+        }
+    }
+
+    // MARK: Credentials
+
+    /// The token sets in force now; `nil` for a service without tokens.
+    public var currentCredentials: BearerAuthentication? { credentials?.withLock { $0 } }
+
+    /// The policy in force (`currentCredentials`), for the fuzz harness and the tests.
+    var authentication: BearerAuthentication? { currentCredentials }
+
+    /// Puts `new` in force from the next request (a reload of the token files, docs/operations.md,
+    /// "Rotating tokens") and ends cleanly every event stream whose token is in neither of `new`'s
+    /// sets, under `StreamEndReason.revoked` (a stream admitted while this runs is checked again
+    /// once subscribed, so none escapes). Call it from one thread at a time (`CredentialReloader`
+    /// runs on one serial queue): two at once could end a stream whose token the later put back.
+    /// - Parameter new: the policy built from the files just read; it must protect the same
+    ///   routes as the one in force (the same files are read again).
+    /// - Returns: how many streams were ended, or `nil` (nothing changed) when the service has no
+    ///   tokens or `new` protects other routes.
+    public func replaceCredentials(_ new: BearerAuthentication) -> Int? {
+        guard let credentials else { return nil }
+        let revoked: Set<[UInt8]>? = credentials.withLock { current in
+            guard new.scope == current.scope else { return nil }
+            var next = new
+            next.generation = current.generation &+ 1
+            let revoked = current.allTokens.subtracting(next.allTokens)
+            current = next
+            return revoked
+        }
+        guard let revoked else { return nil }
+        guard !revoked.isEmpty else { return 0 }
+        return owner.finish(reason: .revoked) { subscriber in
+            guard let token = (subscriber as? EventSubscriber)?.credential else { return false }
+            return revoked.contains(token)
         }
     }
 

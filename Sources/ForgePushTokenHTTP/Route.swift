@@ -27,22 +27,24 @@ public enum Route: String, Sendable, CaseIterable {
         self.init(rawValue: path)
     }
 
-    /// Who may call a route when the service has a bearer token (`--auth-token`, `--auth-scope`).
+    /// Who may call a route when the service has tokens (`--auth-token`, `--auth-scope`, or
+    /// `--write-token-file` and `--read-token-file`; docs/operations.md, "Read and write tokens").
     public enum Access: Sendable, Equatable {
-        /// Anyone, under every scope (`/healthz`, `/livez`, `/readyz`, for probes).
+        /// Anyone, always (`/healthz`, `/livez`, `/readyz`, for probes).
         case open
-        /// Only with the token, under every scope (the writes).
-        case token
-        /// With the token under `--auth-scope all`, anyone under `writes` (the reads).
-        case tokenUnderScopeAll
+        /// Only with a write token, whenever the service has tokens (the writes).
+        case write
+        /// With a read or a write token when reads are protected (`--auth-scope all`, or a
+        /// read-token file), else anyone (the reads).
+        case read
     }
 
     /// Who may call the route (`BearerAuthentication.protects(_:)`).
     public var access: Access {
         switch self {
         case .healthz, .livez, .readyz: .open
-        case .register, .fail: .token
-        case .token, .stream, .metrics, .page: .tokenUnderScopeAll
+        case .register, .fail: .write
+        case .token, .stream, .metrics, .page: .read
         }
     }
 

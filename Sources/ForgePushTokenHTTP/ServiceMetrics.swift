@@ -28,6 +28,13 @@ public final class ServiceMetrics: Sendable {
         case failuresReported
         /// Requests refused with 401 for a missing or wrong bearer token.
         case unauthorizedRequests
+        /// Writes refused with 403 `insufficient_scope`: sent with a read token.
+        case forbiddenRequests
+        /// Reloads of the token files that put new sets in force (docs/operations.md, "Rotating
+        /// tokens").
+        case credentialReloadsOK
+        /// Reloads of the token files that failed; the sets in force stayed.
+        case credentialReloadsFailed
         /// Connections closed at once because the service had `--max-connections` open.
         case connectionsRefusedTotalLimit
         /// Connections closed at once because their client address had `--max-connections-per-ip`.
@@ -44,6 +51,9 @@ public final class ServiceMetrics: Sendable {
             case .registrationsRejected: "forge_push_token_registrations_rejected_total"
             case .failuresReported: "forge_push_token_failures_reported_total"
             case .unauthorizedRequests: "forge_push_token_unauthorized_requests_total"
+            case .forbiddenRequests: "forge_push_token_forbidden_requests_total"
+            case .credentialReloadsOK: "forge_push_token_credentials_reloads_total{result=\"ok\"}"
+            case .credentialReloadsFailed: "forge_push_token_credentials_reloads_total{result=\"failed\"}"
             case .connectionsRefusedTotalLimit: "forge_push_token_connections_refused_total{limit=\"total\"}"
             case .connectionsRefusedPerAddressLimit: "forge_push_token_connections_refused_total{limit=\"per_ip\"}"
             case .requestTimeoutsHead: "forge_push_token_request_timeouts_total{phase=\"head\"}"
@@ -58,6 +68,9 @@ public final class ServiceMetrics: Sendable {
             case .registrationsRejected: "POST /register requests rejected with 400 (an invalid device token)."
             case .failuresReported: "POST /fail requests accepted: registration failures reported."
             case .unauthorizedRequests: "Requests refused with 401: missing or wrong bearer token."
+            case .forbiddenRequests: "Writes refused with 403 insufficient_scope: sent with a read token."
+            case .credentialReloadsOK, .credentialReloadsFailed:
+                "Reloads of the token files (SIGHUP or a changed file) by result; a failed one keeps the tokens in force."
             case .connectionsRefusedTotalLimit, .connectionsRefusedPerAddressLimit:
                 "Connections closed on accept because a connection limit was reached."
             case .requestTimeoutsHead, .requestTimeoutsBody:
@@ -162,11 +175,13 @@ public final class ServiceMetrics: Sendable {
     ///   - stateSaved: whether every change is in the state file (`forge_push_token_state_saved`
     ///     1, or 0 after a failed write); `nil` (no `--state-file`) leaves the series out.
     ///   - draining: whether the service is draining (`forge_push_token_draining` 1, else 0).
+    ///   - tokens: the tokens in force per role, exported as
+    ///     `forge_push_token_credentials_tokens{role}` (0 and 0 for a service without tokens).
     ///
     /// The process metrics (`process_*`) and the build information follow the service's own.
     public func render(
         subscribers: Int, events: DeliveryCounts, maxSubscribers: Int? = nil,
-        stateSaved: Bool? = nil, draining: Bool = false
+        stateSaved: Bool? = nil, draining: Bool = false, tokens: (read: Int, write: Int) = (0, 0)
     ) -> String {
         let state = state.withLock { $0 }
         var text = ""
@@ -183,6 +198,11 @@ public final class ServiceMetrics: Sendable {
             previousFamily = familyName
             text += "\(counter.name) \(state.counters[counter.rawValue])\n"
         }
+        family(
+            "forge_push_token_credentials_tokens", "gauge",
+            "Bearer tokens in force by role (--read-token-file, --write-token-file, or the one --auth-token).")
+        text += "forge_push_token_credentials_tokens{role=\"read\"} \(tokens.read)\n"
+        text += "forge_push_token_credentials_tokens{role=\"write\"} \(tokens.write)\n"
         family("forge_push_token_events_sent_total", "counter", "Token events written to subscribers.")
         text += "forge_push_token_events_sent_total \(events.sent)\n"
         family(

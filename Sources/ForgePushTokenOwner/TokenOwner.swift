@@ -266,6 +266,20 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// them).
     public var subscriberIDs: [UInt64] { machine.withLock { $0.subscriberIDs } }
 
+    /// Ends cleanly (after a whole event, as `finish(_:reason:)` does) every subscriber for which
+    /// `shouldEnd` holds, counted under `reason`, and wakes those that wait: the HTTP layer's
+    /// streams whose token was revoked (docs/operations.md, "Rotating tokens"). `shouldEnd` runs
+    /// outside the owner's lock, on this thread.
+    /// - Returns: how many subscribers were picked.
+    @discardableResult
+    public func finish(reason: StreamEndReason, where shouldEnd: (Subscriber) -> Bool) -> Int {
+        let picked = machine.withLock { $0.everySubscriber() }.filter(shouldEnd)
+        for subscriber in picked where subscriber.end(.finish, reason: reason) {
+            subscriber.wake()
+        }
+        return picked.count
+    }
+
     /// One heartbeat period has passed: idle subscribers get a heartbeat.
     public func heartbeat() {
         for subscriber in machine.withLock({ $0.heartbeat() }) where subscriber.heartbeatTick() {

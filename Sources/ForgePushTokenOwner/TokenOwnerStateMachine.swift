@@ -84,6 +84,11 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
         subscribers[id]
     }
 
+    /// Every subscriber, for the owner to end those a caller picks (`TokenOwner.finish(where:)`).
+    public func everySubscriber() -> [Subscriber] {
+        Array(subscribers.values)
+    }
+
     /// A commit finished with `outcome` (one begun with `beginCommit()` is no longer in flight).
     /// - Returns: the delivery to make when the outcome carries a newer state.
     public mutating func committed(_ outcome: CommitOutcome) -> Delivery? {

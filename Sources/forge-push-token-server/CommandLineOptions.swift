@@ -24,6 +24,18 @@ struct CommandLineOptions: Equatable {
     var authToken: String?
     /// `--auth-scope writes|all`.
     var authScope: BearerAuthentication.Scope = .writes
+    /// `--write-token-file PATH` (docs/operations.md, "Read and write tokens"): the tokens that
+    /// may write and read, read again on `SIGHUP` and when the file changes
+    /// (`CredentialReloader`); `nil` without one.
+    var writeTokenFile: String?
+    /// `--read-token-file PATH`: the tokens that may only read; needs `writeTokenFile`.
+    var readTokenFile: String?
+    /// The tokens of `writeTokenFile` and `readTokenFile` as read at start (`TokenFile.parse`).
+    var writeTokens: [String]?
+    var readTokens: [String]?
+    /// What `stat(2)` said of the token files just before they were read at start (write, then
+    /// read): the reloader's starting point, so that a change while they were read is not missed.
+    var tokenFileSignatures: [CredentialReloader.Signature] = []
     /// `--cors-origin`, validated, in order (`*` allows every origin).
     var crossOrigin = CrossOriginPolicy()
     /// `--access-log on|off`: one log line per finished request (the responder writes it).
@@ -58,6 +70,7 @@ struct CommandLineOptions: Equatable {
                                        [--log-format text|json]
                                        [--state-file PATH]
                                        [--auth-token TOKEN | --auth-token-file PATH] [--auth-scope writes|all]
+                                       [--write-token-file PATH [--read-token-file PATH]]
                                        [--tls-cert PATH --tls-key PATH] [--cors-origin ORIGIN ...]
                                        [--max-connections N] [--max-connections-per-ip N]
                                        [--max-header-bytes N] [--max-url-bytes N] [--idle-timeout SECONDS]
@@ -85,6 +98,14 @@ struct CommandLineOptions: Equatable {
                                   either end is ignored
           --auth-scope SCOPE      writes (default): only the POSTs need the token; all: every route
                                   but /healthz, and GET/HEAD also take ?access_token=TOKEN
+          --write-token-file PATH tokens that may write (POST /register, POST /fail) and read: 1 to
+                                  64, one a line, 16 to 512 of A-Z a-z 0-9 - . _ ~ + / (then any
+                                  '='); blank lines and # comments skipped; read again on SIGHUP
+                                  and when the file changes (excludes --auth-token*, --auth-scope)
+          --read-token-file PATH  tokens that may only read (GET/HEAD /token, /token/stream,
+                                  /metrics, /), in the same form; then reads need a read or write
+                                  token, as a Bearer header or ?access_token=; needs
+                                  --write-token-file (default: reads are open)
           --tls-cert PATH         serve HTTPS with this PEM certificate (chain); needs --tls-key
           --tls-key PATH          the certificate's PEM private key, unencrypted
           --cors-origin ORIGIN    let browser pages of ORIGIN (scheme://host[:port], or * for any)
@@ -156,7 +177,8 @@ struct CommandLineOptions: Equatable {
     /// The flags that take a value, in the order of the usage text.
     static let valueFlags = [
         "host", "port", "heartbeat", "max-body-bytes", "max-subscribers", "log-level", "access-log", "log-format",
-        "state-file", "auth-token", "auth-token-file", "auth-scope", "tls-cert", "tls-key",
+        "state-file", "auth-token", "auth-token-file", "auth-scope", "write-token-file", "read-token-file", "tls-cert",
+        "tls-key",
         "cors-origin", "max-connections", "max-connections-per-ip", "max-header-bytes",
         "max-url-bytes", "idle-timeout", "header-timeout", "redis-url", "redis-password-file", "redis-key-prefix",
         "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file", "redis-sentinel-password-file",
@@ -307,11 +329,51 @@ struct CommandLineOptions: Equatable {
         }
     }
 
+    /// The tokens of token file `path` (`TokenFile.parse`), read with `readFile`.
+    /// - Throws: a `UsageError` naming the flag, the file, the line and the reason (never a
+    ///   token): `--write-token-file /run/secrets/w: line 3: the token has 15 characters; …`.
+    static func readTokenFile(_ path: String, flag: String, readFile: (String) throws -> String) throws(UsageError)
+        -> [String]
+    {
+        let text = try readFlagFile(path, flag: flag, readFile: readFile)
+        do {
+            return try TokenFile.parse(Array(text.utf8))
+        } catch {
+            throw UsageError(description: "--\(flag) \(path): \(error)")
+        }
+    }
+
+    /// The token files (docs/operations.md, "Read and write tokens"): a write-token file, maybe a read-token
+    /// file, and none of the one-token flags.
+    private mutating func applyTokenFiles(_ values: [String: String], readFile: (String) throws -> String)
+        throws(UsageError)
+    {
+        writeTokenFile = values["write-token-file"]
+        readTokenFile = values["read-token-file"]
+        guard writeTokenFile != nil || readTokenFile != nil else { return }
+        let fileFlag = writeTokenFile != nil ? "write-token-file" : "read-token-file"
+        if let old = ["auth-token", "auth-token-file", "auth-scope"].first(where: { values[$0] != nil }) {
+            throw UsageError(
+                description: "--\(fileFlag) excludes --\(old): give the token files, or the one token, not both")
+        }
+        guard let writePath = writeTokenFile else {
+            throw UsageError(
+                description: "--read-token-file needs --write-token-file: otherwise reads would need a token "
+                    + "while anyone could write")
+        }
+        tokenFileSignatures = [writePath, readTokenFile].compactMap { $0 }.map(CredentialReloader.Signature.init(path:))
+        writeTokens = try Self.readTokenFile(writePath, flag: "write-token-file", readFile: readFile)
+        if let readPath = readTokenFile {
+            readTokens = try Self.readTokenFile(readPath, flag: "read-token-file", readFile: readFile)
+        }
+    }
+
     /// Authentication, TLS, CORS and the connection limits.
     private mutating func applySecurity(
         _ values: [String: String], lists: [String: [String]],
         readFile: (String) throws -> String
     ) throws(UsageError) {
+        try applyTokenFiles(values, readFile: readFile)
         switch (values["auth-token"], values["auth-token-file"]) {
         case (.some, .some):
             throw UsageError(description: "--auth-token and --auth-token-file exclude each other: give one")
@@ -396,9 +458,9 @@ struct CommandLineOptions: Equatable {
             warnings.append("\(variable) is not a setting of this service and is ignored (misspelt?)")
         }
         let loopback = HostAddress.isLoopback(server.host)
-        if authToken == nil && !loopback {
+        if authentication == nil && !loopback {
             warnings.append(
-                "listening on \(server.host), which is not loopback, without --auth-token:"
+                "listening on \(server.host), which is not loopback, without --auth-token or --write-token-file:"
                     + " anyone who reaches the port can change the device token")
         }
         if let token = authToken, token.utf8.count < 16 {
@@ -411,7 +473,8 @@ struct CommandLineOptions: Equatable {
 
     /// The authentication policy the options ask for, or `nil` without a token.
     var authentication: BearerAuthentication? {
-        authToken.flatMap { BearerAuthentication(token: $0, scope: authScope) }
+        if let writeTokens { return BearerAuthentication(writeTokens: writeTokens, readTokens: readTokens) }
+        return authToken.flatMap { BearerAuthentication(token: $0, scope: authScope) }
     }
 
     private mutating func apply(_ values: [String: String]) throws(UsageError) {

@@ -28,8 +28,9 @@ var signals = sigset_t()
 sigemptyset(&signals)
 sigaddset(&signals, SIGTERM)
 sigaddset(&signals, SIGINT)
-// SIGHUP (a closed terminal, or an operator asking for a reload) and SIGUSR1/SIGUSR2 would end the
-// process without a graceful shutdown; the service has nothing to reload, so they are logged and
+// SIGHUP (an operator asking for a reload, or a closed terminal) and SIGUSR1/SIGUSR2 would end the
+// process without a graceful shutdown: SIGHUP reads the token files again (docs/operations.md,
+// "Rotating tokens"; with no token files there is nothing to reload), the others are logged and
 // ignored.
 sigaddset(&signals, SIGHUP)
 sigaddset(&signals, SIGUSR1)
@@ -124,6 +125,12 @@ responder.metrics.setBuildVersion(serverVersion)
 for warning in options.startupWarnings {
     log.log(.warning, warning)
 }
+// The token files are read again on SIGHUP and when they change (docs/operations.md, "Rotating tokens").
+let reloader = options.writeTokenFile.map { path in
+    CredentialReloader(
+        writePath: path, readPath: options.readTokenFile, responder: responder, log: log,
+        signatures: options.tokenFileSignatures)
+}
 let server: MicroHTTPDServer
 do {
     server = try MicroHTTPDServer(configuration: options.server, responder: responder, log: log)
@@ -132,13 +139,19 @@ do {
     printError("forge-push-token-server: \(error)", format: options.logFormat)
     exit(1)
 }
+reloader?.start()
 
 var received: Int32 = 0
 while true {
     guard sigwait(&signals, &received) == 0 else { continue }
     if received == SIGTERM || received == SIGINT { break }
+    if received == SIGHUP, let reloader {
+        reloader.reload(because: "SIGHUP")
+        continue
+    }
     let name = received == SIGHUP ? "SIGHUP" : received == SIGUSR1 ? "SIGUSR1" : "SIGUSR2"
-    log.log(.info, "received \(name): nothing to reload; ignored (SIGTERM or SIGINT stops the service)")
+    let what = received == SIGHUP ? "no token files to reload" : "nothing to do"
+    log.log(.info, "received \(name): \(what); ignored (SIGTERM or SIGINT stops the service)")
 }
 log.log(.info, "received \(received == SIGTERM ? "SIGTERM" : "SIGINT"), shutting down")
 // From here the signals are another thread's: a second SIGTERM or SIGINT cuts a drain short

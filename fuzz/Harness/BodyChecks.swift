@@ -102,14 +102,14 @@ enum BodyChecks {
     /// then authorized, both as `Authorization: Bearer` and as `access_token` percent-encoded.
     static func bearerToken(_ value: String, context: Context) {
         guard let authentication = BearerAuthentication(token: value, scope: .all) else { return }
-        require(authentication.check(authorization: "Bearer " + value, query: nil, method: "POST") == .authorized,
+        require(authentication.check(authorization: "Bearer " + value, query: nil, method: "POST").isAuthorized,
                 "a valid bearer token did not authorize itself: \(String(reflecting: value))", context: context.description)
         var encoded = "access_token="
         for byte in value.utf8 {
             encoded += byte == UInt8(ascii: "+") || byte == UInt8(ascii: "/") || byte == UInt8(ascii: "=")
                 ? "%" + String(byte, radix: 16, uppercase: true) : String(UnicodeScalar(byte))
         }
-        require(authentication.check(authorization: nil, query: "x=1&" + encoded, method: "GET") == .authorized,
+        require(authentication.check(authorization: nil, query: "x=1&" + encoded, method: "GET").isAuthorized,
                 "a valid token in access_token did not authorize: \(String(reflecting: encoded))", context: context.description)
         require(authentication.check(authorization: nil, query: encoded, method: "POST") == .missing,
                 "access_token authorized a POST", context: context.description)

@@ -253,7 +253,7 @@ final class Session {
             require(!decidedByHead, "headResponse answered \(status) for an allowed, authorized request", context: context)
             if let authentication = responder.authentication, authentication.protects(route) {
                 require(authentication.check(authorization: request.headers["Authorization"], query: request.query,
-                                             method: request.method) == .authorized,
+                                             method: request.method).isAuthorized,
                         "a protected route answered \(status) to a request that is not authorized", context: context)
             }
             checkRoute(route, response, request: request, before: before)
