@@ -159,9 +159,14 @@ final class TestCertificates {
             let log = LogRecorder()
             let replica = ReplicaModel(
                 port: redis.port, password: "pw-never-logged", tls: try certificates.settings(), log: log.handler)
-            // Waits for the event, not for a deadline (docs/testing.md, "Waiting in tests").
-            #expect(eventually { replica.link == "tls_failed" })
-            #expect(replica.owner.health == .starting(reason: HealthReason(rawValue: "tls_failed")))
+            // Waits for the events, not for a deadline (docs/testing.md, "Waiting in tests"): the
+            // link's health changes before the owner hears of it and the line is logged.
+            #expect(
+                eventually {
+                    replica.link == "tls_failed"
+                        && replica.owner.health == .starting(reason: HealthReason(rawValue: "tls_failed"))
+                        && log.recorded.contains { $0.message.contains("TLS failed") }
+                })
             #expect(replica.commit("aa") == .unavailable(reason: "Redis: tls_failed"))
             let lines = log.recorded.map(\.message)
             #expect(lines.contains { $0.contains("TLS failed") && $0.contains(says) }, "\(lines)")
@@ -198,7 +203,10 @@ final class TestCertificates {
             let log = LogRecorder()
             let replica = ReplicaModel(
                 port: redis.port, host: host, tls: try certificates.settings(), log: log.handler)
-            #expect(eventually { replica.link == "tls_failed" })
+            #expect(
+                eventually {
+                    replica.link == "tls_failed" && log.recorded.contains { $0.message.contains("TLS failed") }
+                })
             #expect(replica.commit("aa") == .unavailable(reason: "Redis: tls_failed"))
             let lines = log.recorded.map(\.message)
             #expect(lines.contains { $0.contains("TLS failed") && $0.contains(says) }, "\(lines)")

@@ -262,7 +262,8 @@ import Testing
             guard case .replyTooLarge = error else { throw error }
         }
         let replica = ReplicaModel(port: redis.port)
-        #expect(eventually { replica.link == "connected" })
+        // The owner hears of the health after the link decides it: wait for both.
+        #expect(eventually { replica.link == "connected" && replica.owner.health == .ok })
         _ = try client.command(["PUBLISH", "test:changes", big], timeout: 2)
         #expect(eventually { replica.store.metricsText().contains("ignored_messages_total{kind=\"oversized\"} 1\n") })
         #expect(eventually { replica.store.metricsText().contains("forge_push_token_redis_reconnects_total 1\n") })
