@@ -479,6 +479,16 @@ def health_of(port):
         return None, {}
 
 
+def loopback_listener(backlog=64):
+    """A TCP socket listening on a free loopback port (SO_REUSEADDR), and the port: the fake
+    servers and proxies of the e2e tests."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((HOST, 0))
+    listener.listen(backlog)
+    return listener, listener.getsockname()[1]
+
+
 def distinct_free_ports(count):
     """`count` distinct free loopback ports: every socket stays bound until all are chosen (a port
     released at once may be handed out again)."""

@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 
-from e2e_support import HOST, Server, check, log, main, request, token_hex, wait_until
+from e2e_support import HOST, Server, check, log, loopback_listener, main, request, token_hex, wait_until
 from replicas_test import Redis, health, write
 
 
@@ -60,11 +60,7 @@ class DroppingProxy:
 
     def __init__(self, upstream_port):
         self.upstream_port = upstream_port
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((HOST, 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
+        self.listener, self.port = loopback_listener()
         self.drop = threading.Event()
         self.dropped = 0
         self.closed = False

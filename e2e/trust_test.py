@@ -29,8 +29,10 @@ import subprocess
 import threading
 import time
 
-from e2e_support import HOST, Server, check, docs_sh_blocks, log, main, request, token_hex, wait_until
-from replicas_test import PREFIX, REPLICA_ARGS, Redis, free_port, health, token_state, version_of, write
+from e2e_support import (HOST, Server, check, docs_sh_blocks, log, loopback_listener, main, request, token_hex,
+                         wait_until)
+from probe_test import DroppingProxy
+from replicas_test import PREFIX, REPLICA_ARGS, Redis, health, token_state, version_of, write
 from sentinel_test import MASTER, Sentinel
 
 
@@ -112,25 +114,20 @@ def redis_calls(redis):
 
 
 # -- (b) --------------------------------------------------------------------------------------
-class AttackingProxy:
-    """Forwards TCP to Redis. When armed, it drops every subscription connection, and the next
-    subscription, once its SUBSCRIBE is confirmed, receives the attack instead of Redis' bytes:
-    a header, then `filler` repeated until the client closes or `limit` bytes are sent."""
+class AttackingProxy(DroppingProxy):
+    """probe_test's forwarding proxy in front of Redis (it drops nothing here). When armed, it
+    drops every subscription connection, and the next subscription, once its SUBSCRIBE is
+    confirmed, receives the attack instead of Redis' bytes: a header, then `filler` repeated until
+    the client closes or `limit` bytes are sent."""
 
     def __init__(self, upstream_port):
-        self.upstream_port = upstream_port
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((HOST, 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
         self.lock = threading.Lock()
         self.attack = None
         self.subscribers = []
         self.subscriptions = 0
         self.sent = 0
         self.done = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(upstream_port)
 
     def arm(self, header, filler, limit=120 * 1024 * 1024):
         with self.lock:
@@ -139,17 +136,6 @@ class AttackingProxy:
             victims, self.subscribers = self.subscribers, []
         for sock in victims:
             self._shut(sock)
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection((HOST, self.upstream_port))
-            state = {"subscriber": False}
-            threading.Thread(target=self._to_server, args=(client, upstream, state), daemon=True).start()
-            threading.Thread(target=self._to_client, args=(upstream, client, state), daemon=True).start()
 
     def _to_server(self, client, upstream, state):
         try:
@@ -196,17 +182,6 @@ class AttackingProxy:
             pass
         self.sent = sent
         self.done.set()
-
-    @staticmethod
-    def _shut(*socks):
-        for sock in socks:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self):
-        self.listener.close()
 
 
 def huge_replies(binary, redis):
@@ -299,11 +274,7 @@ class FakeServer:
 
     def __init__(self, answer):
         self.answer = answer
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((HOST, 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
+        self.listener, self.port = loopback_listener()
         self.connections = 0
         self.commands = []
         self.subscribers = []
