@@ -109,11 +109,7 @@ final class RedisConnection {
     /// What the reader's own reply functions count for the reply being built, and which bound
     /// they refused (`RedisReplyLimits.Refusal`, read when hiredis reports the failure as "Out of
     /// memory"); the reader's private data points here.
-    private let tally: UnsafeMutablePointer<RedisReplyLimits.Tally> = {
-        let slot = UnsafeMutablePointer<RedisReplyLimits.Tally>.allocate(capacity: 1)
-        slot.initialize(to: RedisReplyLimits.Tally())
-        return slot
-    }()
+    private let tally: UnsafeMutablePointer<RedisReplyLimits.Tally>
     private var output: [UInt8] = []
     private let ioTimeout: Double
     /// Whether any reply arrived (a connection closed before the first one may be a TLS port
@@ -168,6 +164,10 @@ final class RedisConnection {
             close(fd)
             throw .unreachable("out of memory")
         }
+        // Allocated only once nothing before the last stored property can throw: an init that
+        // throws earlier never runs `deinit`, which is what frees it.
+        tally = UnsafeMutablePointer<RedisReplyLimits.Tally>.allocate(capacity: 1)
+        tally.initialize(to: RedisReplyLimits.Tally())
         RedisReplyLimits.install(on: made, tally: tally)
         socket = fd
         tls = session

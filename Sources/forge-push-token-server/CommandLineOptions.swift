@@ -20,7 +20,7 @@ struct CommandLineOptions: Equatable {
     /// `--state-file PATH`: where the token and its version survive restarts; `nil` for none.
     var stateFile: String?
     /// `--auth-token` or the content of `--auth-token-file`: the bearer token writers (or, with
-    /// scope `all`, every client but `/healthz`) must send; `nil` for an open service.
+    /// scope `all`, every client but the probes `/healthz`, `/livez` and `/readyz`) must send; `nil` for an open service.
     var authToken: String?
     /// `--auth-scope writes|all`.
     var authScope: BearerAuthentication.Scope = .writes
@@ -97,7 +97,7 @@ struct CommandLineOptions: Equatable {
           --auth-token-file PATH  the same, read from PATH (a container secret); whitespace at
                                   either end is ignored
           --auth-scope SCOPE      writes (default): only the POSTs need the token; all: every route
-                                  but /healthz, and GET/HEAD also take ?access_token=TOKEN
+                                  but the probes (/healthz, /livez, /readyz), and GET/HEAD also take ?access_token=TOKEN
           --write-token-file PATH tokens that may write (POST /register, POST /fail) and read: 1 to
                                   64, one a line, 16 to 512 of A-Z a-z 0-9 - . _ ~ + / (then any
                                   '='); blank lines and # comments skipped; read again on SIGHUP

@@ -6,6 +6,12 @@ import Testing
 
 @testable import RedisTokenStore
 
+/// A server a test started did not accept connections within the hang guard.
+struct ServerDidNotStart: Error, CustomStringConvertible {
+    let what: String
+    var description: String { "\(what) did not accept connections within 60 s" }
+}
+
 /// A `redis-server` started for one test on a free loopback port (`--save '' --appendonly no`),
 /// stopped by its pid.
 final class RedisServerProcess {
@@ -33,7 +39,9 @@ final class RedisServerProcess {
         let result = posix_spawnp(&spawned, "redis-server", &actions, nil, &argv, environ)
         guard result == 0 else { throw CocoaError(.executableNotLoadable) }
         pid = spawned
-        let deadline = Date().addingTimeInterval(5)
+        // A guard against a hang, not a timing assertion: a loaded machine (two sanitizer runs
+        // beside other work) has taken more than 5 s to start one.
+        let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
             if tls != nil {
                 do {
@@ -53,7 +61,7 @@ final class RedisServerProcess {
             }
             usleep(20_000)
         }
-        throw CocoaError(.fileNoSuchFile)
+        throw ServerDidNotStart(what: "redis-server")
     }
 
     var endpointWithoutAuth: RedisEndpoint { RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port)) }
