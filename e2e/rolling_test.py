@@ -25,6 +25,7 @@ version, the peak reconnects per second against the bound.
     python3 e2e/rolling_test.py --server PATH [--subscribers N] [--drain-seconds N]
 """
 import argparse
+import errno
 import heapq
 import http.client
 import json
@@ -160,15 +161,39 @@ class Subscribers:
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def connect(self, sub, now):
+        """Opens the stream as a browser does: the TCP connect does not block the other
+        subscribers (a loop that waits on one connect at a time cannot reconnect thousands at
+        once), and a connect that fails is retried after `retry:` like any other lost stream."""
         sub.connects.append(now)
-        sock = socket.create_connection((HOST, self.port), timeout=5)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sub.sock, sub.state, sub.buffer, sub.chunk_left, sub.events = sock, "connecting", b"", None, b""
+        self.selector.register(sock, selectors.EVENT_WRITE, sub)
+        code = sock.connect_ex((HOST, self.port))
+        if code not in (0, errno.EINPROGRESS):
+            self.errors.append("subscriber %d: connect: %s" % (sub.index, os.strerror(code)))
+            self.ended(sub, now, clean=False)
+
+    def connected_socket(self, sub, now):
+        """The connect finished: sends the request head (a few dozen bytes: one send fits)."""
+        code = sub.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code != 0:
+            self.errors.append("subscriber %d: connect: %s" % (sub.index, os.strerror(code)))
+            return self.ended(sub, now, clean=False)
         request_text = "GET /token/stream HTTP/1.1\r\nHost: e2e\r\nAccept: text/event-stream\r\n"
         if sub.last_id is not None:
             request_text += "Last-Event-ID: %d\r\n" % sub.last_id
-        sock.sendall((request_text + "\r\n").encode())
-        sock.setblocking(False)
-        sub.sock, sub.state, sub.buffer, sub.chunk_left, sub.events = sock, "head", b"", None, b""
-        self.selector.register(sock, selectors.EVENT_READ, sub)
+        data = (request_text + "\r\n").encode()
+        try:
+            sent = sub.sock.send(data)
+        except OSError as error:
+            self.errors.append("subscriber %d: send: %r" % (sub.index, error))
+            return self.ended(sub, now, clean=False)
+        if sent != len(data):
+            self.errors.append("subscriber %d: the request head was sent in part" % sub.index)
+            return self.ended(sub, now, clean=False)
+        sub.state = "head"
+        self.selector.modify(sub.sock, selectors.EVENT_READ, sub)
 
     def ended(self, sub, now, clean):
         self.selector.unregister(sub.sock)
@@ -205,6 +230,8 @@ class Subscribers:
                 sub.final_at = now
 
     def readable(self, sub, now):
+        if sub.state == "connecting":
+            return self.connected_socket(sub, now)
         try:
             data = sub.sock.recv(65536)
         except BlockingIOError:
@@ -260,6 +287,13 @@ class Subscribers:
     def connected(self):
         return sum(1 for s in self.subs if s.state == "body")
 
+    def states(self):
+        """How many subscribers are in each state, and the first errors (for a failure's message)."""
+        counts = {}
+        for s in self.subs:
+            counts[s.state] = counts.get(s.state, 0) + 1
+        return "states %s, timers due %d, errors %d: %s" % (counts, len(self.timers), len(self.errors), self.errors[:5])
+
     def close(self):
         self.stop.set()
         self.thread.join(10)
@@ -269,10 +303,12 @@ class Subscribers:
 
 
 class Writer:
-    """A POST /register through nginx every 50 ms, each a new token; records every answer."""
+    """A POST /register through nginx every `interval` seconds (50 ms), each a new token; records
+    every answer."""
 
-    def __init__(self, port):
+    def __init__(self, port, interval=0.05):
         self.port = port
+        self.interval = interval
         self.answers = []  # (status, token, body)
         self.latencies = []  # seconds per write, in order
         self.stop = threading.Event()
@@ -301,7 +337,7 @@ class Writer:
         next_at = time.monotonic()
         while not self.stop.is_set():
             self.write_one()
-            next_at += 0.05
+            next_at += self.interval
             self.stop.wait(max(0.0, next_at - time.monotonic()))
 
     def close(self):
@@ -328,11 +364,21 @@ def peak_per_second(times):
     return most, at
 
 
-def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_timeout=30, unnoticed=False):
+def wait_subscribers(subscribers, predicate, timeout, what):
+    """`wait_until`, and on a timeout the subscribers' states and first errors in the failure."""
+    try:
+        wait_until(predicate, timeout, what=what)
+    except Failure as failure:
+        raise Failure("%s (%s)" % (failure, subscribers.states()))
+
+
+def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_timeout=30, unnoticed=False,
+                   reconnect_timeout=None, write_interval=0.05):
     """Three replicas (`--drain-seconds drain`) behind the documented nginx, `count` subscribers
     and a writer every 50 ms; with `roll`, each replica rolled in turn, else the same time with no
-    roll; with `unnoticed` too, one replica is then stopped while nginx still sends to it. Returns
-    the numbers (see `run` and bench/roll.py)."""
+    roll; with `unnoticed` too, one replica is then stopped while nginx still sends to it;
+    `reconnect_timeout`: how long every subscriber may take to be back on a stream after the roll
+    (default 15 s + 1 s per 1,000 subscribers); `write_interval`: seconds between writes. Returns the numbers (see `run` and bench/roll.py)."""
     for tool in ("redis-server", "nginx"):
         check(shutil.which(tool), "%s is not installed (apt-get install redis-server nginx)" % tool)
     redis = Redis().start()
@@ -357,14 +403,14 @@ def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_ti
         check(status == 200, "the first write through nginx answered %s" % status)
         subscribers = Subscribers(nginx.port, count)
         subscribers.open_all()
-        wait_until(lambda: subscribers.connected() == count, connect_timeout,
-                   what="%d subscribers connected through nginx" % count)
+        wait_subscribers(subscribers, lambda: subscribers.connected() == count, connect_timeout,
+                         "%d subscribers connected through nginx" % count)
         started = time.monotonic()
         first_version = min(s.last_id for s in subscribers.subs)
         log("%d subscribers through nginx at version %d; %s" % (
             count, first_version,
             ", ".join("replica %d: %d" % (p, metric(p, "forge_push_token_subscribers")) for p in ports)))
-        writer = Writer(nginx.port)
+        writer = Writer(nginx.port, write_interval)
         writer.thread.start()
         rolls = []
         for port in ports:
@@ -396,8 +442,10 @@ def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_ti
                 % (port, time.monotonic() - signalled, len(writer.answers) - writes_before))
         rolled = time.monotonic()
         # Every subscriber back on a stream (a client waits out its retry: of up to 5 s).
-        wait_until(lambda: subscribers.connected() == count, 15 + count / 1000,
-                   what="every subscriber connected again after the roll")
+        wait_subscribers(subscribers, lambda: subscribers.connected() == count,
+                         reconnect_timeout or 15 + count / 1000,
+                         "every subscriber connected again after the roll")
+        all_back = time.monotonic() - rolled
         writer.close()
         during = list(writer.latencies)
         # The last write, and every subscriber holding it within 5 s.
@@ -421,8 +469,8 @@ def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_ti
         for sub in subscribers.subs:  # those that already have it
             if sub.last_id is not None and sub.last_id >= final_version and sub.final_at is None:
                 sub.final_at = last_write
-        wait_until(lambda: all(s.final_at is not None for s in subscribers.subs), 10,
-                   what="every subscriber holding the final version")
+        wait_subscribers(subscribers, lambda: all(s.final_at is not None for s in subscribers.subs), 10,
+                         "every subscriber holding the final version")
         subscribers.close()
         answers = writer.answers
         reconnects = sorted(t for s in subscribers.subs for t in s.connects[1:])
@@ -433,6 +481,7 @@ def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_ti
         ordered = sorted(during)
         return {
             "drain": drain, "subscribers": count, "rolled": roll, "seconds": rolled - started,
+            "all_back": all_back,
             "writes": len(answers), "refused": [a for a in answers if a[0] != 200],
             "five_xx": [a for a in answers if a[0] is not None and a[0] >= 500],
             "changed": sum(1 for a in answers if a[0] == 200 and b'"changed":true' in a[2]),
