@@ -5,14 +5,16 @@ import GnuTLSClient
 
 /// What the writer and the subscription share: the one place that connects to Redis, the link's
 /// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the way to
-/// the owner (its report closure, and a reader of its state: no copy is kept). Events go through the machine under its lock; the actions it
-/// returns are carried out after (health reports to the owner, log lines, checks queued on the
-/// writer), and those for the subscription alone (`ping`, `reconnect`) are handed back.
+/// the owner (`RedisOwnerReports`). Events go through the machine under its lock; the actions it
+/// returns are carried out after releasing it: health reports to the owner and log lines are
+/// queued (under the machine's lock, in the order decided) and delivered by `RedisOwnerReports`
+/// with no lock held; checks are queued on the writer; those for the subscription alone (`ping`,
+/// `reconnect`) are handed back.
 ///
-/// Thread-safety: all members may be called from any thread. Lock order: `reports`, then the
-/// machine's, the metrics' or a closure slot's lock (each alone, none held while calling out);
-/// the owner's lock nests inside `reports` (the owner's report closure and state reader run under
-/// it, so that the owner hears of changes and health in the order they were decided).
+/// Thread-safety: all members may be called from any thread. Locks: the machine's, with the
+/// reports' queue nested inside it (`RedisOwnerReports.enqueue`); the metrics'; the job queue's.
+/// None is held while calling out: the owner's report closure and state reader run with no lock
+/// of the store held (docs/architecture.md, "Locks").
 final class RedisLink: Sendable {
     /// Settings of the store.
     let configuration: RedisTokenStore.Configuration
@@ -22,19 +24,12 @@ final class RedisLink: Sendable {
     /// The work queue of the writer.
     let queue: RedisJobQueue
     private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
+    /// The way to the owner, and the queue of reports and log lines the machine decided.
+    private let reports: RedisOwnerReports
     /// The TLS credentials of a `rediss://` endpoint, loaded once (`nil` for other endpoints).
     private let credentials: Result<TLSClientCredentials, TLSError>?
     private let machine: Locked<RedisLinkStateMachine>
     private let metrics = Locked(RedisMetrics())
-    /// Reads the owner's state (`TokenStore.start(reporting:current:)`): in replica mode every
-    /// state the owner has came from this store, so it is the replica's state. No copy is kept.
-    /// (Both closures are kept in class boxes: see `ClosureBox`.)
-    private let ownerState = Locked<ClosureBox<@Sendable () -> TokenState>?>(nil)
-    private let reporter = Locked<ClosureBox<@Sendable (TokenStoreEvent) -> Void>?>(nil)
-    /// Serialises the decisions that end in a report (see the type's lock order); counts them (a
-    /// lock over a zero-sized value makes Thread Sanitizer see the mutex itself as the value
-    /// accessed).
-    private let reports = Locked<UInt64>(0)
 
     /// A link for `configuration`, logging through `log`.
     init(
@@ -43,6 +38,7 @@ final class RedisLink: Sendable {
     ) {
         self.configuration = configuration
         self.logger = log
+        self.reports = RedisOwnerReports(log: log)
         self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
         self.writerID = String(UInt64.random(in: 0...UInt64.max), radix: 16)
         if configuration.endpoint.tls {
@@ -71,8 +67,7 @@ final class RedisLink: Sendable {
         reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
         current: @escaping @Sendable () -> TokenState
     ) {
-        ownerState.withLock { $0 = ClosureBox(current) }
-        reporter.withLock { $0 = ClosureBox(report) }
+        reports.start(reporting: report, current: current)
     }
 
     /// Whether the store is stopping.
@@ -167,7 +162,9 @@ final class RedisLink: Sendable {
     // MARK: Events
 
     /// Runs `event` through the link's machine and carries out its actions; returns those for the
-    /// subscription (`ping`, `reconnect`).
+    /// subscription (`ping`, `reconnect`). Reports to the owner and log lines are queued under the
+    /// machine's lock, in the order decided, and delivered after it is released
+    /// (`RedisOwnerReports.deliver`): no lock is held while the owner delivers to subscribers.
     @discardableResult
     func handle(_ event: (inout RedisLinkStateMachine) -> [RedisLinkStateMachine.Action])
         -> [RedisLinkStateMachine.Action]
@@ -175,22 +172,26 @@ final class RedisLink: Sendable {
         var rest: [RedisLinkStateMachine.Action] = []
         var checks = 0
         var probes: [UInt64] = []
-        reports.withLock { count in
-            count &+= 1
-            let actions = machine.withLock { event(&$0) }
-            let report = reporter.withLock { $0 }?.closure
-            for action in actions {
+        var ignoredMessages: [(RedisIgnoredMessage, String)] = []
+        let queued = machine.withLock { machine -> Bool in
+            var decided: [RedisOwnerReports.Report] = []
+            for action in event(&machine) {
                 switch action {
-                case .report(let health): report?(.health(health))
-                case .log(let level, let line): logger(level, line)
+                case .report(let health): decided.append(.owner(.health(health)))
+                case .log(let level, let line): decided.append(.log(level, line))
                 case .requestCheck: checks += 1
                 case .probe(let sequence): probes.append(sequence)
-                case .ignored(let kind, let detail): ignored(kind, detail)
+                case .ignored(let kind, let detail): ignoredMessages.append((kind, detail))
                 case .ping, .reconnect, .resubscribe: rest.append(action)
                 }
             }
+            if decided.isEmpty { return false }
+            reports.enqueue(decided)
+            return true
         }
-        // Outside `reports`: a check refused by a full queue runs the machine again.
+        if queued { reports.deliver() }
+        for (kind, detail) in ignoredMessages { ignored(kind, detail) }
+        // A check refused by a full queue runs the machine again.
         for _ in 0..<checks where !queue.push(.check) {
             machine.withLock { $0.checkNotQueued() }
         }
@@ -201,9 +202,8 @@ final class RedisLink: Sendable {
     }
 
     /// Runs an event that never reports to the owner (`refreshRequested`: it only asks for a
-    /// check) without taking `reports`: request threads (libmicrohttpd's) call it, and must never
-    /// wait while a store thread delivers a change to subscribers under `reports` (a delivery
-    /// resumes libmicrohttpd connections).
+    /// check): request threads (libmicrohttpd's) call it, and never deliver the owner's reports
+    /// (a delivery resumes libmicrohttpd connections: it belongs to the store's threads).
     func request(_ event: (inout RedisLinkStateMachine) -> [RedisLinkStateMachine.Action]) {
         let actions = machine.withLock { event(&$0) }
         for action in actions {
@@ -249,7 +249,7 @@ final class RedisLink: Sendable {
     /// the scripts write back when Redis lost its data.
     var replicaState: TokenState? {
         guard machine.withLock({ $0.stateRead }) else { return nil }
-        return ownerState.withLock { $0 }?.closure()
+        return reports.ownerState
     }
 
     /// Another replica's change message announced `state`: a notification, never a state (docs/
@@ -257,20 +257,19 @@ final class RedisLink: Sendable {
     /// reads `PREFIX:state` (`RedisLinkStateMachine.changeAnnounced`), and what the replica learns
     /// is what that read returns.
     func announced(_ state: TokenState) {
-        let ownerVersion = ownerState.withLock { $0 }?.closure().version ?? 0
-        guard state.version > ownerVersion else { return }
+        guard state.version > reports.ownerState.version else { return }
         handle { $0.changeAnnounced(state) }
     }
 
-    /// `state` was read from `PREFIX:state` (a check): the owner hears of it once, and only when it
-    /// is newer than the owner's state (under `reports`, so that two reads of one state do not both
-    /// find it newer). Nothing else reaches the owner from Redis but its own commits' outcomes.
+    /// `state` was read from `PREFIX:state` (a check): the owner hears of it when it is newer than
+    /// the owner's state, in order with the link's health reports, with no lock held. Two reads of
+    /// one state may both find it newer (no lock spans the comparison and the report): the owner
+    /// applies a version once and ignores it after (`TokenOwnerStateMachine`: versions never go
+    /// back), so it reaches subscribers once. Nothing else reaches the owner from Redis but its own
+    /// commits' outcomes.
     func learned(_ state: TokenState) {
-        reports.withLock { _ in
-            let ownerVersion = ownerState.withLock { $0 }?.closure().version ?? 0
-            guard state.version > ownerVersion else { return }
-            reporter.withLock { $0 }?.closure(.changed(state))
-        }
+        guard state.version > reports.ownerState.version else { return }
+        reports.send(.owner(.changed(state)))
     }
 
     /// This store's own commit came back from Redis: the owner applies its outcome from the

@@ -77,7 +77,8 @@ public final class RedisTokenStore: TokenStore {
 
     /// The configuration the store runs with.
     public var configuration: RedisTokenStore.Configuration { link.configuration }
-    private let link: RedisLink
+    /// What the parts share (internal, not private: the tests read the link's own health).
+    let link: RedisLink
     private let writer: RedisWriter
     private let subscription: RedisSubscription
     /// With a sentinel URL, the subscription to the sentinels' `+switch-master`.
@@ -88,7 +89,7 @@ public final class RedisTokenStore: TokenStore {
     /// replica knows no token until it read the state).
     public static let healthAtStart = RedisLinkStateMachine.healthAtStart
 
-    /// Creates a store; nothing connects until `start(reporting:)`.
+    /// Creates a store; nothing connects until `start(reporting:current:)`.
     public init(
         configuration: Configuration,
         log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
@@ -103,9 +104,6 @@ public final class RedisTokenStore: TokenStore {
     /// `.storeSerialized`: Redis decides every commit atomically, and commits may overlap.
     public var ordering: CommitOrdering { .storeSerialized }
 
-    /// `redis`: the field of `/healthz` that carries the link's state (docs/replicas.md).
-    public var replicaName: String? { "redis" }
-
     /// Proposes `token` (`nil`: no token) through the change script; `base` is ignored (Redis
     /// decides against the state it holds). `completion` runs once, on the writer thread, after
     /// Redis answered or the write timed out; or at once, on the caller's thread, when Redis is
@@ -119,12 +117,6 @@ public final class RedisTokenStore: TokenStore {
             let health = link.health
             completion(.unavailable(reason: RedisWriter.reason(health == .connected ? .unreachable : health)))
         }
-    }
-
-    /// `start(reporting:current:)` without the owner's state: a replica that never had a state
-    /// to write back (tests).
-    public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
-        start(reporting: report, current: { .initial })
     }
 
     /// Starts the writer and subscription threads, reporting changes and health to the owner
@@ -176,13 +168,9 @@ public final class RedisTokenStore: TokenStore {
         link.request { $0.refreshRequested(at: monotonicSeconds()) }
     }
 
-    /// The store's series in the Prometheus text format (`RedisMetrics`).
-    public func metricsText() -> String {
-        link.renderMetrics()
+    /// Shared as `redis` (the HTTP layer's replica mode names the link's state so, docs/replicas.md),
+    /// no durable copy of its own (Redis keeps it), and its series as `RedisMetrics` renders them.
+    public func status() -> StoreStatus {
+        StoreStatus(sharedName: "redis", series: link.renderMetrics())
     }
-
-    /// The link's health, as the `redis` field of `/healthz` names it (`connected`,
-    /// `unreachable`, `auth_failed`, `tls_failed`, `sentinels_unreachable`, `no_master`,
-    /// `invalid_state`).
-    public var linkHealth: String { link.health.rawValue }
 }
