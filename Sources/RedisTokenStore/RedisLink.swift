@@ -1,11 +1,11 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
-import GnuTLSClient
 
-/// What the writer and the subscription share: the one place that connects to Redis, the link's
-/// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the way to
-/// the owner (`RedisOwnerReports`). Events go through the machine under its lock; the actions it
+/// What the writer and the subscription share: the link's health (`RedisLinkStateMachine`),
+/// driven here, and the parts with a job each: the one place that connects to Redis
+/// (`RedisConnector`), the queue of work for the writer (`RedisJobQueue`), the way to the owner
+/// (`RedisOwnerReports`), and the metrics. Events go through the machine under its lock; the actions it
 /// returns are carried out after releasing it: health reports to the owner and log lines are
 /// queued (under the machine's lock, in the order decided) and delivered by `RedisOwnerReports`
 /// with no lock held; checks are queued on the writer; those for the subscription alone (`ping`,
@@ -26,8 +26,8 @@ final class RedisLink: Sendable {
     private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
     /// The way to the owner, and the queue of reports and log lines the machine decided.
     private let reports: RedisOwnerReports
-    /// The TLS credentials of a `rediss://` endpoint, loaded once (`nil` for other endpoints).
-    private let credentials: Result<TLSClientCredentials, TLSError>?
+    /// Makes every connection to Redis and the sentinels, with the TLS credentials.
+    let connector: RedisConnector
     private let machine: Locked<RedisLinkStateMachine>
     private let metrics = Locked(RedisMetrics())
 
@@ -41,16 +41,7 @@ final class RedisLink: Sendable {
         self.reports = RedisOwnerReports(log: log)
         self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
         self.writerID = String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        if configuration.endpoint.tls {
-            do throws(TLSError) {
-                credentials = .success(try configuration.tls.credentials())
-            } catch {
-                credentials = .failure(error)
-            }
-        } else {
-            credentials = nil
-        }
-        directory = configuration.endpoint.sentinel.map(RedisSentinelDirectory.init)
+        self.connector = RedisConnector(configuration: configuration)
         var timings = RedisLinkStateMachine.Timings()
         timings.heartbeatInterval = configuration.heartbeatInterval
         timings.heartbeatTimeout = configuration.heartbeatTimeout
@@ -76,87 +67,6 @@ final class RedisLink: Sendable {
     /// Marks the store as stopping and wakes the writer.
     func stop() {
         queue.stop()
-    }
-
-    /// With a sentinel URL, the sentinels and the master in use; `nil` otherwise.
-    let directory: RedisSentinelDirectory?
-
-    /// The one place that connects to Redis: connect (and the TLS handshake for `rediss://`),
-    /// `AUTH`, `SELECT`, bounded by the write timeout (docs/replicas.md, "Starting it"). With a
-    /// sentinel URL, the master is the address a majority of the sentinels vouch for, checked
-    /// with `ROLE` (`RedisSentinelDirectory`); the connection remembers the directory's generation, so that
-    /// a `+switch-master` makes its owner leave it (`hasMoved`).
-    func connect() throws(RedisConnectionError) -> RedisConnection {
-        let loaded = try tlsCredentials()
-        guard let directory else {
-            return try RedisConnection(
-                endpoint: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
-        }
-        let generation = directory.generation
-        let master = try directory.findMaster(like: configuration.endpoint, credentials: loaded)
-        var endpoint = configuration.endpoint
-        endpoint.address = .tcp(host: master.host, port: master.port)
-        endpoint.sentinel = nil
-        let connection: RedisConnection
-        do throws(RedisConnectionError) {
-            connection = try RedisConnection(
-                endpoint: endpoint, timeout: configuration.writeTimeout, credentials: loaded)
-            try directory.checkRole(of: connection, at: master, timeout: configuration.writeTimeout)
-        } catch {
-            // Ask the sentinels' majority again next time.
-            directory.forget(master)
-            throw error
-        }
-        directory.using(master)
-        connection.generation = generation
-        return connection
-    }
-
-    /// A connection to the sentinel at `host` (its password, no database).
-    func connectSentinel(_ host: RedisEndpoint.Host) throws(RedisConnectionError) -> RedisConnection {
-        guard let directory else { throw .sentinelsUnreachable("no sentinel URL") }
-        return try RedisConnection(
-            endpoint: directory.endpoint(of: host, like: configuration.endpoint), timeout: configuration.writeTimeout,
-            credentials: try tlsCredentials(), select: false)
-    }
-
-    /// Whether `host` (a replica the sentinels' majority lists) answers `ROLE` as a master now,
-    /// asked on a connection of its own with the master's credentials, within 500 ms.
-    func isMaster(_ host: RedisEndpoint.Host) -> Bool {
-        guard let directory else { return false }
-        var endpoint = configuration.endpoint
-        endpoint.address = .tcp(host: host.host, port: host.port)
-        endpoint.sentinel = nil
-        do throws(RedisConnectionError) {
-            let timeout = RedisSentinelDirectory.decisionSeconds
-            let connection = try RedisConnection(
-                endpoint: endpoint, timeout: timeout, credentials: try tlsCredentials())
-            try directory.checkRole(of: connection, at: host, timeout: timeout)
-            return true
-        } catch {
-            return false
-        }
-    }
-
-    /// What a majority of the sentinels say now (`RedisSentinelDirectory.vouch`).
-    /// - Throws: as `vouch`; `.sentinelsUnreachable` without a sentinel URL.
-    func vouch() throws(RedisConnectionError) -> RedisSentinelDirectory.Agreement {
-        guard let directory else { throw .sentinelsUnreachable("no sentinel URL") }
-        return try directory.vouch(like: configuration.endpoint, credentials: try tlsCredentials())
-    }
-
-    /// Whether the sentinels announced a new master since `connection` was made.
-    func hasMoved(_ connection: RedisConnection) -> Bool {
-        guard let directory else { return false }
-        return directory.generation != connection.generation
-    }
-
-    private func tlsCredentials() throws(RedisConnectionError) -> TLSClientCredentials? {
-        switch credentials {
-        case .failure(let error): throw .tlsFailed(error.description)
-        case .success(let loaded): return loaded
-        case nil: return nil
-        }
     }
 
     // MARK: Events
@@ -304,9 +214,9 @@ final class RedisLink: Sendable {
     /// The metrics text (`RedisMetrics.render`).
     func renderMetrics() -> String {
         let up = health == .connected
-        let master = directory?.master
+        let master = connector.directory?.master
         return metrics.withLock { $0 }.render(
-            up: up, masterChanges: master?.changes ?? 0, sentinel: directory != nil,
+            up: up, masterChanges: master?.changes ?? 0, sentinel: connector.directory != nil,
             master: master?.host?.description)
     }
 
@@ -328,70 +238,6 @@ final class RedisLink: Sendable {
     func logLimited(_ key: String, _ level: PushTokenManager.LogLevel, _ line: String) {
         let leftOut = metrics.withLock { $0.limiter.admit(key, at: monotonicSeconds()) }
         if let leftOut { logger(level, RedisLogLimiter.annotate(line, leftOut: leftOut)) }
-    }
-}
-
-/// The writer's bounded queue of work: commits and checks of `PREFIX:state`.
-///
-/// Thread-safety: all members may be called from any thread; `take` from the writer's alone.
-final class RedisJobQueue: Sendable {
-    /// One piece of work.
-    enum Job: Sendable {
-        /// Propose `token`; `enqueued` in monotonic seconds; `completion` gets the outcome.
-        case change(token: String?, enqueued: Double, completion: @Sendable (CommitOutcome) -> Void)
-        /// Read and reconcile `PREFIX:state`.
-        case check
-        /// Publish delivery probe number `sequence` on `PREFIX:probe`.
-        case probe(sequence: UInt64)
-    }
-
-    private let capacity: Int
-    /// The jobs, and whether the queue was stopped (one lock, so that no job is queued after the
-    /// writer saw the queue stopped and empty).
-    private let state = Locked<(jobs: [Job], stopped: Bool)>(([], false))
-    /// Signalled once per job queued (and at stop): the writer waits on it when the queue is
-    /// empty. (Dispatch, not Foundation's NSCondition: the server links no full Foundation.)
-    private let signal = DispatchSemaphore(value: 0)
-
-    /// A queue of at most `capacity` jobs.
-    init(capacity: Int) {
-        self.capacity = capacity
-    }
-
-    /// Queues `job`; `false` when the queue is full or stopped.
-    func push(_ job: Job) -> Bool {
-        let accepted = state.withLock { state -> Bool in
-            guard !state.stopped, state.jobs.count < capacity else { return false }
-            state.jobs.append(job)
-            return true
-        }
-        if accepted { signal.signal() }
-        return accepted
-    }
-
-    /// Up to 64 jobs, waiting for one; `nil` once stopped and empty. After `stop()` what is left
-    /// is still handed out (to be failed), and `stopped` says so.
-    func take() -> (jobs: [Job], stopped: Bool)? {
-        while true {
-            let (batch, stopped) = state.withLock { state -> ([Job], Bool) in
-                let taken = Array(state.jobs.prefix(64))
-                state.jobs.removeFirst(taken.count)
-                return (taken, state.stopped)
-            }
-            if !batch.isEmpty { return (batch, stopped) }
-            if stopped { return nil }
-            // Extra signals (one per job already taken in a batch) only cause an empty round.
-            _ = signal.wait(timeout: .now() + .milliseconds(500))
-        }
-    }
-
-    /// Whether `stop()` was called.
-    var isStopped: Bool { state.withLock { $0.stopped } }
-
-    /// Refuses further jobs and wakes the writer.
-    func stop() {
-        state.withLock { $0.stopped = true }
-        signal.signal()
     }
 }
 

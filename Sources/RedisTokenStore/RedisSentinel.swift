@@ -349,7 +349,7 @@ final class RedisSentinelWatcher: Sendable {
             var subscribed: RedisConnection?
             for host in directory.sentinels where subscribed == nil {
                 do throws(RedisConnectionError) {
-                    let connection = try link.connectSentinel(host)
+                    let connection = try link.connector.connectSentinel(host)
                     connection.append(["SUBSCRIBE", "+switch-master"])
                     try connection.flush()
                     let reply = try connection.readReply(deadline: monotonicSeconds() + link.configuration.writeTimeout)
@@ -455,7 +455,7 @@ final class RedisSentinelWatcher: Sendable {
         // with master, so that a rogue sentinel naming a replica that was not promoted cannot
         // make the replica leave a working master (attack finding: writes refused while it
         // flapped between two replicas).
-        guard link.isMaster(announced) else {
+        guard link.connector.isMaster(announced) else {
             link.ignored(
                 .unvouched,
                 "a sentinel announced \(announced) as master \(fields[0]), but it does not answer ROLE as a master; "
@@ -477,7 +477,7 @@ final class RedisSentinelWatcher: Sendable {
     private func askMajority() -> Bool {
         let agreement: RedisSentinelDirectory.Agreement
         do throws(RedisConnectionError) {
-            agreement = try link.vouch()
+            agreement = try link.connector.vouch()
         } catch {
             return false
         }

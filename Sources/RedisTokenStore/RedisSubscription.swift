@@ -36,7 +36,7 @@ final class RedisSubscription: Sendable {
         while !link.isStopping {
             let connection: RedisConnection
             do throws(RedisConnectionError) {
-                connection = try link.connect()
+                connection = try link.connector.connect()
                 connection.append(["SUBSCRIBE", channel, probeChannel])
                 try connection.flush()
                 let reply = try connection.readReply(deadline: monotonicSeconds() + link.configuration.writeTimeout)
@@ -87,8 +87,8 @@ final class RedisSubscription: Sendable {
     /// meanwhile (then the new one is tried at once).
     private func sleep(seconds: Double) {
         let end = monotonicSeconds() + seconds
-        let generation = link.directory?.generation
-        while !link.isStopping, link.directory?.generation == generation {
+        let generation = link.connector.directory?.generation
+        while !link.isStopping, link.connector.directory?.generation == generation {
             let left = end - monotonicSeconds()
             if left <= 0 { return }
             usleep(useconds_t(min(left, 0.05) * 1_000_000))
@@ -112,7 +112,7 @@ final class RedisSubscription: Sendable {
     /// Reads messages until the connection fails, the master moves or the store stops.
     private func listen(on connection: RedisConnection, channel: String, probeChannel: String) -> End {
         while !link.isStopping {
-            if link.hasMoved(connection) { return .moved }
+            if link.connector.hasMoved(connection) { return .moved }
             let reply: RedisReply?
             do throws(RedisConnectionError) {
                 // At most 100 ms, and no later than the delivery probe's next deadline.

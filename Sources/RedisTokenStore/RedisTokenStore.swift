@@ -98,7 +98,7 @@ public final class RedisTokenStore: TokenStore {
         self.link = link
         writer = RedisWriter(link: link)
         subscription = RedisSubscription(link: link)
-        watcher = link.directory.map { RedisSentinelWatcher(link: link, directory: $0) }
+        watcher = link.connector.directory.map { RedisSentinelWatcher(link: link, directory: $0) }
     }
 
     /// `.storeSerialized`: Redis decides every commit atomically, and commits may overlap.

@@ -62,11 +62,11 @@ final class RedisWriter: Sendable {
             var mayRetry = true
             while !pending.isEmpty {
                 // The sentinels announced a new master: leave the old one before writing.
-                if let live = connection, link.hasMoved(live) { connection = nil }
+                if let live = connection, link.connector.hasMoved(live) { connection = nil }
                 let reused = connection != nil
                 if connection == nil {
                     do throws(RedisConnectionError) {
-                        let made = try link.connect()
+                        let made = try link.connector.connect()
                         hashes = try loadScripts(made)
                         connection = made
                     } catch {
