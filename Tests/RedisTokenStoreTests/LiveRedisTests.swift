@@ -268,7 +268,7 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
         let b = ReplicaModel(port: redis.port)
-        #expect(a.store.ordering == .storeSerialized && a.store.status().sharedName == "redis")
+        #expect(a.store.ordering == .storeSerialized && a.store.replicaName == "redis")
         #expect(a.wait { a.link == "connected" && b.link == "connected" })
         #expect(a.owner.health == .ok && b.owner.health == .ok)
         #expect(a.current == TokenState(version: 0, token: nil))

@@ -9,6 +9,9 @@ extension RedisTokenStore {
     /// `unreachable`, `auth_failed`, …): the link decides it before the owner hears of it.
     var linkHealth: String { link.health.rawValue }
 
+    /// The name the store is shared under (`StoreStatus.sharedName`).
+    var replicaName: String? { status().sharedName }
+
     /// The store's series (`StoreStatus.series`: `RedisMetrics` rendered).
     func metricsText() -> String { status().series }
 
