@@ -219,9 +219,9 @@ public final class Responder: Sendable {
             }
         case .token:
             if let replica {
-                return .response(replica.decorate(tokenRead(request), health: owner.health))
+                return .response(replica.decorate(answerTokenRequest(request), health: owner.health))
             }
-            return .response(tokenRead(request))
+            return .response(answerTokenRequest(request))
         case .stream:
             if request.method == "HEAD" {
                 return .response(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders))
