@@ -16,20 +16,24 @@ import ForgePushTokenOwner
 /// commits are `.storeSerialized` and the owner's `base` is not needed.
 ///
 /// It is made of parts with one job each, over one connection type (`RedisConnection`, made in
-/// one place, `RedisLink.connect()`):
+/// one place, `RedisConnector.connect()`):
 /// - `RedisWriter`, a thread that runs commits and checks of `PREFIX:state` as pipelined batches
 ///   from a bounded queue (full: the commit fails at once);
 /// - `RedisSubscription`, a thread subscribed to `PREFIX:changes`;
 /// - with a sentinel URL, `RedisSentinelDirectory` (finding the master) and
 ///   `RedisSentinelWatcher`, a thread subscribed to the sentinels' `+switch-master`;
 /// - `RedisLinkStateMachine`, the link's health, log lines, checks, pings and reconnects, as a
-///   value;
+///   value, driven by `RedisLink`;
+/// - `RedisJobQueue`, the writer's bounded queue;
+/// - `RedisOwnerReports`, the way to the owner: reports queued in the order decided and delivered
+///   with no lock held;
 /// - `RedisMetrics`, the store's series in `/metrics`.
 ///
 /// A change reaches the owner once: the outcome of this replica's write through the commit's
-/// completion; a state a check read, or another replica's change message, as
+/// completion; a state a check read (after another replica's change message announced it) as
 /// `TokenStoreEvent.changed`, and only when it is newer than the owner's state (this store keeps
-/// no copy of its own; its own messages are recognised by their `"writer"` field and skipped).
+/// no copy of its own; its own messages are recognised by their `"writer"` field and skipped; two
+/// reads of one state may both report it, and the owner applies a version once).
 /// Outcomes: changed → `.applied`, not changed → `.unchanged` (both with the state Redis holds,
 /// which may be newer than the replica's), no reply within the write timeout → `.unknown`, not
 /// asked or refused → `.unavailable` (`Redis: <reason>`). Health: `RedisLinkStateMachine`.
