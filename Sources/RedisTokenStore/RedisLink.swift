@@ -5,14 +5,14 @@ import ForgePushTokenOwner
 /// What the writer and the subscription share: the link's health (`RedisLinkStateMachine`),
 /// driven here, and the parts with a job each: the one place that connects to Redis
 /// (`RedisConnector`), the queue of work for the writer (`RedisJobQueue`), the way to the owner
-/// (`RedisOwnerReports`), and the metrics. Events go through the machine under its lock; the actions it
+/// (`RedisOwnerReports`), and the metrics and limited log lines (`RedisTelemetry`). Events go through the machine under its lock; the actions it
 /// returns are carried out after releasing it: health reports to the owner and log lines are
 /// queued (under the machine's lock, in the order decided) and delivered by `RedisOwnerReports`
 /// with no lock held; checks are queued on the writer; those for the subscription alone (`ping`,
 /// `reconnect`) are handed back.
 ///
 /// Thread-safety: all members may be called from any thread. Locks: the machine's, with the
-/// reports' queue nested inside it (`RedisOwnerReports.enqueue`); the metrics'; the job queue's.
+/// reports' queue nested inside it (`RedisOwnerReports.enqueue`); the telemetry's; the job queue's.
 /// None is held while calling out: the owner's report closure and state reader run with no lock
 /// of the store held (docs/architecture.md, "Locks").
 final class RedisLink: Sendable {
@@ -23,13 +23,13 @@ final class RedisLink: Sendable {
     let writerID: String
     /// The work queue of the writer.
     let queue: RedisJobQueue
-    private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
     /// The way to the owner, and the queue of reports and log lines the machine decided.
     private let reports: RedisOwnerReports
     /// Makes every connection to Redis and the sentinels, with the TLS credentials.
     let connector: RedisConnector
     private let machine: Locked<RedisLinkStateMachine>
-    private let metrics = Locked(RedisMetrics())
+    /// The store's counters, histograms and limited log lines.
+    let telemetry: RedisTelemetry
 
     /// A link for `configuration`, logging through `log`.
     init(
@@ -37,7 +37,7 @@ final class RedisLink: Sendable {
         log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
     ) {
         self.configuration = configuration
-        self.logger = log
+        self.telemetry = RedisTelemetry(log: log)
         self.reports = RedisOwnerReports(log: log)
         self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
         self.writerID = String(UInt64.random(in: 0...UInt64.max), radix: 16)
@@ -100,7 +100,7 @@ final class RedisLink: Sendable {
             return true
         }
         if queued { reports.deliver() }
-        for (kind, detail) in ignoredMessages { ignored(kind, detail) }
+        for (kind, detail) in ignoredMessages { telemetry.ignored(kind, detail) }
         // A check refused by a full queue runs the machine again.
         for _ in 0..<checks where !queue.push(.check) {
             machine.withLock { $0.checkNotQueued() }
@@ -121,9 +121,9 @@ final class RedisLink: Sendable {
             case .requestCheck:
                 if !queue.push(.check) { machine.withLock { $0.checkNotQueued() } }
             case .log(let level, let line):
-                logger(level, line)
+                telemetry.log(level, line)
             case .ignored(let kind, let detail):
-                ignored(kind, detail)
+                telemetry.ignored(kind, detail)
             case .report, .ping, .reconnect, .probe, .resubscribe:
                 // Not an outcome of these events (see `RedisLinkStateMachine.refreshRequested`).
                 break
@@ -188,16 +188,7 @@ final class RedisLink: Sendable {
         handle { $0.stateLearned() }
     }
 
-    // MARK: Metrics and logs
-
-    /// Counts a failed connect, command or wait.
-    func countError() { metrics.withLock { $0.countError() } }
-
-    /// Counts a subscription made again.
-    func countReconnect() { metrics.withLock { $0.countReconnect() } }
-
-    /// Records a commit's round trip.
-    func recordWrite(seconds: Double) { metrics.withLock { $0.recordWrite(seconds: seconds) } }
+    // MARK: Metrics
 
     /// This replica's probe number `sequence` was heard on the subscription: its round trip goes
     /// into the histogram, and a link that was not delivering is connected again.
@@ -208,36 +199,12 @@ final class RedisLink: Sendable {
             seconds = heard.seconds
             return heard.actions
         }
-        if let seconds { metrics.withLock { $0.recordProbe(seconds: seconds) } }
+        if let seconds { telemetry.recordProbe(seconds: seconds) }
     }
 
-    /// The metrics text (`RedisMetrics.render`).
+    /// The metrics text (`RedisMetrics.render`), with the link's health and the master in use.
     func renderMetrics() -> String {
-        let up = health == .connected
-        let master = connector.directory?.master
-        return metrics.withLock { $0 }.render(
-            up: up, masterChanges: master?.changes ?? 0, sentinel: connector.directory != nil,
-            master: master?.host?.description)
-    }
-
-    /// Writes a log line.
-    func log(_ level: PushTokenManager.LogLevel, _ line: String) { logger(level, line) }
-
-    /// A message of `kind` from Redis or a sentinel changed nothing: counts it, and logs `detail`
-    /// as a warning at most once per 10 s per kind (`RedisLogLimiter`).
-    func ignored(_ kind: RedisIgnoredMessage, _ detail: String) {
-        let leftOut = metrics.withLock { metrics -> UInt64? in
-            metrics.countIgnored(kind)
-            return metrics.limiter.admit("ignored." + kind.rawValue, at: monotonicSeconds())
-        }
-        if let leftOut { logger(.warning, RedisLogLimiter.annotate(detail, leftOut: leftOut)) }
-    }
-
-    /// Logs `line` at most once per 10 s for `key` (a line that Redis traffic causes, such as a
-    /// `+switch-master`), with how many were left out.
-    func logLimited(_ key: String, _ level: PushTokenManager.LogLevel, _ line: String) {
-        let leftOut = metrics.withLock { $0.limiter.admit(key, at: monotonicSeconds()) }
-        if let leftOut { logger(level, RedisLogLimiter.annotate(line, leftOut: leftOut)) }
+        telemetry.render(up: health == .connected, directory: connector.directory)
     }
 }
 
