@@ -4,8 +4,8 @@ import Synchronization
 /// The one owner of the service's token: the versioned token, its subscribers and its store.
 ///
 /// Every write goes through `commit(_:later:)` (or `commit(_:completion:)`, the same path), every
-/// subscriber through `subscribe(_:)`, and every change, whether made here or reported by the store, reaches the subscribers from here:
-/// nothing else publishes. The state lives in a `TokenOwnerStateMachine` behind one lock; the
+/// subscriber through `subscribe(_:)`, and every change, whether made here or reported by the
+/// store, reaches the subscribers from here: nothing else publishes. The state lives in a `TokenOwnerStateMachine` behind one lock; the
 /// owner runs each event through the machine under that lock and carries out the actions (offers,
 /// wake-ups, the store's I/O, completions) after releasing it. So a reader (`current`, `version`)
 /// never waits behind a commit in flight: a store's `fsync` or network round trip happens outside
@@ -25,10 +25,9 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
 
     @usableFromInline let machine: Locked<TokenOwnerStateMachine<Rendition>>
     /// The store's health and whether shutdown has begun, copied from `machine` whenever either
-    /// changes, while `machine`'s lock is held (so copies never arrive out of order): probes
-    /// (`/livez`, `/readyz`, `/healthz`) read it without taking the owner's lock
-    /// (docs/operations.md, "Probes"). Its lock nests inside `machine`'s and takes no
-    /// other.
+    /// changes, while `machine`'s lock is held (so copies never arrive out of order): the HTTP
+    /// layer's probes read it without taking the owner's lock (docs/operations.md, "Probes"). Its
+    /// lock nests inside `machine`'s and takes no other.
     @usableFromInline let board: Locked<Board>
 
     /// What `board` holds.
