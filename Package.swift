@@ -105,7 +105,7 @@ let package = Package(
             name: "ForgePushTokenTestSupport", dependencies: ["ForgePushToken"], path: "Tests/TestSupport",
             swiftSettings: swiftSettings),
         // The owner's testing kit: a scripted store on MemoryTokenStore's decisions, a recording
-        // subscriber, commitNow.
+        // subscriber, and waiting for a commit's outcome (commitAtOnce, commitAndWait).
         .target(
             name: "ForgePushTokenOwnerTestSupport", dependencies: ["ForgePushTokenOwner", "ForgePushToken"],
             path: "Tests/OwnerTestSupport", swiftSettings: swiftSettings),

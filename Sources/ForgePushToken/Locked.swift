@@ -19,9 +19,8 @@
 /// ThreadSanitizer does not see, so every contended use is reported as a race (a ten-line
 /// program shows it), which would hide real reports in this package's and its users'
 /// `--sanitize=thread` runs. One implementation everywhere also means the code that runs on
-/// Apple platforms is the code compiled and tested on Linux. (Linux-only code outside the library
-/// may use `Mutex` where it is never contended; `TokenOwner`'s outcome slot is the one such use,
-/// and it says why.)
+/// Apple platforms is the code compiled and tested on Linux. (No `Mutex` is used in Sources;
+/// `TokenOwner`'s outcome slot, which is never contended, is ordered by an atomic instead.)
 ///
 /// Thread safety, and why `@unchecked Sendable` is sound:
 /// - A `pthread_mutex_t` must never be moved or copied once initialised. It is initialised in

@@ -723,11 +723,6 @@ final class LatestValueMailbox: Sendable {
         state.withLock { $0.value != nil }
     }
 
-    /// The value waiting to be taken, `.none` when there is none (for tests).
-    var pendingValue: String?? {
-        state.withLock { $0.value }
-    }
-
     /// The last value put, taken or not; `.none` before the first (for tests).
     var lastPut: String?? {
         state.withLock { $0.lastPut }

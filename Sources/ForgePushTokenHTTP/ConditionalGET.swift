@@ -50,7 +50,7 @@ extension Responder {
 
     /// `GET` or `HEAD /token`: the current token, or 304 when the request's `If-None-Match` names
     /// it.
-    func tokenRead(_ request: HTTPRequest) -> HTTPResponse {
+    func answerTokenRequest(_ request: HTTPRequest) -> HTTPResponse {
         let snapshot = owner.current
         let isPrivate = readsNeedToken
         return ConditionalGET.answer(

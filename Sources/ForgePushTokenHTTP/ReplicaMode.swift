@@ -25,11 +25,11 @@ public struct ReplicaMode: Sendable {
     /// The `retry:` range a replica sends, and a draining service alone: 1 to 5 seconds.
     public static let defaultRetryMilliseconds = 1000...5000
 
-    /// The mode for `store` when it is shared by several replicas (`TokenStore.replicaName` is
-    /// set): its name, refresh and metrics. `nil` for a store the process has alone.
+    /// The mode for `store` when it is shared by several replicas (its `StoreStatus.sharedName`
+    /// is set): its name, refresh and metrics. `nil` for a store the process has alone.
     public init?(store: any TokenStore) {
-        guard let name = store.replicaName else { return nil }
-        self.init(name: name, refresh: { store.refresh() }, metrics: { store.metricsText() })
+        guard let name = store.status().sharedName else { return nil }
+        self.init(name: name, refresh: { store.refresh() }, metrics: { store.status().metricsText })
     }
 
     /// Creates the mode.

@@ -22,7 +22,8 @@ public enum RequestBodies {
         return String(type.trimmingASCIIWhitespace()).lowercased()
     }
 
-    /// The device token bytes of a `POST /register` body.
+    /// The device token of a `POST /register` body as the service keeps it: lowercase hex, two
+    /// digits per byte (`DeviceTokenHex`).
     ///
     /// - `application/octet-stream`: the raw bytes, 1 to 256.
     /// - `application/json`: `{"deviceToken":"<hex>"}`.
@@ -30,23 +31,17 @@ public enum RequestBodies {
     /// - anything else or none: the hex text, or the form field `deviceToken=<hex>`.
     ///
     /// Hex text: ASCII whitespace at both ends is ignored; then 2 to 512 digits `[0-9a-fA-F]`,
-    /// an even number of them.
-    /// - Throws: `ServiceError` with code `invalid_token`.
-    public static func deviceToken(contentType: String?, body: [UInt8]) throws(ServiceError) -> [UInt8] {
-        try decodeToken(contentType: contentType, body: body, plainHex: plainHexToken, fromBytes: { $0 })
-    }
-
-    /// The device token of a `POST /register` body as the service keeps it: lowercase hex, two
-    /// digits per byte (`DeviceTokenHex`). The same bodies, rules and errors as
-    /// `deviceToken(contentType:body:)`; a body of plain hex text (the common case) becomes the
-    /// text directly, lowered, without decoding it into bytes and encoding them again.
+    /// an even number of them. A body of plain hex text (the common case) becomes the text
+    /// directly, lowered, without decoding it into bytes and encoding them again
+    /// (`plainHexText`, which gives what the general path, `hexToken`, gives encoded: tested in
+    /// RegisterBodyTests and fuzzed).
     /// - Throws: `ServiceError` with code `invalid_token`.
     public static func deviceTokenHex(contentType: String?, body: [UInt8]) throws(ServiceError) -> String {
         try decodeToken(
             contentType: contentType, body: body, plainHex: plainHexText, fromBytes: { DeviceTokenHex.encode($0) })
     }
 
-    /// The one decision behind `deviceToken` and `deviceTokenHex`: `plainHex` gives the result of
+    /// The decision behind `deviceTokenHex`: `plainHex` gives the result of
     /// a body of plain hex text (tried first wherever hex text is read), `fromBytes` the result of
     /// the token's bytes decoded any other way.
     private static func decodeToken<Token>(
@@ -133,18 +128,11 @@ public enum RequestBodies {
         return result ?? nil
     }
 
-    /// The token of a body that is nothing but hex text (ASCII whitespace at both ends allowed),
-    /// decoded straight from the bytes; `nil` for anything else (non-ASCII, a form, bad hex,
-    /// a bad length), which the general path then decodes or rejects with its message. For every
-    /// body it accepts, the result is the one the general path gives.
-    static func plainHexToken(_ body: [UInt8]) -> [UInt8]? {
-        body.withUnsafeBufferPointer { bytes in
-            plainHexRange(bytes).flatMap { DeviceTokenHex.decode(buffer: UnsafeBufferPointer(rebasing: bytes[$0])) }
-        }
-    }
-
-    /// `plainHexToken(_:)` as the service keeps a token (lowercase hex text), made straight from
-    /// the body's digits; `nil` exactly when `plainHexToken(_:)` is.
+    /// The token of a body that is nothing but hex text (ASCII whitespace at both ends allowed), as
+    /// the service keeps it (lowercase hex text), made straight from the body's digits; `nil` for
+    /// anything else (non-ASCII, a form, bad hex, a bad length), which the general path then
+    /// decodes or rejects with its message. For every body it accepts, the result is the one the
+    /// general path (`hexToken`, then `DeviceTokenHex.encode`) gives.
     static func plainHexText(_ body: [UInt8]) -> String? {
         body.withUnsafeBufferPointer { bytes in
             plainHexRange(bytes).flatMap { DeviceTokenHex.lowercased(buffer: UnsafeBufferPointer(rebasing: bytes[$0])) }

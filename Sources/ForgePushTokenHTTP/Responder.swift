@@ -219,9 +219,9 @@ public final class Responder: Sendable {
             }
         case .token:
             if let replica {
-                return .response(replica.decorate(tokenRead(request), health: owner.health))
+                return .response(replica.decorate(answerTokenRequest(request), health: owner.health))
             }
-            return .response(tokenRead(request))
+            return .response(answerTokenRequest(request))
         case .stream:
             if request.method == "HEAD" {
                 return .response(HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders))
@@ -234,14 +234,15 @@ public final class Responder: Sendable {
         case .readyz:
             return .response(health())
         case .metrics:
-            let stateSaved = owner.store.savesState ? owner.health != .degraded(reason: .stateNotSaved) : nil
+            let store = owner.store.status()
+            let stateSaved = store.durableWrites != nil ? owner.health != .degraded(reason: .stateNotSaved) : nil
             let text =
                 metrics.render(
                     subscribers: owner.subscriberCount, events: deliveries.counts,
                     maxSubscribers: owner.maxSubscribers, stateSaved: stateSaved, draining: isDraining,
                     tokens: currentCredentials.map { ($0.tokenCount(.read), $0.tokenCount(.write)) } ?? (0, 0))
                 // The store's own series: Redis' in replica mode, the state file's writes alone.
-                + (replica?.metrics() ?? owner.store.metricsText())
+                + (replica?.metrics() ?? store.metricsText)
             return .response(
                 HTTPResponse(
                     status: 200,
@@ -255,14 +256,18 @@ public final class Responder: Sendable {
         }
     }
 
-    /// Commits `token` through the owner, answering now when the store decides at once (a local
-    /// store: no pending response, no closure).
+    /// Commits `token` through the owner (`TokenOwner.commit(_:later:)`), answering now when the
+    /// store decides at once (a local store: no pending response, no closure); else through a
+    /// `PendingResponse`, made only then.
     private func write(_ token: String?) -> Reply {
-        if let outcome = owner.commitNow(token) { return .response(answer(outcome)) }
-        let pending = PendingResponse()
-        owner.commit(token) { [self] outcome in
-            pending.fulfil(answer(outcome))
+        var pending: PendingResponse?
+        let outcome = owner.commit(token) {
+            let later = PendingResponse()
+            pending = later
+            return { [self] outcome in later.fulfil(answer(outcome)) }
         }
+        if let outcome { return .response(answer(outcome)) }
+        guard let pending else { preconditionFailure("the owner neither answered nor asked for a later answer") }
         return pending.takeIfReady().map(Reply.response) ?? .later(pending)
     }
 

@@ -10,24 +10,20 @@ public final class MemoryTokenStore: TokenStore {
     /// `.ownerSerialized`: the decision is a comparison with the owner's state.
     public var ordering: CommitOrdering { .ownerSerialized }
 
-    /// `.unchanged(base)` for the current token, else `.applied` at the next version; at once.
+    /// `.unchanged(base)` for the current token, `.versionExhausted` at version 2^64 - 1, else
+    /// `.applied` at the next version; completed at once, on the caller's thread, before it
+    /// returns (the `.ownerSerialized` contract).
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        completion(decide(token, base: base))
-    }
-
-    /// The decision of `commit(_:base:completion:)`, returned.
-    public func commitNow(_ token: String?, base: TokenState) -> CommitOutcome? {
-        decide(token, base: base)
-    }
-
-    private func decide(_ token: String?, base: TokenState) -> CommitOutcome {
-        if token == base.token { return .unchanged(base) }
-        guard base.version < .max else { return .versionExhausted }
-        return .applied(base.changed(to: token))
+        if token == base.token { return completion(.unchanged(base)) }
+        guard base.version < .max else { return completion(.versionExhausted) }
+        completion(.applied(base.changed(to: token)))
     }
 
     /// Nothing to report: memory never fails and nothing else writes to it.
-    public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
+    public func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState
+    ) {}
 
     /// Nothing to stop.
     public func stop() {}

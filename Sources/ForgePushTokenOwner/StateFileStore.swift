@@ -80,9 +80,6 @@ public final class StateFileStore: TokenStore {
     /// answers later, after the `fsync` of the batch that holds it.
     public var ordering: CommitOrdering { .storeSerialized }
 
-    /// `true`: every change is written to the file, and a write can fail.
-    public var savesState: Bool { true }
-
     /// Decides `token` against the newest decided state (`base` is not needed) and completes
     /// once a state holding the decision is on disk: `.applied`/`.unchanged` when the file holds
     /// it, `.notSaved` when the write failed, `.versionExhausted` at once at 2^64 - 1. The same
@@ -146,17 +143,16 @@ public final class StateFileStore: TokenStore {
     }
 
     /// Nothing to report but the outcomes of commits: nobody else writes the file.
-    public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
+    public func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState
+    ) {}
 
-    /// `forge_push_token_state_file_writes_total`: the writes of the file, each making a batch of
-    /// changes durable; beside `forge_push_token_token_changes_total` it shows how many changes one
-    /// `fsync` carries (docs/operations.md).
-    public func metricsText() -> String {
-        let writes = batch.withLock { $0.fileWrites }
-        return "# HELP forge_push_token_state_file_writes_total Writes of the state file (each fsynced), "
-            + "each holding every change decided since the one before.\n"
-            + "# TYPE forge_push_token_state_file_writes_total counter\n"
-            + "forge_push_token_state_file_writes_total \(writes)\n"
+    /// A durable copy that can fail to be saved: `durableWrites` counts the writes of the file
+    /// (successful or not), each making a batch of changes durable (beside the count of changes it
+    /// shows how many one `fsync` carries; the HTTP layer serves it, docs/operations.md).
+    public func status() -> StoreStatus {
+        StoreStatus(durableWrites: batch.withLock { $0.fileWrites })
     }
 
     /// Waits until every write already decided has been written and answered.

@@ -3,9 +3,9 @@ import Synchronization
 
 /// The one owner of the service's token: the versioned token, its subscribers and its store.
 ///
-/// Every write goes through `commitNow(_:)` or `commit(_:completion:)`, every subscriber through `subscribe(_:)`, and
-/// every change, whether made here or reported by the store, reaches the subscribers from here:
-/// nothing else publishes. The state lives in a `TokenOwnerStateMachine` behind one lock; the
+/// Every write goes through `commit(_:later:)` (or `commit(_:completion:)`, the same path), every
+/// subscriber through `subscribe(_:)`, and every change, whether made here or reported by the
+/// store, reaches the subscribers from here: nothing else publishes. The state lives in a `TokenOwnerStateMachine` behind one lock; the
 /// owner runs each event through the machine under that lock and carries out the actions (offers,
 /// wake-ups, the store's I/O, completions) after releasing it. So a reader (`current`, `version`)
 /// never waits behind a commit in flight: a store's `fsync` or network round trip happens outside
@@ -13,7 +13,10 @@ import Synchronization
 ///
 /// A store with `.ownerSerialized` ordering gets its commits one at a time, each on the state the
 /// previous one produced (a second lock, `commits`, serialises writers only; the state lock nests
-/// inside it, never the other way round).
+/// inside it, never the other way round). Every store is asked through its one
+/// `TokenStore.commit(_:base:completion:)`: a store that answers before the call returns is
+/// given the owner's `OutcomeSlot` completion, made once, so a write on a local store makes no
+/// closure, no pending answer and takes no lock beyond these two.
 ///
 /// Thread-safety: all members may be called from any thread, concurrently.
 public final class TokenOwner<Rendition: TokenRendition>: Sendable {
@@ -22,10 +25,9 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
 
     @usableFromInline let machine: Locked<TokenOwnerStateMachine<Rendition>>
     /// The store's health and whether shutdown has begun, copied from `machine` whenever either
-    /// changes, while `machine`'s lock is held (so copies never arrive out of order): probes
-    /// (`/livez`, `/readyz`, `/healthz`) read it without taking the owner's lock
-    /// (docs/operations.md, "Probes"). Its lock nests inside `machine`'s and takes no
-    /// other.
+    /// changes, while `machine`'s lock is held (so copies never arrive out of order): the HTTP
+    /// layer's probes read it without taking the owner's lock (docs/operations.md, "Probes"). Its
+    /// lock nests inside `machine`'s and takes no other.
     @usableFromInline let board: Locked<Board>
 
     /// What `board` holds.
@@ -38,9 +40,12 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
             self.isStopping = isStopping
         }
     }
-    /// Serialises the commits of an `.ownerSerialized` store; holds how many it ran (a lock over
-    /// a zero-sized value makes Thread Sanitizer see the mutex itself as the value accessed).
-    @usableFromInline let commits: Locked<UInt64>?
+    /// Serialises the commits of an `.ownerSerialized` store (`nil` for another store), over the
+    /// slot its completion fills: the slot is only used by the thread that holds this lock.
+    @usableFromInline let commits: Locked<OutcomeSlot>?
+    /// The completion an `.ownerSerialized` store is given: fills the slot (`OutcomeSlot.fill`).
+    /// Made once, with the owner, so that a commit makes no closure.
+    @usableFromInline let fillSlot: @Sendable (CommitOutcome) -> Void
     /// Where the state is kept.
     public let store: any TokenStore
 
@@ -53,7 +58,9 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         self.board = Locked(Board(health: machine.health, isStopping: machine.isStopping))
         self.machine = Locked(machine)
         self.maxSubscribers = maxSubscribers
-        self.commits = store.ordering == .ownerSerialized ? Locked(0) : nil
+        let slot = OutcomeSlot()
+        self.commits = store.ordering == .ownerSerialized ? Locked(slot) : nil
+        self.fillSlot = { outcome in slot.fill(outcome) }
     }
 
     /// Starts the store's reports (changes from elsewhere, health). Call once, before the first
@@ -111,31 +118,34 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     // MARK: Writing
 
     /// Proposes `token` (lowercase hex, or `nil` to clear) to the store and applies its decision:
-    /// a newer state becomes current and reaches every subscriber before `completion` is called
-    /// with the outcome. Once `stop()` has been called, the outcome is `.stopping` and the store is
-    /// not asked. `completion` runs exactly once, on this thread when the store decides at once, else
-    /// on the store's thread.
+    /// a newer state becomes current and reaches every subscriber before the outcome is given.
+    /// The one commit path, for every store (`TokenStore.commit(_:base:completion:)`):
+    /// - a store that answers before its call returns (`.ownerSerialized`: the local stores):
+    ///   the outcome is returned, and `later` is not called;
+    /// - a store that answers later (`.storeSerialized`: the state file, Redis): `later` is
+    ///   called once, on this thread, for the completion that receives the outcome, and `nil` is
+    ///   returned; the completion runs exactly once, on the store's thread or on this one.
+    ///
+    /// Once `stop()` has been called the outcome is `.stopping`, returned, and the store is not
+    /// asked. `later` is not escaping, so a caller makes what it needs for a later answer (a
+    /// pending response, a closure) only when there will be one.
     @inlinable
-    public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        if let outcome = commitNow(token) { return completion(outcome) }
-        guard let base = machine.withLock({ $0.beginCommit() }) else { return completion(.stopping) }
-        store.commit(token, base: base) { [self] outcome in
-            finish(outcome, completion: completion)
+    public func commit(
+        _ token: String?, later: () -> (@Sendable (CommitOutcome) -> Void)
+    ) -> CommitOutcome? {
+        guard let commits else {
+            guard let base = machine.withLock({ $0.beginCommit() }) else { return .stopping }
+            let completion = later()
+            store.commit(token, base: base) { [self] outcome in
+                finish(outcome, completion: completion)
+            }
+            return nil
         }
-    }
-
-    /// `commit(_:completion:)` for a store with `.ownerSerialized` ordering, whose decision comes
-    /// before the call returns: the outcome, returned (applied and delivered, as by `commit`),
-    /// without a completion closure. `nil` for a store that orders commits itself: nothing is
-    /// proposed then, and the caller uses `commit(_:completion:)`.
-    @inlinable
-    public func commitNow(_ token: String?) -> CommitOutcome? {
-        guard let commits else { return nil }
         let (outcome, delivery, drained) = commits.withLock {
-            count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?, [Subscriber]) in
-            count &+= 1
+            slot -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?, [Subscriber]) in
             guard let base = machine.withLock({ $0.beginCommit() }) else { return (.stopping, nil, []) }
-            let outcome = store.commitNow(token, base: base) ?? commitThroughCompletion(token, base: base)
+            store.commit(token, base: base, completion: fillSlot)
+            let outcome = slot.take()
             // Applied before the next commit takes its base: each commit decides on the one before.
             let (delivery, drained) = transition { ($0.committed(outcome), $0.finishIfDrained()) }
             return (outcome, delivery, drained)
@@ -145,16 +155,12 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         return outcome
     }
 
-    /// The outcome of an `.ownerSerialized` store that answers through its completion alone
-    /// (`TokenStore.commitNow` is `nil`), which it must call before `commit` returns.
-    @usableFromInline
-    func commitThroughCompletion(_ token: String?, base: TokenState) -> CommitOutcome {
-        let result = OutcomeSlot()
-        store.commit(token, base: base) { outcome in result.value.withLock { $0 = outcome } }
-        guard let outcome = result.value.withLock({ $0 }) else {
-            preconditionFailure("a store with owner-serialized ordering must complete before commit returns")
-        }
-        return outcome
+    /// `commit(_:later:)` with the completion made up front: `completion` runs exactly once, on
+    /// this thread when the store decides at once, else on the store's thread. The same path;
+    /// for callers that answer through a closure either way.
+    @inlinable
+    public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        if let outcome = commit(token, later: { completion }) { completion(outcome) }
     }
 
     @inlinable
@@ -305,16 +311,48 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     }
 }
 
-/// Where a store's synchronous completion leaves its outcome: a `Mutex` in a small object (one
-/// allocation, no `pthread_mutex_init`), since the completion closure must be `@Sendable`.
+/// Where an `.ownerSerialized` store's completion leaves its outcome for the committing thread:
+/// one per owner, made with it, used by the thread that holds the owner's `commits` lock. The
+/// store calls `fill` before its `commit` returns (the `TokenStore` contract for that ordering);
+/// the owner then calls `take`. An atomic phase, not a lock, orders the two: a write costs two
+/// uncontended atomic operations here, no allocation.
 ///
-/// A `Mutex` is right here, unlike where threads contend (Sources/ForgePushToken/Locked.swift:
-/// Thread Sanitizer reports a contended `Mutex` on Linux as a race): the completion runs before
-/// `commit` returns and the committing thread reads the slot only after that, so the two
-/// `withLock` calls never overlap and the lock is never contended.
+/// Why `@unchecked Sendable` is sound: `outcome` is written only by the one `fill` that moves
+/// `phase` from `open` to `filling` (a second `fill` in one round, or a late one from another
+/// thread after `take` closed the round, stops at a precondition instead of writing), and
+/// published by its release store of `filled`; it is read only by `take`, after its
+/// compare-exchange from `filled` (acquiring) succeeded, which reopens the slot for the next
+/// round. Rounds never overlap: each runs whole under the owner's `commits` lock. So every write
+/// of `outcome` happens before its read, and no two accesses are concurrent.
 @usableFromInline
-final class OutcomeSlot: Sendable {
-    @usableFromInline let value = Mutex<CommitOutcome?>(nil)
+final class OutcomeSlot: @unchecked Sendable {
+    /// `open` (waiting for `fill`), `filling`, `filled` (waiting for `take`), or `closed` (the
+    /// store broke its contract: nothing may be written any more).
+    @usableFromInline let phase = Atomic<UInt8>(OutcomeSlot.open)
+    @usableFromInline var outcome: CommitOutcome = .stopping
+
+    @usableFromInline static let open: UInt8 = 0
+    @usableFromInline static let filling: UInt8 = 1
+    @usableFromInline static let filled: UInt8 = 2
+    @usableFromInline static let closed: UInt8 = 3
 
     @usableFromInline init() {}
+
+    /// The store's completion: keeps `outcome` for `take`.
+    @usableFromInline func fill(_ outcome: CommitOutcome) {
+        guard phase.compareExchange(expected: Self.open, desired: Self.filling, ordering: .acquiring).exchanged else {
+            preconditionFailure("a store with owner-serialized ordering completed a commit twice, or after it returned")
+        }
+        self.outcome = outcome
+        phase.store(Self.filled, ordering: .releasing)
+    }
+
+    /// The outcome `fill` kept, after the store's `commit` returned; reopens the slot.
+    @inlinable func take() -> CommitOutcome {
+        guard phase.compareExchange(expected: Self.filled, desired: Self.open, ordering: .acquiring).exchanged else {
+            phase.store(Self.closed, ordering: .relaxed)
+            preconditionFailure("a store with owner-serialized ordering must complete before commit returns")
+        }
+        return outcome
+    }
 }

@@ -6,8 +6,13 @@
 /// shared by several replicas decides in its own atomic step (docs/architecture.md, "The store
 /// seam").
 ///
-/// Thread-safety: implementations are `Sendable`; the owner may call `commit` and `commitNow` from
-/// any thread.
+/// There is one way to commit, `commit(_:base:completion:)`, for every store: a local store's
+/// immediate outcome and a shared store's later one both arrive through its completion, and only
+/// `ordering` says when. What the layers above show of a store (its name when shared, its durable
+/// writes, its own series) is one value, `status()`, with no protocol's words in it.
+///
+/// Thread-safety: implementations are `Sendable`; the owner may call every member from any thread
+/// (`commit` one at a time with `.ownerSerialized` ordering).
 public protocol TokenStore: AnyObject, Sendable {
     /// How commits are ordered: whether the owner must run them one at a time, each on the
     /// outcome of the one before, or the store orders them itself.
@@ -18,7 +23,9 @@ public protocol TokenStore: AnyObject, Sendable {
     /// The store decides: the same token as the current one is `.unchanged` (no version bump,
     /// nothing published); another one is stored at the next version. `completion` is called
     /// exactly once, on any thread, after the outcome is known; with `.ownerSerialized` ordering it
-    /// must be called before `commit` returns.
+    /// must be called before `commit` returns, on the calling thread (the owner then reads the
+    /// outcome without a closure of its own per commit, and stops at a precondition if it was
+    /// not called).
     /// - Parameters:
     ///   - token: the proposed token.
     ///   - base: the owner's current state. A store with `.ownerSerialized` ordering decides against
@@ -27,25 +34,16 @@ public protocol TokenStore: AnyObject, Sendable {
     ///   - completion: receives the outcome.
     func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
 
-    /// `commit(_:base:completion:)` for a store with `.ownerSerialized` ordering that decides
-    /// without a callback: the same decision, returned. The owner then needs no completion closure
-    /// and no slot for the outcome (`POST /register` on a local store allocates less). The owner
-    /// calls it as it calls `commit`: one at a time, under its commit lock, with the outcome of the
-    /// previous commit as `base`. `nil` by default, and always for a store that decides later; a
-    /// store that returns `nil` must have decided and changed nothing, since the owner then
-    /// proposes the same token through `commit`.
-    func commitNow(_ token: String?, base: TokenState) -> CommitOutcome?
-
     /// Starts reporting what the owner cannot learn from its own commits: changes that arrive from
-    /// elsewhere (another replica) and the store's health. Called once, before any commit.
-    /// `report` may be called on any thread, never while the store holds a lock the owner's
-    /// `commit` call could wait for.
-    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void)
-
-    /// `start(reporting:)`, with `current`, which reads the owner's state at any time (it never
-    /// waits for a commit): a shared store decides with it whether a state it read is news to the
-    /// owner, and writes it back when the shared copy was lost, instead of keeping a copy of its
-    /// own. The owner calls this one; by default it calls `start(reporting:)`.
+    /// elsewhere (another replica) and the store's health. Called once by the owner
+    /// (`TokenOwner.start()`), before any commit.
+    ///
+    /// `report` may be called on any thread, and never while the store holds a lock of its own:
+    /// the owner delivers a change to its subscribers inside `report`, and a delivery wakes the
+    /// engine's connections (docs/architecture.md, "Locks"). A store delivers its reports in the
+    /// order it decided them. `current` reads the owner's state at any time (it never waits for a
+    /// commit): a shared store decides with it whether a state it read is news to the owner, and
+    /// writes it back when the shared copy was lost, instead of keeping a copy of its own.
     func start(
         reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
         current: @escaping @Sendable () -> TokenState)
@@ -55,49 +53,48 @@ public protocol TokenStore: AnyObject, Sendable {
     /// their store until then; the state the store keeps is left as it is.
     func stop()
 
-    /// Whether the store writes a durable copy of its own that can fail to be saved (the state
-    /// file): `/metrics` then exports whether the state is saved. `false` unless a store says so.
-    var savesState: Bool { get }
-
-    /// The name of the shared store when the service is one replica of several sharing the token
-    /// through it (`redis`, docs/replicas.md), else `nil`. With a name, the HTTP layer runs in
-    /// replica mode: `/healthz` carries the store's `StoreHealth` reason under this name, and a
-    /// degraded store makes `GET /token` answer `Token-Stale: true`. `nil` unless a store says so.
-    var replicaName: String? { get }
-
-    /// Asks the store to read the shared state again soon, without waiting for it: a subscriber's
-    /// `Last-Event-ID` is above the owner's version, so this replica may be behind. What it reads
-    /// arrives as `TokenStoreEvent.changed`. A store may coalesce requests. Nothing by default.
+    /// Asks the store to read the shared state again soon, without waiting for it: a subscriber
+    /// knows a version above the owner's, so this replica may be behind. What it reads arrives as
+    /// `TokenStoreEvent.changed`. A store may coalesce requests. Nothing by default.
     func refresh()
 
-    /// The store's own metrics in the Prometheus text format (version 0.0.4), appended to
-    /// `/metrics`: complete lines, each ending in a line feed. Empty by default.
-    func metricsText() -> String
+    /// What the store is and has done, now (`StoreStatus`): a small value the layers above read
+    /// to show the store, at any time, from any thread. `StoreStatus()` (a local store with
+    /// nothing to show) by default.
+    func status() -> StoreStatus
 }
 
 extension TokenStore {
-    /// `start(reporting:)`: a store that reports without reading the owner's state.
-    public func start(
-        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
-        current: @escaping @Sendable () -> TokenState
-    ) {
-        start(reporting: report)
-    }
-
-    /// `false`: a store keeps no copy that can fail to be saved unless it says so.
-    public var savesState: Bool { false }
-
-    /// `nil`: a store is the process's own unless it says it is shared.
-    public var replicaName: String? { nil }
-
     /// Nothing: a store the process has alone holds no state but the owner's.
     public func refresh() {}
 
-    /// No metrics of its own.
-    public func metricsText() -> String { "" }
+    /// `StoreStatus()`: not shared, no durable copy, no series of its own.
+    public func status() -> StoreStatus { StoreStatus() }
+}
 
-    /// `nil`: the store answers through `commit(_:base:completion:)` alone.
-    public func commitNow(_ token: String?, base: TokenState) -> CommitOutcome? { nil }
+/// What a store is and has done, as `TokenStore.status()` returns it: plain values, so that the
+/// owner's module knows nothing of how the HTTP layer shows them (docs/architecture.md, "The store
+/// seam": the HTTP layer's replica mode and its metrics read this).
+///
+/// A value type; `Sendable`.
+public struct StoreStatus: Sendable, Equatable {
+    /// The name of the shared store when the service is one replica of several sharing the token
+    /// through it (`redis`, docs/replicas.md), else `nil`.
+    public var sharedName: String?
+    /// How many times the store has written its durable copy (each write holding every change
+    /// decided since the one before), when it keeps one that can fail to be saved (the state
+    /// file); `nil` when it keeps none.
+    public var durableWrites: UInt64?
+    /// The store's own series, rendered by the store's module as complete text lines (each ending
+    /// in a line feed) in the exposition format the HTTP layer serves them in; empty for none.
+    public var series: String
+
+    /// A status; by default that of a local store with nothing to show.
+    public init(sharedName: String? = nil, durableWrites: UInt64? = nil, series: String = "") {
+        self.sharedName = sharedName
+        self.durableWrites = durableWrites
+        self.series = series
+    }
 }
 
 /// How a store's commits are ordered.
@@ -153,7 +150,7 @@ public enum CommitOutcome: Sendable, Equatable {
     }
 }
 
-/// What a store reports on its own (`TokenStore.start(reporting:)`).
+/// What a store reports on its own (`TokenStore.start(reporting:current:)`).
 public enum TokenStoreEvent: Sendable, Equatable {
     /// The store holds `state`, changed elsewhere (or read again after a reconnect). The owner
     /// applies it only when its version is higher than the owner's: versions never go back.
@@ -162,7 +159,8 @@ public enum TokenStoreEvent: Sendable, Equatable {
     case health(StoreHealth)
 }
 
-/// How well the store keeps the state: served at `GET /healthz` (docs/http-api.md).
+/// How well the store keeps the state (the HTTP layer serves it as the service's health,
+/// docs/http-api.md).
 public enum StoreHealth: Sendable, Equatable {
     /// Reads are current and writes are durable.
     case ok
@@ -172,7 +170,7 @@ public enum StoreHealth: Sendable, Equatable {
     case starting(reason: HealthReason)
 }
 
-/// Why a store's health is not `ok`: a short snake_case code, served at `GET /healthz`
+/// Why a store's health is not `ok`: a short snake_case code, served by the HTTP layer as it is
 /// (docs/http-api.md) and compared as a value, never as free text. The owner's reasons are
 /// declared here; a store adds its own in an extension (the Redis store's link reasons, such as
 /// `unreachable` and `auth_failed`, in docs/replicas.md).

@@ -26,8 +26,8 @@ public protocol TokenSubscriber<Rendition>: AnyObject, Sendable {
 
     /// Asks the subscription to end: `.finish` after what it holds (a drain, an age limit,
     /// graceful shutdown), `.abort` at once (its client has gone, or shutdown's last step).
-    /// `reason` is what `/metrics` counts the end under (`forge_push_token_streams_ended_total`);
-    /// the first reason given sticks when a subscription is asked to end more than once.
+    /// `reason` is why, as the HTTP layer counts the end; the first reason given sticks when a
+    /// subscription is asked to end more than once.
     /// - Returns: `true` when the caller must call `wake()`.
     func end(_ ending: SubscriberEnding, reason: StreamEndReason) -> Bool
 
@@ -45,8 +45,8 @@ public enum SubscriberEnding: Sendable, Equatable {
     case abort
 }
 
-/// Why an event stream ended, as `/metrics` counts it (`forge_push_token_streams_ended_total{reason}`,
-/// docs/operations.md, "Deploying and upgrading").
+/// Why an event stream ended, as the HTTP layer counts it (docs/operations.md, "Deploying and
+/// upgrading").
 public enum StreamEndReason: String, Sendable, CaseIterable, Equatable {
     /// The client went away (or its connection failed).
     case client

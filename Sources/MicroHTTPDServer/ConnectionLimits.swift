@@ -97,11 +97,6 @@ final class ConnectionLimiter: Sendable {
             if count <= 1 { state.perAddress[address] = nil } else { state.perAddress[address] = count - 1 }
         }
     }
-
-    /// Connections open now (admitted, not yet released).
-    var openCount: Int { state.withLock { $0.total } }
-    /// Addresses with at least one open connection, when a per-address limit is set.
-    var addressCount: Int { state.withLock { $0.perAddress.count } }
 }
 
 extension MicroHTTPDServer {

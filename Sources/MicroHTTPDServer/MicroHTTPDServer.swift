@@ -286,10 +286,12 @@ struct TLSMemory: @unchecked Sendable {
         key = strdup(credentials.privateKeyPEM)
     }
 
+    /// Frees both copies. The key is not overwritten first: its text stays in memory elsewhere for
+    /// the process's life (the `TLSCredentials` it came from, a Swift `String` that cannot be
+    /// wiped, and GnuTLS' parsed key inside each daemon until it stops), so wiping this one copy
+    /// would only pretend the key had left memory. The key file's permissions protect it.
     func deallocate() {
         free(certificate)
-        // The key is secret: overwrite it before giving the memory back.
-        memset(key, 0, strlen(key))
         free(key)
     }
 }

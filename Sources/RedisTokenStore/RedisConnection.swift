@@ -116,7 +116,7 @@ final class RedisConnection {
     /// behind a `redis://` URL).
     private var answered = false
     /// With a sentinel URL, the sentinels' generation when the connection was made
-    /// (`RedisLink.hasMoved`).
+    /// (`RedisConnector.hasMoved`).
     var generation: UInt64 = 0
 
     /// Connects (with TLS for a `rediss://` endpoint, verifying the server's certificate against

@@ -1,18 +1,20 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
-import GnuTLSClient
 
-/// What the writer and the subscription share: the one place that connects to Redis, the link's
-/// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the way to
-/// the owner (its report closure, and a reader of its state: no copy is kept). Events go through the machine under its lock; the actions it
-/// returns are carried out after (health reports to the owner, log lines, checks queued on the
-/// writer), and those for the subscription alone (`ping`, `reconnect`) are handed back.
+/// What the writer and the subscription share: the link's health (`RedisLinkStateMachine`),
+/// driven here, and the parts with a job each: the one place that connects to Redis
+/// (`RedisConnector`), the queue of work for the writer (`RedisJobQueue`), the way to the owner
+/// (`RedisOwnerReports`), and the metrics and limited log lines (`RedisTelemetry`). Events go through the machine under its lock; the actions it
+/// returns are carried out after releasing it: health reports to the owner and log lines are
+/// queued (under the machine's lock, in the order decided) and delivered by `RedisOwnerReports`
+/// with no lock held; checks are queued on the writer; those for the subscription alone (`ping`,
+/// `reconnect`) are handed back.
 ///
-/// Thread-safety: all members may be called from any thread. Lock order: `reports`, then the
-/// machine's, the metrics' or a closure slot's lock (each alone, none held while calling out);
-/// the owner's lock nests inside `reports` (the owner's report closure and state reader run under
-/// it, so that the owner hears of changes and health in the order they were decided).
+/// Thread-safety: all members may be called from any thread. Locks: the machine's, with the
+/// reports' queue nested inside it (`RedisOwnerReports.enqueue`); the telemetry's; the job queue's.
+/// None is held while calling out: the owner's report closure and state reader run with no lock
+/// of the store held (docs/architecture.md, "Locks").
 final class RedisLink: Sendable {
     /// Settings of the store.
     let configuration: RedisTokenStore.Configuration
@@ -21,20 +23,13 @@ final class RedisLink: Sendable {
     let writerID: String
     /// The work queue of the writer.
     let queue: RedisJobQueue
-    private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
-    /// The TLS credentials of a `rediss://` endpoint, loaded once (`nil` for other endpoints).
-    private let credentials: Result<TLSClientCredentials, TLSError>?
+    /// The way to the owner, and the queue of reports and log lines the machine decided.
+    private let reports: RedisOwnerReports
+    /// Makes every connection to Redis and the sentinels, with the TLS credentials.
+    let connector: RedisConnector
     private let machine: Locked<RedisLinkStateMachine>
-    private let metrics = Locked(RedisMetrics())
-    /// Reads the owner's state (`TokenStore.start(reporting:current:)`): in replica mode every
-    /// state the owner has came from this store, so it is the replica's state. No copy is kept.
-    /// (Both closures are kept in class boxes: see `ClosureBox`.)
-    private let ownerState = Locked<ClosureBox<@Sendable () -> TokenState>?>(nil)
-    private let reporter = Locked<ClosureBox<@Sendable (TokenStoreEvent) -> Void>?>(nil)
-    /// Serialises the decisions that end in a report (see the type's lock order); counts them (a
-    /// lock over a zero-sized value makes Thread Sanitizer see the mutex itself as the value
-    /// accessed).
-    private let reports = Locked<UInt64>(0)
+    /// The store's counters, histograms and limited log lines.
+    let telemetry: RedisTelemetry
 
     /// A link for `configuration`, logging through `log`.
     init(
@@ -42,19 +37,11 @@ final class RedisLink: Sendable {
         log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
     ) {
         self.configuration = configuration
-        self.logger = log
+        self.telemetry = RedisTelemetry(log: log)
+        self.reports = RedisOwnerReports(log: log)
         self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
         self.writerID = String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        if configuration.endpoint.tls {
-            do throws(TLSError) {
-                credentials = .success(try configuration.tls.credentials())
-            } catch {
-                credentials = .failure(error)
-            }
-        } else {
-            credentials = nil
-        }
-        directory = configuration.endpoint.sentinel.map(RedisSentinelDirectory.init)
+        self.connector = RedisConnector(configuration: configuration)
         var timings = RedisLinkStateMachine.Timings()
         timings.heartbeatInterval = configuration.heartbeatInterval
         timings.heartbeatTimeout = configuration.heartbeatTimeout
@@ -71,8 +58,7 @@ final class RedisLink: Sendable {
         reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
         current: @escaping @Sendable () -> TokenState
     ) {
-        ownerState.withLock { $0 = ClosureBox(current) }
-        reporter.withLock { $0 = ClosureBox(report) }
+        reports.start(reporting: report, current: current)
     }
 
     /// Whether the store is stopping.
@@ -83,91 +69,12 @@ final class RedisLink: Sendable {
         queue.stop()
     }
 
-    /// With a sentinel URL, the sentinels and the master in use; `nil` otherwise.
-    let directory: RedisSentinelDirectory?
-
-    /// The one place that connects to Redis: connect (and the TLS handshake for `rediss://`),
-    /// `AUTH`, `SELECT`, bounded by the write timeout (docs/replicas.md, "Starting it"). With a
-    /// sentinel URL, the master is the address a majority of the sentinels vouch for, checked
-    /// with `ROLE` (`RedisSentinelDirectory`); the connection remembers the directory's generation, so that
-    /// a `+switch-master` makes its owner leave it (`hasMoved`).
-    func connect() throws(RedisConnectionError) -> RedisConnection {
-        let loaded = try tlsCredentials()
-        guard let directory else {
-            return try RedisConnection(
-                endpoint: configuration.endpoint, timeout: configuration.writeTimeout, credentials: loaded)
-        }
-        let generation = directory.generation
-        let master = try directory.findMaster(like: configuration.endpoint, credentials: loaded)
-        var endpoint = configuration.endpoint
-        endpoint.address = .tcp(host: master.host, port: master.port)
-        endpoint.sentinel = nil
-        let connection: RedisConnection
-        do throws(RedisConnectionError) {
-            connection = try RedisConnection(
-                endpoint: endpoint, timeout: configuration.writeTimeout, credentials: loaded)
-            try directory.checkRole(of: connection, at: master, timeout: configuration.writeTimeout)
-        } catch {
-            // Ask the sentinels' majority again next time.
-            directory.forget(master)
-            throw error
-        }
-        directory.using(master)
-        connection.generation = generation
-        return connection
-    }
-
-    /// A connection to the sentinel at `host` (its password, no database).
-    func connectSentinel(_ host: RedisEndpoint.Host) throws(RedisConnectionError) -> RedisConnection {
-        guard let directory else { throw .sentinelsUnreachable("no sentinel URL") }
-        return try RedisConnection(
-            endpoint: directory.endpoint(of: host, like: configuration.endpoint), timeout: configuration.writeTimeout,
-            credentials: try tlsCredentials(), select: false)
-    }
-
-    /// Whether `host` (a replica the sentinels' majority lists) answers `ROLE` as a master now,
-    /// asked on a connection of its own with the master's credentials, within 500 ms.
-    func isMaster(_ host: RedisEndpoint.Host) -> Bool {
-        guard let directory else { return false }
-        var endpoint = configuration.endpoint
-        endpoint.address = .tcp(host: host.host, port: host.port)
-        endpoint.sentinel = nil
-        do throws(RedisConnectionError) {
-            let timeout = RedisSentinelDirectory.decisionSeconds
-            let connection = try RedisConnection(
-                endpoint: endpoint, timeout: timeout, credentials: try tlsCredentials())
-            try directory.checkRole(of: connection, at: host, timeout: timeout)
-            return true
-        } catch {
-            return false
-        }
-    }
-
-    /// What a majority of the sentinels say now (`RedisSentinelDirectory.vouch`).
-    /// - Throws: as `vouch`; `.sentinelsUnreachable` without a sentinel URL.
-    func vouch() throws(RedisConnectionError) -> RedisSentinelDirectory.Agreement {
-        guard let directory else { throw .sentinelsUnreachable("no sentinel URL") }
-        return try directory.vouch(like: configuration.endpoint, credentials: try tlsCredentials())
-    }
-
-    /// Whether the sentinels announced a new master since `connection` was made.
-    func hasMoved(_ connection: RedisConnection) -> Bool {
-        guard let directory else { return false }
-        return directory.generation != connection.generation
-    }
-
-    private func tlsCredentials() throws(RedisConnectionError) -> TLSClientCredentials? {
-        switch credentials {
-        case .failure(let error): throw .tlsFailed(error.description)
-        case .success(let loaded): return loaded
-        case nil: return nil
-        }
-    }
-
     // MARK: Events
 
     /// Runs `event` through the link's machine and carries out its actions; returns those for the
-    /// subscription (`ping`, `reconnect`).
+    /// subscription (`ping`, `reconnect`). Reports to the owner and log lines are queued under the
+    /// machine's lock, in the order decided, and delivered after it is released
+    /// (`RedisOwnerReports.deliver`): no lock is held while the owner delivers to subscribers.
     @discardableResult
     func handle(_ event: (inout RedisLinkStateMachine) -> [RedisLinkStateMachine.Action])
         -> [RedisLinkStateMachine.Action]
@@ -175,22 +82,26 @@ final class RedisLink: Sendable {
         var rest: [RedisLinkStateMachine.Action] = []
         var checks = 0
         var probes: [UInt64] = []
-        reports.withLock { count in
-            count &+= 1
-            let actions = machine.withLock { event(&$0) }
-            let report = reporter.withLock { $0 }?.closure
-            for action in actions {
+        var ignoredMessages: [(RedisIgnoredMessage, String)] = []
+        let queued = machine.withLock { machine -> Bool in
+            var decided: [RedisOwnerReports.Report] = []
+            for action in event(&machine) {
                 switch action {
-                case .report(let health): report?(.health(health))
-                case .log(let level, let line): logger(level, line)
+                case .report(let health): decided.append(.owner(.health(health)))
+                case .log(let level, let line): decided.append(.log(level, line))
                 case .requestCheck: checks += 1
                 case .probe(let sequence): probes.append(sequence)
-                case .ignored(let kind, let detail): ignored(kind, detail)
+                case .ignored(let kind, let detail): ignoredMessages.append((kind, detail))
                 case .ping, .reconnect, .resubscribe: rest.append(action)
                 }
             }
+            if decided.isEmpty { return false }
+            reports.enqueue(decided)
+            return true
         }
-        // Outside `reports`: a check refused by a full queue runs the machine again.
+        if queued { reports.deliver() }
+        for (kind, detail) in ignoredMessages { telemetry.ignored(kind, detail) }
+        // A check refused by a full queue runs the machine again.
         for _ in 0..<checks where !queue.push(.check) {
             machine.withLock { $0.checkNotQueued() }
         }
@@ -201,9 +112,8 @@ final class RedisLink: Sendable {
     }
 
     /// Runs an event that never reports to the owner (`refreshRequested`: it only asks for a
-    /// check) without taking `reports`: request threads (libmicrohttpd's) call it, and must never
-    /// wait while a store thread delivers a change to subscribers under `reports` (a delivery
-    /// resumes libmicrohttpd connections).
+    /// check): request threads (libmicrohttpd's) call it, and never deliver the owner's reports
+    /// (a delivery resumes libmicrohttpd connections: it belongs to the store's threads).
     func request(_ event: (inout RedisLinkStateMachine) -> [RedisLinkStateMachine.Action]) {
         let actions = machine.withLock { event(&$0) }
         for action in actions {
@@ -211,9 +121,9 @@ final class RedisLink: Sendable {
             case .requestCheck:
                 if !queue.push(.check) { machine.withLock { $0.checkNotQueued() } }
             case .log(let level, let line):
-                logger(level, line)
+                telemetry.log(level, line)
             case .ignored(let kind, let detail):
-                ignored(kind, detail)
+                telemetry.ignored(kind, detail)
             case .report, .ping, .reconnect, .probe, .resubscribe:
                 // Not an outcome of these events (see `RedisLinkStateMachine.refreshRequested`).
                 break
@@ -249,7 +159,7 @@ final class RedisLink: Sendable {
     /// the scripts write back when Redis lost its data.
     var replicaState: TokenState? {
         guard machine.withLock({ $0.stateRead }) else { return nil }
-        return ownerState.withLock { $0 }?.closure()
+        return reports.ownerState
     }
 
     /// Another replica's change message announced `state`: a notification, never a state (docs/
@@ -257,20 +167,19 @@ final class RedisLink: Sendable {
     /// reads `PREFIX:state` (`RedisLinkStateMachine.changeAnnounced`), and what the replica learns
     /// is what that read returns.
     func announced(_ state: TokenState) {
-        let ownerVersion = ownerState.withLock { $0 }?.closure().version ?? 0
-        guard state.version > ownerVersion else { return }
+        guard state.version > reports.ownerState.version else { return }
         handle { $0.changeAnnounced(state) }
     }
 
-    /// `state` was read from `PREFIX:state` (a check): the owner hears of it once, and only when it
-    /// is newer than the owner's state (under `reports`, so that two reads of one state do not both
-    /// find it newer). Nothing else reaches the owner from Redis but its own commits' outcomes.
+    /// `state` was read from `PREFIX:state` (a check): the owner hears of it when it is newer than
+    /// the owner's state, in order with the link's health reports, with no lock held. Two reads of
+    /// one state may both find it newer (no lock spans the comparison and the report): the owner
+    /// applies a version once and ignores it after (`TokenOwnerStateMachine`: versions never go
+    /// back), so it reaches subscribers once. Nothing else reaches the owner from Redis but its own
+    /// commits' outcomes.
     func learned(_ state: TokenState) {
-        reports.withLock { _ in
-            let ownerVersion = ownerState.withLock { $0 }?.closure().version ?? 0
-            guard state.version > ownerVersion else { return }
-            reporter.withLock { $0 }?.closure(.changed(state))
-        }
+        guard state.version > reports.ownerState.version else { return }
+        reports.send(.owner(.changed(state)))
     }
 
     /// This store's own commit came back from Redis: the owner applies its outcome from the
@@ -279,16 +188,7 @@ final class RedisLink: Sendable {
         handle { $0.stateLearned() }
     }
 
-    // MARK: Metrics and logs
-
-    /// Counts a failed connect, command or wait.
-    func countError() { metrics.withLock { $0.countError() } }
-
-    /// Counts a subscription made again.
-    func countReconnect() { metrics.withLock { $0.countReconnect() } }
-
-    /// Records a commit's round trip.
-    func recordWrite(seconds: Double) { metrics.withLock { $0.recordWrite(seconds: seconds) } }
+    // MARK: Metrics
 
     /// This replica's probe number `sequence` was heard on the subscription: its round trip goes
     /// into the histogram, and a link that was not delivering is connected again.
@@ -299,100 +199,12 @@ final class RedisLink: Sendable {
             seconds = heard.seconds
             return heard.actions
         }
-        if let seconds { metrics.withLock { $0.recordProbe(seconds: seconds) } }
+        if let seconds { telemetry.recordProbe(seconds: seconds) }
     }
 
-    /// The metrics text (`RedisMetrics.render`).
+    /// The metrics text (`RedisMetrics.render`), with the link's health and the master in use.
     func renderMetrics() -> String {
-        let up = health == .connected
-        let master = directory?.master
-        return metrics.withLock { $0 }.render(
-            up: up, masterChanges: master?.changes ?? 0, sentinel: directory != nil,
-            master: master?.host?.description)
-    }
-
-    /// Writes a log line.
-    func log(_ level: PushTokenManager.LogLevel, _ line: String) { logger(level, line) }
-
-    /// A message of `kind` from Redis or a sentinel changed nothing: counts it, and logs `detail`
-    /// as a warning at most once per 10 s per kind (`RedisLogLimiter`).
-    func ignored(_ kind: RedisIgnoredMessage, _ detail: String) {
-        let leftOut = metrics.withLock { metrics -> UInt64? in
-            metrics.countIgnored(kind)
-            return metrics.limiter.admit("ignored." + kind.rawValue, at: monotonicSeconds())
-        }
-        if let leftOut { logger(.warning, RedisLogLimiter.annotate(detail, leftOut: leftOut)) }
-    }
-
-    /// Logs `line` at most once per 10 s for `key` (a line that Redis traffic causes, such as a
-    /// `+switch-master`), with how many were left out.
-    func logLimited(_ key: String, _ level: PushTokenManager.LogLevel, _ line: String) {
-        let leftOut = metrics.withLock { $0.limiter.admit(key, at: monotonicSeconds()) }
-        if let leftOut { logger(level, RedisLogLimiter.annotate(line, leftOut: leftOut)) }
-    }
-}
-
-/// The writer's bounded queue of work: commits and checks of `PREFIX:state`.
-///
-/// Thread-safety: all members may be called from any thread; `take` from the writer's alone.
-final class RedisJobQueue: Sendable {
-    /// One piece of work.
-    enum Job: Sendable {
-        /// Propose `token`; `enqueued` in monotonic seconds; `completion` gets the outcome.
-        case change(token: String?, enqueued: Double, completion: @Sendable (CommitOutcome) -> Void)
-        /// Read and reconcile `PREFIX:state`.
-        case check
-        /// Publish delivery probe number `sequence` on `PREFIX:probe`.
-        case probe(sequence: UInt64)
-    }
-
-    private let capacity: Int
-    /// The jobs, and whether the queue was stopped (one lock, so that no job is queued after the
-    /// writer saw the queue stopped and empty).
-    private let state = Locked<(jobs: [Job], stopped: Bool)>(([], false))
-    /// Signalled once per job queued (and at stop): the writer waits on it when the queue is
-    /// empty. (Dispatch, not Foundation's NSCondition: the server links no full Foundation.)
-    private let signal = DispatchSemaphore(value: 0)
-
-    /// A queue of at most `capacity` jobs.
-    init(capacity: Int) {
-        self.capacity = capacity
-    }
-
-    /// Queues `job`; `false` when the queue is full or stopped.
-    func push(_ job: Job) -> Bool {
-        let accepted = state.withLock { state -> Bool in
-            guard !state.stopped, state.jobs.count < capacity else { return false }
-            state.jobs.append(job)
-            return true
-        }
-        if accepted { signal.signal() }
-        return accepted
-    }
-
-    /// Up to 64 jobs, waiting for one; `nil` once stopped and empty. After `stop()` what is left
-    /// is still handed out (to be failed), and `stopped` says so.
-    func take() -> (jobs: [Job], stopped: Bool)? {
-        while true {
-            let (batch, stopped) = state.withLock { state -> ([Job], Bool) in
-                let taken = Array(state.jobs.prefix(64))
-                state.jobs.removeFirst(taken.count)
-                return (taken, state.stopped)
-            }
-            if !batch.isEmpty { return (batch, stopped) }
-            if stopped { return nil }
-            // Extra signals (one per job already taken in a batch) only cause an empty round.
-            _ = signal.wait(timeout: .now() + .milliseconds(500))
-        }
-    }
-
-    /// Whether `stop()` was called.
-    var isStopped: Bool { state.withLock { $0.stopped } }
-
-    /// Refuses further jobs and wakes the writer.
-    func stop() {
-        state.withLock { $0.stopped = true }
-        signal.signal()
+        telemetry.render(up: health == .connected, directory: connector.directory)
     }
 }
 

@@ -114,10 +114,10 @@ struct RedisLinkStateMachine: Sendable {
     /// Whether a state was ever read from Redis (before that the replica knows no token).
     private(set) var stateRead = false
     /// Whether the subscription is live.
-    private(set) var subscribed = false
+    private(set) var isSubscribed = false
     /// Whether the writer's last attempt failed (connect, send, or no reply in time); cleared by
     /// the next reply.
-    private(set) var writerFailed = false
+    private(set) var writerIsFailing = false
     /// Whether a check is queued or running.
     private(set) var checkPending = false
     private var reported: StoreHealth
@@ -166,13 +166,13 @@ struct RedisLinkStateMachine: Sendable {
     /// Whether a write is refused at once, without queueing it: Redis is known to be down (the
     /// writer's last attempt failed and the link is not connected either). A dropped
     /// subscription alone does not stop writes: the writer's own connection may be fine.
-    var refusesWrites: Bool { writerFailed && health != .connected }
+    var refusesWrites: Bool { writerIsFailing && health != .connected }
 
     // MARK: The subscription
 
     /// The subscription is live (after `SUBSCRIBE` was confirmed): read the state on it.
     mutating func subscribed(at now: Double) -> [Action] {
-        subscribed = true
+        isSubscribed = true
         lastPing = now
         pingSent = nil
         lastCheck = now
@@ -188,14 +188,14 @@ struct RedisLinkStateMachine: Sendable {
     /// `tls_failed`)
     /// says why, `detail` in words.
     mutating func subscriptionFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
-        subscribed = false
+        isSubscribed = false
         pingSent = nil
         return become(health, detail: detail, at: now)
     }
 
     /// The store is stopping: the subscription ended without a failure.
     mutating func unsubscribed() {
-        subscribed = false
+        isSubscribed = false
         pingSent = nil
     }
 
@@ -220,10 +220,10 @@ struct RedisLinkStateMachine: Sendable {
     /// ping, and ask for the periodic check and a refresh that had to wait.
     mutating func tick(at now: Double) -> [Action] {
         var actions: [Action] = []
-        if subscribed {
+        if isSubscribed {
             if let sent = pingSent {
                 if now - sent > timings.heartbeatTimeout {
-                    subscribed = false
+                    isSubscribed = false
                     pingSent = nil
                     let seconds = Int(timings.heartbeatTimeout)
                     return [.reconnect(reason: "no answer to PING within \(seconds) s")]
@@ -239,7 +239,7 @@ struct RedisLinkStateMachine: Sendable {
             }
             if let out = probeOut {
                 if now - out.at > timings.probeTimeout {
-                    subscribed = false
+                    isSubscribed = false
                     pingSent = nil
                     probeOut = nil
                     notDelivering = true
@@ -266,7 +266,7 @@ struct RedisLinkStateMachine: Sendable {
     /// probe goes out on time and an unheard one is found on time (within one probe interval plus
     /// 2 s of the subscription going deaf, docs/replicas.md), not up to a poll later.
     func secondsUntilProbeDue(at now: Double) -> Double? {
-        guard subscribed else { return nil }
+        guard isSubscribed else { return nil }
         if let out = probeOut { return out.at + timings.probeTimeout - now }
         return lastProbe + timings.probeInterval - now
     }
@@ -280,9 +280,9 @@ struct RedisLinkStateMachine: Sendable {
         var actions: [Action] = []
         if notDelivering {
             notDelivering = false
-            if subscribed && health == .notDelivering && stateRead {
+            if isSubscribed && health == .notDelivering && stateRead {
                 actions = become(live, detail: Self.exhaustion, at: now)
-            } else if subscribed && health == .notDelivering {
+            } else if isSubscribed && health == .notDelivering {
                 actions = check()
             }
         }
@@ -336,9 +336,10 @@ struct RedisLinkStateMachine: Sendable {
     mutating func checkSucceeded(at now: Double, read: TokenState? = nil) -> [Action] {
         checkPending = false
         stateRead = true
-        writerFailed = false
+        writerIsFailing = false
         // A subscription that went unheard stays `not_delivering` until a probe is heard.
-        var actions = subscribed && !notDelivering ? become(live, detail: Self.exhaustion, at: now) : reportIfChanged()
+        var actions =
+            isSubscribed && !notDelivering ? become(live, detail: Self.exhaustion, at: now) : reportIfChanged()
         if checkAgain {
             checkAgain = false
             actions += check()
@@ -382,12 +383,12 @@ struct RedisLinkStateMachine: Sendable {
 
     /// The writer got a reply from Redis.
     mutating func writerReplied() {
-        writerFailed = false
+        writerIsFailing = false
     }
 
     /// The writer's connect, send or read failed.
     mutating func writerFailed(_ health: Health, detail: String, at now: Double) -> [Action] {
-        writerFailed = true
+        writerIsFailing = true
         switch health {
         case .authFailed, .tlsFailed, .sentinelsUnreachable, .noMaster: return become(health, detail: detail, at: now)
         case .unreachable, .connected, .invalidState, .notDelivering, .versionExhausted: return []

@@ -349,7 +349,7 @@ final class RedisSentinelWatcher: Sendable {
             var subscribed: RedisConnection?
             for host in directory.sentinels where subscribed == nil {
                 do throws(RedisConnectionError) {
-                    let connection = try link.connectSentinel(host)
+                    let connection = try link.connector.connectSentinel(host)
                     connection.append(["SUBSCRIBE", "+switch-master"])
                     try connection.flush()
                     let reply = try connection.readReply(deadline: monotonicSeconds() + link.configuration.writeTimeout)
@@ -391,7 +391,7 @@ final class RedisSentinelWatcher: Sendable {
                 reply = try connection.pollReply(milliseconds: 100)
             } catch {
                 if case .replyTooLarge = error {
-                    link.ignored(.oversized, "a sentinel sent \(error); subscribing again")
+                    link.telemetry.ignored(.oversized, "a sentinel sent \(error); subscribing again")
                 }
                 return
             }
@@ -440,12 +440,12 @@ final class RedisSentinelWatcher: Sendable {
         guard fields.count == 5, fields[0] == directory.sentinel.masterName,
             let announced = RedisSentinelDirectory.host(String(fields[3]), String(fields[4]))
         else {
-            link.ignored(
+            link.telemetry.ignored(
                 .switchMaster, "ignored a +switch-master that is not for master \(directory.sentinel.masterName)")
             return nil
         }
         guard directory.isKnownReplica(announced) else {
-            link.ignored(
+            link.telemetry.ignored(
                 .unvouched,
                 "a sentinel announced \(announced) as master \(fields[0]), which no majority of the sentinels "
                     + "lists as its replica; asking the sentinels")
@@ -455,15 +455,15 @@ final class RedisSentinelWatcher: Sendable {
         // with master, so that a rogue sentinel naming a replica that was not promoted cannot
         // make the replica leave a working master (attack finding: writes refused while it
         // flapped between two replicas).
-        guard link.isMaster(announced) else {
-            link.ignored(
+        guard link.connector.isMaster(announced) else {
+            link.telemetry.ignored(
                 .unvouched,
                 "a sentinel announced \(announced) as master \(fields[0]), but it does not answer ROLE as a master; "
                     + "asking the sentinels")
             return announced
         }
         if directory.switched(to: announced) {
-            link.logLimited(
+            link.telemetry.logLimited(
                 "switch", .info,
                 "a sentinel switched master \(fields[0]) from \(fields[1]):\(fields[2]) to \(announced), a replica the "
                     + "sentinels' majority lists, which answers ROLE as a master")
@@ -477,12 +477,12 @@ final class RedisSentinelWatcher: Sendable {
     private func askMajority() -> Bool {
         let agreement: RedisSentinelDirectory.Agreement
         do throws(RedisConnectionError) {
-            agreement = try link.vouch()
+            agreement = try link.connector.vouch()
         } catch {
             return false
         }
         guard directory.refreshed(agreement) else { return false }
-        link.logLimited(
+        link.telemetry.logLimited(
             "switch", .info,
             "the sentinels switched master \(directory.sentinel.masterName) to \(agreement.master) "
                 + "(a majority of the sentinels names it)")

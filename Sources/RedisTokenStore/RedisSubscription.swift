@@ -36,7 +36,7 @@ final class RedisSubscription: Sendable {
         while !link.isStopping {
             let connection: RedisConnection
             do throws(RedisConnectionError) {
-                connection = try link.connect()
+                connection = try link.connector.connect()
                 connection.append(["SUBSCRIBE", channel, probeChannel])
                 try connection.flush()
                 let reply = try connection.readReply(deadline: monotonicSeconds() + link.configuration.writeTimeout)
@@ -48,30 +48,30 @@ final class RedisSubscription: Sendable {
                     throw .unreachable("unexpected SUBSCRIBE reply")
                 }
             } catch {
-                link.countError()
+                link.telemetry.countError()
                 let health = RedisLinkStateMachine.Health(error)
                 link.handle { $0.subscriptionFailed(health, detail: error.description, at: monotonicSeconds()) }
                 sleep(seconds: backoff.next())
                 continue
             }
             backoff.reset()
-            if !first { link.countReconnect() }
+            if !first { link.telemetry.countReconnect() }
             first = false
             link.handle { $0.subscribed(at: monotonicSeconds()) }
             switch listen(on: connection, channel: channel, probeChannel: probeChannel) {
             case .failed(let why):
-                link.countError()
+                link.telemetry.countError()
                 link.handle { $0.subscriptionFailed(.unreachable, detail: why, at: monotonicSeconds()) }
                 sleep(seconds: backoff.next())
             case .resubscribe:
                 // Heard nothing: subscribe again at once (the link says `not_delivering`).
-                link.countReconnect()
+                link.telemetry.countReconnect()
                 link.note { $0.unsubscribed() }
             case .oversized(let why):
                 // Possibly a third party's PUBLISH: counted, and subscribed again at once with
                 // subscribe-then-read; the health does not change (docs/replicas.md, "What a
                 // replica trusts").
-                link.ignored(.oversized, "Redis sent the subscription \(why); subscribing again")
+                link.telemetry.ignored(.oversized, "Redis sent the subscription \(why); subscribing again")
                 link.note { $0.unsubscribed() }
             case .moved:
                 // Subscribe on the new master at once, then read the state there (a change
@@ -87,8 +87,8 @@ final class RedisSubscription: Sendable {
     /// meanwhile (then the new one is tried at once).
     private func sleep(seconds: Double) {
         let end = monotonicSeconds() + seconds
-        let generation = link.directory?.generation
-        while !link.isStopping, link.directory?.generation == generation {
+        let generation = link.connector.directory?.generation
+        while !link.isStopping, link.connector.directory?.generation == generation {
             let left = end - monotonicSeconds()
             if left <= 0 { return }
             usleep(useconds_t(min(left, 0.05) * 1_000_000))
@@ -112,7 +112,7 @@ final class RedisSubscription: Sendable {
     /// Reads messages until the connection fails, the master moves or the store stops.
     private func listen(on connection: RedisConnection, channel: String, probeChannel: String) -> End {
         while !link.isStopping {
-            if link.hasMoved(connection) { return .moved }
+            if link.connector.hasMoved(connection) { return .moved }
             let reply: RedisReply?
             do throws(RedisConnectionError) {
                 // At most 100 ms, and no later than the delivery probe's next deadline.
@@ -129,7 +129,8 @@ final class RedisSubscription: Sendable {
                         if let sequence = RedisCodec.probeSequence(payload, writer: link.writerID) {
                             link.probeHeard(sequence: sequence)
                         } else if !RedisCodec.isProbe(payload) {
-                            link.ignored(.probe, "ignored a message on \(probeChannel) that is not a delivery probe")
+                            link.telemetry.ignored(
+                                .probe, "ignored a message on \(probeChannel) that is not a delivery probe")
                         }
                     } else {
                         received(payload, channel: channel)
@@ -171,7 +172,8 @@ final class RedisSubscription: Sendable {
         do {
             change = try RedisCodec.change(message: payload)
         } catch {
-            link.ignored(.malformed, "ignored a message on \(channel) that this service did not write: \(error)")
+            link.telemetry.ignored(
+                .malformed, "ignored a message on \(channel) that this service did not write: \(error)")
             return
         }
         // This store's own write reached the owner from the writer (its commit's completion):

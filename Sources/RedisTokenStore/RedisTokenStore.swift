@@ -16,20 +16,24 @@ import ForgePushTokenOwner
 /// commits are `.storeSerialized` and the owner's `base` is not needed.
 ///
 /// It is made of parts with one job each, over one connection type (`RedisConnection`, made in
-/// one place, `RedisLink.connect()`):
+/// one place, `RedisConnector.connect()`):
 /// - `RedisWriter`, a thread that runs commits and checks of `PREFIX:state` as pipelined batches
 ///   from a bounded queue (full: the commit fails at once);
 /// - `RedisSubscription`, a thread subscribed to `PREFIX:changes`;
 /// - with a sentinel URL, `RedisSentinelDirectory` (finding the master) and
 ///   `RedisSentinelWatcher`, a thread subscribed to the sentinels' `+switch-master`;
 /// - `RedisLinkStateMachine`, the link's health, log lines, checks, pings and reconnects, as a
-///   value;
+///   value, driven by `RedisLink`;
+/// - `RedisJobQueue`, the writer's bounded queue;
+/// - `RedisOwnerReports`, the way to the owner: reports queued in the order decided and delivered
+///   with no lock held;
 /// - `RedisMetrics`, the store's series in `/metrics`.
 ///
 /// A change reaches the owner once: the outcome of this replica's write through the commit's
-/// completion; a state a check read, or another replica's change message, as
+/// completion; a state a check read (after another replica's change message announced it) as
 /// `TokenStoreEvent.changed`, and only when it is newer than the owner's state (this store keeps
-/// no copy of its own; its own messages are recognised by their `"writer"` field and skipped).
+/// no copy of its own; its own messages are recognised by their `"writer"` field and skipped; two
+/// reads of one state may both report it, and the owner applies a version once).
 /// Outcomes: changed → `.applied`, not changed → `.unchanged` (both with the state Redis holds,
 /// which may be newer than the replica's), no reply within the write timeout → `.unknown`, not
 /// asked or refused → `.unavailable` (`Redis: <reason>`). Health: `RedisLinkStateMachine`.
@@ -77,7 +81,8 @@ public final class RedisTokenStore: TokenStore {
 
     /// The configuration the store runs with.
     public var configuration: RedisTokenStore.Configuration { link.configuration }
-    private let link: RedisLink
+    /// What the parts share (internal, not private: the tests read the link's own health).
+    let link: RedisLink
     private let writer: RedisWriter
     private let subscription: RedisSubscription
     /// With a sentinel URL, the subscription to the sentinels' `+switch-master`.
@@ -88,7 +93,7 @@ public final class RedisTokenStore: TokenStore {
     /// replica knows no token until it read the state).
     public static let healthAtStart = RedisLinkStateMachine.healthAtStart
 
-    /// Creates a store; nothing connects until `start(reporting:)`.
+    /// Creates a store; nothing connects until `start(reporting:current:)`.
     public init(
         configuration: Configuration,
         log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
@@ -97,14 +102,11 @@ public final class RedisTokenStore: TokenStore {
         self.link = link
         writer = RedisWriter(link: link)
         subscription = RedisSubscription(link: link)
-        watcher = link.directory.map { RedisSentinelWatcher(link: link, directory: $0) }
+        watcher = link.connector.directory.map { RedisSentinelWatcher(link: link, directory: $0) }
     }
 
     /// `.storeSerialized`: Redis decides every commit atomically, and commits may overlap.
     public var ordering: CommitOrdering { .storeSerialized }
-
-    /// `redis`: the field of `/healthz` that carries the link's state (docs/replicas.md).
-    public var replicaName: String? { "redis" }
 
     /// Proposes `token` (`nil`: no token) through the change script; `base` is ignored (Redis
     /// decides against the state it holds). `completion` runs once, on the writer thread, after
@@ -119,12 +121,6 @@ public final class RedisTokenStore: TokenStore {
             let health = link.health
             completion(.unavailable(reason: RedisWriter.reason(health == .connected ? .unreachable : health)))
         }
-    }
-
-    /// `start(reporting:current:)` without the owner's state: a replica that never had a state
-    /// to write back (tests).
-    public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
-        start(reporting: report, current: { .initial })
     }
 
     /// Starts the writer and subscription threads, reporting changes and health to the owner
@@ -176,13 +172,9 @@ public final class RedisTokenStore: TokenStore {
         link.request { $0.refreshRequested(at: monotonicSeconds()) }
     }
 
-    /// The store's series in the Prometheus text format (`RedisMetrics`).
-    public func metricsText() -> String {
-        link.renderMetrics()
+    /// Shared as `redis` (the HTTP layer's replica mode names the link's state so, docs/replicas.md),
+    /// no durable copy of its own (Redis keeps it), and its series as `RedisMetrics` renders them.
+    public func status() -> StoreStatus {
+        StoreStatus(sharedName: "redis", series: link.renderMetrics())
     }
-
-    /// The link's health, as the `redis` field of `/healthz` names it (`connected`,
-    /// `unreachable`, `auth_failed`, `tls_failed`, `sentinels_unreachable`, `no_master`,
-    /// `invalid_state`).
-    public var linkHealth: String { link.health.rawValue }
 }

@@ -62,15 +62,15 @@ final class RedisWriter: Sendable {
             var mayRetry = true
             while !pending.isEmpty {
                 // The sentinels announced a new master: leave the old one before writing.
-                if let live = connection, link.hasMoved(live) { connection = nil }
+                if let live = connection, link.connector.hasMoved(live) { connection = nil }
                 let reused = connection != nil
                 if connection == nil {
                     do throws(RedisConnectionError) {
-                        let made = try link.connect()
+                        let made = try link.connector.connect()
                         hashes = try loadScripts(made)
                         connection = made
                     } catch {
-                        link.countError()
+                        link.telemetry.countError()
                         let health = RedisLinkStateMachine.Health(error)
                         link.handle { $0.writerFailed(health, detail: error.description, at: monotonicSeconds()) }
                         finish(pending, failing: .unavailable(health, detail: error.description))
@@ -162,7 +162,7 @@ final class RedisWriter: Sendable {
                 failed(error)
                 finish(Array(batch[index...]), failing: .unknown(detail: error.description))
                 if case .timedOut = error {
-                    link.logLimited(
+                    link.telemetry.logLimited(
                         "writer.timeout", .warning,
                         "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
                 }
@@ -191,10 +191,10 @@ final class RedisWriter: Sendable {
     }
 
     private func failed(_ error: RedisConnectionError) {
-        link.countError()
+        link.telemetry.countError()
         if case .replyTooLarge = error {
             // A lost connection (made again for the next batch), and a line naming the limit.
-            link.ignored(.oversized, "Redis sent the writer \(error); reconnecting")
+            link.telemetry.ignored(.oversized, "Redis sent the writer \(error); reconnecting")
         }
         let health = RedisLinkStateMachine.Health(error)
         link.handle { $0.writerFailed(health, detail: error.description, at: monotonicSeconds()) }
@@ -206,8 +206,8 @@ final class RedisWriter: Sendable {
             // PUBLISH answers the number of subscribers that got it; an error is not delivery's
             // fault: the probe counts as not sent.
             if case .error(let message) = reply {
-                link.countError()
-                link.logLimited(
+                link.telemetry.countError()
+                link.telemetry.logLimited(
                     "writer.probe_refused", .warning, "Redis refused the delivery probe: \(message.prefix(120))")
                 link.note { $0.probeNotSent(sequence: sequence) }
                 return RedisConnectionError.classify(errorReply: message) == nil
@@ -215,7 +215,7 @@ final class RedisWriter: Sendable {
             return true
         }
         if case .error(let message) = reply {
-            link.countError()
+            link.telemetry.countError()
             if message.hasPrefix("INVALIDSTATE ") {
                 let detail = String(message.dropFirst("INVALIDSTATE ".count))
                 link.handle { $0.invalidState(detail: detail, at: monotonicSeconds()) }
@@ -224,7 +224,7 @@ final class RedisWriter: Sendable {
             }
             if message.hasPrefix("VERSIONEXHAUSTED ") {
                 let detail = String(message.dropFirst("VERSIONEXHAUSTED ".count))
-                link.logLimited(
+                link.telemetry.logLimited(
                     "writer.version_exhausted", .error,
                     "a change was refused: \(detail); no higher version can be kept in Redis (Lua numbers are exact "
                         + "up to 2^53 - 1): stop every replica, DEL \(configuration.prefix.stateKey), and start them again"
@@ -235,11 +235,12 @@ final class RedisWriter: Sendable {
             }
             if let connectionError = RedisConnectionError.classify(errorReply: message) {
                 let health = RedisLinkStateMachine.Health(connectionError)
-                link.logLimited("writer.refused", .warning, "Redis refused a write: \(connectionError); reconnecting")
+                link.telemetry.logLimited(
+                    "writer.refused", .warning, "Redis refused a write: \(connectionError); reconnecting")
                 finish([job], failing: .unavailable(health, detail: connectionError.description))
                 return false
             }
-            link.logLimited("writer.script_failed", .error, "Redis script failed: \(message.prefix(200))")
+            link.telemetry.logLimited("writer.script_failed", .error, "Redis script failed: \(message.prefix(200))")
             finish([job], failing: .unavailable(.unreachable, detail: "the script failed"))
             return true
         }
@@ -247,8 +248,8 @@ final class RedisWriter: Sendable {
         do {
             result = try RedisScripts.parse(reply)
         } catch {
-            link.countError()
-            link.logLimited("writer.reply", .error, "Redis script reply not understood: \(error)")
+            link.telemetry.countError()
+            link.telemetry.logLimited("writer.reply", .error, "Redis script reply not understood: \(error)")
             link.handle { $0.invalidState(detail: error.reason, at: monotonicSeconds()) }
             finish([job], failing: .unavailable(.invalidState, detail: error.reason))
             return true
@@ -259,11 +260,11 @@ final class RedisWriter: Sendable {
         switch result.reconciliation {
         case .written:
             let previous = result.previousVersion.map { "version \($0)" } ?? "a missing key"
-            link.logLimited(
+            link.telemetry.logLimited(
                 "writer.written_back", .warning,
                 "Redis had lost the state (\(previous)); wrote back this replica's \(result.state)")
         case .bumped:
-            link.logLimited(
+            link.telemetry.logLimited(
                 "writer.bumped", .warning,
                 "Redis held another token at this replica's version \(result.previousVersion ?? 0); "
                     + "the stored token wins at \(result.state)")
@@ -272,7 +273,7 @@ final class RedisWriter: Sendable {
         }
         switch job {
         case .change(_, let enqueued, let completion):
-            link.recordWrite(seconds: monotonicSeconds() - enqueued)
+            link.telemetry.recordWrite(seconds: monotonicSeconds() - enqueued)
             // The owner applies it from the completion: this is how it reaches the owner, once.
             link.committed()
             completion(result.changed ? .applied(result.state) : .unchanged(result.state))

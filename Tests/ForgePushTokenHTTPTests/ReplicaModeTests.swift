@@ -131,12 +131,14 @@ import Testing
 private final class SharedStore: TokenStore {
     let refreshes = Locked(0)
     var ordering: CommitOrdering { .storeSerialized }
-    var replicaName: String? { "shared" }
     func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         completion(.unavailable(reason: "test"))
     }
-    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
+    func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState
+    ) {}
     func stop() {}
     func refresh() { refreshes.withLock { $0 += 1 } }
-    func metricsText() -> String { "shared_up 1\n" }
+    func status() -> StoreStatus { StoreStatus(sharedName: "shared", series: "shared_up 1\n") }
 }

@@ -67,27 +67,49 @@ struct SnapshotAndOwnerTests {
 
     // MARK: TokenOwner over the memory store
 
-    @Test("commitNow: a local store's decision is returned, applied and current, without a closure")
-    func commitNowOnALocalStore() {
+    /// A `later` for a store expected to answer at once: records that it was asked.
+    private static func notExpected(_ asked: Locked<Int>) -> @Sendable (CommitOutcome) -> Void {
+        asked.withLock { $0 += 1 }
+        return { _ in }
+    }
+
+    @Test("commit(_:later:): a local store's decision is returned, applied and current; later is never asked")
+    func commitOnALocalStore() {
         let owner = makeOwner()
-        #expect(owner.commitNow("ab") == .applied(TokenState(version: 1, token: "ab")))
-        #expect(owner.commitNow("ab") == .unchanged(TokenState(version: 1, token: "ab")))
+        let asked = Locked(0)
+        #expect(owner.commit("ab") { Self.notExpected(asked) } == .applied(TokenState(version: 1, token: "ab")))
+        #expect(owner.commit("ab") { Self.notExpected(asked) } == .unchanged(TokenState(version: 1, token: "ab")))
         #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
         let scripted = TokenOwner<TokenSnapshot>(
             store: ScriptedStore(answering: .atOnce), initial: .initial, maxSubscribers: 1)
-        #expect(scripted.commitNow("cd") == .applied(TokenState(version: 1, token: "cd")))
+        #expect(scripted.commit("cd") { Self.notExpected(asked) } == .applied(TokenState(version: 1, token: "cd")))
         owner.stop()
-        #expect(owner.commitNow("ef") == .stopping)
+        #expect(owner.commit("ef") { Self.notExpected(asked) } == .stopping)
         #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
+        #expect(asked.withLock { $0 } == 0, "a store that answers at once needs no later completion")
     }
 
-    @Test("commitNow: a store that decides later is not asked, and nothing changes")
-    func commitNowOnAStoreThatDecidesLater() {
+    @Test("commit(_:later:): a store that decides later gets the same call; its outcome goes to later's completion")
+    func commitOnAStoreThatDecidesLater() {
         let store = ScriptedStore(answering: .whenReleased)
         let owner = TokenOwner<TokenSnapshot>(store: store, initial: .initial, maxSubscribers: 1)
-        #expect(owner.commitNow("ab") == nil)
-        #expect(store.proposed.isEmpty)
-        #expect(owner.current == TokenSnapshot(version: 0, token: nil))
+        let outcome = Locked<CommitOutcome?>(nil)
+        let asked = Locked(0)
+        let returned = owner.commit("ab") {
+            asked.withLock { $0 += 1 }
+            return { answered in outcome.withLock { $0 = answered } }
+        }
+        #expect(returned == nil, "the outcome comes later")
+        #expect(asked.withLock { $0 } == 1)
+        #expect(store.proposed == ["ab"])
+        #expect(owner.current == TokenSnapshot(version: 0, token: nil), "nothing is applied before the store decides")
+        #expect(outcome.withLock { $0 } == nil)
+        #expect(store.release())
+        #expect(outcome.withLock { $0 } == .applied(TokenState(version: 1, token: "ab")))
+        #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
+        owner.stop()
+        #expect(owner.commit("cd") { Self.notExpected(asked) } == .stopping, "stopping is answered at once")
+        #expect(asked.withLock { $0 } == 1)
     }
 
     @Test("an owner starts at the state it is given")

@@ -44,9 +44,7 @@ import Testing
     }
 
     static func writes(_ store: StateFileStore) -> Int {
-        let text = store.metricsText()
-        let line = text.split(separator: "\n").first { $0.hasPrefix("forge_push_token_state_file_writes_total ") }
-        return line.flatMap { Int($0.split(separator: " ")[1]) } ?? -1
+        store.status().durableWrites.map { Int($0) } ?? -1
     }
 
     @Test("writes that wait for the file are written together, each with its own version, answered after the write")

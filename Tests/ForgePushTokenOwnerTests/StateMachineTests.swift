@@ -212,7 +212,6 @@ struct TokenOwnerTests {
         func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
             completion(token == base.token ? .unchanged(base) : .applied(base.changed(to: token)))
         }
-        func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {}
         func start(
             reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
             current: @escaping @Sendable () -> TokenState

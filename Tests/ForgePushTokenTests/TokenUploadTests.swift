@@ -59,7 +59,11 @@ struct TokenUploadTests {
         /// Waits until the uploader's mailbox holds `value` (the stream has delivered it).
         func waitUntilPending(_ value: String?, sourceLocation: SourceLocation = #_sourceLocation) async {
             await waitUntil(
-                { manager.uploaderMailboxes.first?.pendingValue == .some(value) }, sourceLocation: sourceLocation)
+                {
+                    // A value waiting is always the last one put (a put replaces what waits).
+                    guard let mailbox = manager.uploaderMailboxes.first else { return false }
+                    return mailbox.hasValue && mailbox.lastPut == .some(value)
+                }, sourceLocation: sourceLocation)
         }
 
         /// Waits until the uploader has taken the value its mailbox held.
@@ -67,7 +71,7 @@ struct TokenUploadTests {
             await waitUntil(
                 {
                     guard let mailbox = manager.uploaderMailboxes.first else { return false }
-                    return mailbox.pendingValue == .none
+                    return !mailbox.hasValue
                 }, sourceLocation: sourceLocation)
         }
 

@@ -2,8 +2,9 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
 
-// The owner's testing kit: one scripted store, one recording subscriber and `commitNow`, shared by
-// the owner's, the HTTP layer's and the engine's tests instead of a copy in each.
+// The owner's testing kit: one scripted store, one recording subscriber and the two ways of waiting
+// for a commit's outcome (`commitAtOnce`, `commitAndWait`), shared by the owner's, the HTTP
+// layer's and the engine's tests instead of a copy in each.
 
 /// The plainest rendition: the state itself, for tests of the owner that need no rendering.
 extension TokenState: TokenRendition {
@@ -100,14 +101,17 @@ public final class ScriptedStore: TokenStore {
     }
 
     /// Keeps `report` for `report(_:)`.
-    public func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
+    public func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState
+    ) {
         reporter.withLock { $0 = Reporter(report) }
     }
 
     /// Nothing to stop.
     public func stop() {}
 
-    /// Reports `event` to the owner, as the store would on its own (after `start(reporting:)`;
+    /// Reports `event` to the owner, as the store would on its own (after `start(reporting:current:)`;
     /// ignored before it).
     public func report(_ event: TokenStoreEvent) {
         reporter.withLock { $0 }?.report(event)

@@ -123,7 +123,7 @@ import Testing
         #expect(link.tick(at: 4.0) == [])
         // The ping sent at 2.0 is never answered: after 3 s, reconnect.
         #expect(link.tick(at: 5.1) == [.reconnect(reason: "no answer to PING within 3 s")])
-        #expect(!link.subscribed)
+        #expect(!link.isSubscribed)
         #expect(link.tick(at: 6) == [])
     }
 

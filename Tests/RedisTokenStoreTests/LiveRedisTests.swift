@@ -92,12 +92,8 @@ final class RecordingStore: TokenStore {
     let events = Locked<[TokenStoreEvent]>([])
     init(_ inner: RedisTokenStore) { self.inner = inner }
     var ordering: CommitOrdering { inner.ordering }
-    var replicaName: String? { inner.replicaName }
     func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         inner.commit(token, base: base, completion: completion)
-    }
-    func start(reporting report: @escaping @Sendable (TokenStoreEvent) -> Void) {
-        start(reporting: report, current: { .initial })
     }
     func start(
         reporting report: @escaping @Sendable (TokenStoreEvent) -> Void, current: @escaping @Sendable () -> TokenState
@@ -110,7 +106,7 @@ final class RecordingStore: TokenStore {
     }
     func stop() { inner.stop() }
     func refresh() { inner.refresh() }
-    func metricsText() -> String { inner.metricsText() }
+    func status() -> StoreStatus { inner.status() }
     /// The states reported as `.changed`, in order.
     var changes: [TokenState] {
         events.withLock { $0.compactMap { if case .changed(let state) = $0 { state } else { nil } } }

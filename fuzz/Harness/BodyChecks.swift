@@ -45,25 +45,27 @@ enum BodyChecks {
         require(media.map { !$0.contains(";") } ?? false, "a media type kept its parameters: \(String(reflecting: media))", context: context.description)
     }
 
-    /// `deviceToken(contentType:body:)`: 1 to 256 bytes or `invalid_token`; the plain-hex fast path
-    /// agrees with the general one.
+    /// `deviceTokenHex(contentType:body:)`: 2 to 512 lowercase hex digits (1 to 256 bytes) or
+    /// `invalid_token`; the plain-hex fast path agrees with the general one.
     static func deviceToken(contentType: String?, body: [UInt8], context: Context) {
         let media = RequestBodies.mediaType(contentType)
         do {
-            let token = try RequestBodies.deviceToken(contentType: contentType, body: body)
-            require((1...RequestBodies.maxTokenBytes).contains(token.count), "a decoded token has \(token.count) bytes", context: context.description)
+            let token = try RequestBodies.deviceTokenHex(contentType: contentType, body: body)
+            let digits = token.utf8.count
+            require(digits % 2 == 0 && (2...2 * RequestBodies.maxTokenBytes).contains(digits) && isStoredToken(token),
+                    "a decoded token is \(String(reflecting: token))", context: context.description)
             if media == "application/octet-stream" {
-                require(token == body, "an octet-stream token is not the body", context: context.description)
+                require(token == lowercaseHex(body), "an octet-stream token is not the body", context: context.description)
             }
         } catch {
             require(error.error == "invalid_token" && !error.message.isEmpty,
-                    "deviceToken threw \(String(reflecting: error))", context: context.description)
+                    "deviceTokenHex threw \(String(reflecting: error))", context: context.description)
             require(media != "application/octet-stream" || body.isEmpty || body.count > RequestBodies.maxTokenBytes,
                     "an octet-stream body of \(body.count) bytes was refused", context: context.description)
         }
-        if let plain = RequestBodies.plainHexToken(body) {
-            let general = try? RequestBodies.hexToken(Substring(String(decoding: body, as: UTF8.self)))
-            require(general == plain, "plainHexToken gave \(plain), hexToken \(String(reflecting: general))",
+        if let plain = RequestBodies.plainHexText(body) {
+            let general = (try? RequestBodies.hexToken(Substring(String(decoding: body, as: UTF8.self)))).map(lowercaseHex)
+            require(general == plain, "plainHexText gave \(plain), hexToken \(String(reflecting: general))",
                     context: context.description, name: "plain-hex")
         }
     }

@@ -268,22 +268,22 @@ final class Session {
         switch route {
         case .register:
             let expected = Result { () throws(ServiceError) in
-                try RequestBodies.deviceToken(contentType: request.headers["Content-Type"], body: request.body)
+                try RequestBodies.deviceTokenHex(contentType: request.headers["Content-Type"], body: request.body)
             }
             switch (status, expected) {
-            case (200, .success(let bytes)):
+            case (200, .success(let hex)):
                 checkSaved()
                 let body = jsonObject(response.body)
                 let token = body?["token"] as? String
                 require(token.map(isStoredToken) == true, "a 200 /register token is not lowercase hex: \(String(reflecting: token))", context: context)
-                require(token == lowercaseHex(bytes) && after.token == token,
-                        "a 200 /register answered \(String(reflecting: token)) for \(lowercaseHex(bytes)), the service holds \(String(reflecting: after.token))",
+                require(token == hex && after.token == token,
+                        "a 200 /register answered \(String(reflecting: token)) for \(hex), the service holds \(String(reflecting: after.token))",
                         context: context)
                 require(jsonBool(body ?? [:], "changed") == (before.token != token),
                         "changed is \(String(reflecting: body?["changed"])) going from \(String(reflecting: before.token))", context: context)
-            case (503, .success(let bytes)):
+            case (503, .success(let hex)):
                 checkUnsaved(response, changed: before.token != after.token)
-                require(after.token == lowercaseHex(bytes), "a 503 state_not_saved left the token \(String(reflecting: after.token))", context: context)
+                require(after.token == hex, "a 503 state_not_saved left the token \(String(reflecting: after.token))", context: context)
             case (400, .failure(let error)):
                 require(errorCode(response) == "invalid_token" && errorMessage(response) == error.message,
                         "/register 400 does not carry RequestBodies' error", context: context)
