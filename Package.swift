@@ -74,16 +74,26 @@ let package = Package(
         // owns, with the certificate always verified (TLS to Redis, docs/replicas.md).
         .target(name: "GnuTLSClient", dependencies: ["CGnuTLS"], swiftSettings: swiftSettings),
 
+        // The Prometheus text exposition format and the one histogram type, for the service's series
+        // (ForgePushTokenHTTP) and the Redis store's (RedisTokenStore). Its own small module because
+        // no existing one fits: the only modules both import are ForgePushToken (the app library)
+        // and ForgePushTokenOwner, which knows no HTTP and no Prometheus (docs/architecture.md).
+        // Pure Swift, no dependency.
+        .target(name: "PrometheusExposition", swiftSettings: swiftSettings),
+
         // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
         // store that lets replicas share one token (docs/replicas.md).
         .target(
             name: "RedisTokenStore",
-            dependencies: ["CHiredis", "GnuTLSClient", "ForgePushToken", "ForgePushTokenOwner"],
+            dependencies: [
+                "CHiredis", "GnuTLSClient", "ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition",
+            ],
             swiftSettings: swiftSettings),
 
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
         .target(
-            name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"],
+            name: "ForgePushTokenHTTP",
+            dependencies: ["ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition"],
             swiftSettings: swiftSettings),
 
         // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
@@ -135,7 +145,10 @@ let package = Package(
             ], swiftSettings: swiftSettings),
         .testTarget(
             name: "RedisTokenStoreTests",
-            dependencies: ["RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
+            dependencies: [
+                "RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
+                "PrometheusExposition",
+            ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ForgePushTokenServerTests",
