@@ -1,3 +1,5 @@
+import ForgePushTokenOwner
+
 @testable import ForgePushTokenHTTP
 
 /// The pure decoders fuzzed directly, whatever the route: `RequestBodies` on every request's
@@ -51,14 +53,14 @@ enum BodyChecks {
         let media = RequestBodies.mediaType(contentType)
         do {
             let token = try RequestBodies.deviceToken(contentType: contentType, body: body)
-            require((1...RequestBodies.maxTokenBytes).contains(token.count), "a decoded token has \(token.count) bytes", context: context.description)
+            require((1...TokenState.maxTokenBytes).contains(token.count), "a decoded token has \(token.count) bytes", context: context.description)
             if media == "application/octet-stream" {
                 require(token == body, "an octet-stream token is not the body", context: context.description)
             }
         } catch {
             require(error.error == "invalid_token" && !error.message.isEmpty,
                     "deviceToken threw \(String(reflecting: error))", context: context.description)
-            require(media != "application/octet-stream" || body.isEmpty || body.count > RequestBodies.maxTokenBytes,
+            require(media != "application/octet-stream" || body.isEmpty || body.count > TokenState.maxTokenBytes,
                     "an octet-stream body of \(body.count) bytes was refused", context: context.description)
         }
         if let plain = RequestBodies.plainHexToken(body) {
