@@ -281,7 +281,7 @@ struct RedisLinkStateMachine: Sendable {
         if notDelivering {
             notDelivering = false
             if subscribed && health == .notDelivering && stateRead {
-                actions = become(live, detail: Self.exhaustion, at: now)
+                actions = become(live, detail: TokenState.versionExhausted, at: now)
             } else if subscribed && health == .notDelivering {
                 actions = check()
             }
@@ -291,17 +291,15 @@ struct RedisLinkStateMachine: Sendable {
 
     // MARK: The version
 
-    /// Why `version_exhausted`, for its log line.
-    static let exhaustion =
-        "the version is 2^53 - 1, the largest one Redis keeps, and every change is refused"
-
     /// A state was read from Redis (a check, or a commit's reply); `atMaximum` when its version is
     /// 2^53 - 1. A connected link then says `version_exhausted` (and `connected` again once the
     /// state is below it).
     mutating func versionSeen(atMaximum: Bool, at now: Double) -> [Action] {
         guard atMaximum != exhausted else { return [] }
         exhausted = atMaximum
-        if atMaximum && health == .connected { return become(.versionExhausted, detail: Self.exhaustion, at: now) }
+        if atMaximum && health == .connected {
+            return become(.versionExhausted, detail: TokenState.versionExhausted, at: now)
+        }
         if !atMaximum && health == .versionExhausted { return become(.connected, detail: "", at: now) }
         return []
     }
@@ -338,7 +336,9 @@ struct RedisLinkStateMachine: Sendable {
         stateRead = true
         writerFailed = false
         // A subscription that went unheard stays `not_delivering` until a probe is heard.
-        var actions = subscribed && !notDelivering ? become(live, detail: Self.exhaustion, at: now) : reportIfChanged()
+        var actions =
+            subscribed && !notDelivering
+            ? become(live, detail: TokenState.versionExhausted, at: now) : reportIfChanged()
         if checkAgain {
             checkAgain = false
             actions += check()

@@ -226,8 +226,8 @@ final class RedisWriter: Sendable {
                 let detail = String(message.dropFirst("VERSIONEXHAUSTED ".count))
                 link.logLimited(
                     "writer.version_exhausted", .error,
-                    "a change was refused: \(detail); no higher version can be kept in Redis (Lua numbers are exact "
-                        + "up to 2^53 - 1): stop every replica, DEL \(configuration.prefix.stateKey), and start them again"
+                    "a change was refused (\(detail)): \(TokenState.versionExhausted); the key is "
+                        + configuration.prefix.stateKey
                 )
                 link.handle { $0.versionSeen(atMaximum: true, at: monotonicSeconds()) }
                 finish([job], failing: .versionExhausted)
@@ -286,9 +286,6 @@ final class RedisWriter: Sendable {
         return true
     }
 
-    /// Why a check failed when the script found no version left above 2^53 - 1 (log text).
-    static let versionExhausted = "Redis: version_exhausted (the version is 2^53 - 1, the largest one kept)"
-
     /// The reason of `.unavailable` for `health`.
     static func reason(_ health: RedisLinkStateMachine.Health) -> String {
         "Redis: \(health.rawValue)"
@@ -313,7 +310,9 @@ final class RedisWriter: Sendable {
                 case .unknown(let detail):
                     link.handle { $0.checkFailed(.unreachable, detail: detail, at: monotonicSeconds()) }
                 case .versionExhausted:
-                    link.handle { $0.checkFailed(.unreachable, detail: Self.versionExhausted, at: monotonicSeconds()) }
+                    link.handle {
+                        $0.checkFailed(.unreachable, detail: TokenState.versionExhausted, at: monotonicSeconds())
+                    }
                 }
             }
         }
