@@ -55,15 +55,10 @@ final class RedisLink: Sendable {
             credentials = nil
         }
         directory = configuration.endpoint.sentinel.map(RedisSentinelDirectory.init)
-        var timings = RedisLinkStateMachine.Timings()
-        timings.heartbeatInterval = configuration.heartbeatInterval
-        timings.heartbeatTimeout = configuration.heartbeatTimeout
-        timings.checkInterval = configuration.checkInterval
-        timings.refreshInterval = configuration.refreshInterval
-        timings.probeInterval = configuration.probeInterval
         self.machine = Locked(
             RedisLinkStateMachine(
-                endpoint: configuration.endpoint.description, prefix: configuration.prefix.value, timings: timings))
+                endpoint: configuration.endpoint.description, prefix: configuration.prefix.value,
+                timings: configuration.timings))
     }
 
     /// Starts sending the owner what this store learns, reading the owner's state with `current`.
