@@ -81,25 +81,38 @@ let package = Package(
         // Pure Swift, no dependency.
         .target(name: "PrometheusExposition", swiftSettings: swiftSettings),
 
+        // The level of the service's log lines (ServerLogLevel), apart from the app library's
+        // PushTokenManager.LogLevel. Its own small module because the modules that log for the
+        // service (ForgePushTokenHTTP, MicroHTTPDServer, RedisTokenStore, the executable) share no
+        // other one that fits: the engine does not import the owner, the Redis store not the HTTP
+        // layer, and ForgePushToken is the app library. Pure Swift, no dependency.
+        .target(name: "ServiceLogging", swiftSettings: swiftSettings),
+
         // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
         // store that lets replicas share one token (docs/replicas.md).
         .target(
             name: "RedisTokenStore",
             dependencies: [
                 "CHiredis", "GnuTLSClient", "ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition",
+                "ServiceLogging",
             ],
             swiftSettings: swiftSettings),
 
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
         .target(
             name: "ForgePushTokenHTTP",
-            dependencies: ["ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition"],
+            dependencies: [
+                "ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition",
+                "ServiceLogging",
+            ],
             swiftSettings: swiftSettings),
 
         // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
         .target(
             name: "MicroHTTPDServer",
-            dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"],
+            dependencies: [
+                "CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ServiceLogging",
+            ],
             swiftSettings: swiftSettings),
 
         // Configuration, signals, start and stop.
@@ -107,6 +120,7 @@ let package = Package(
             name: "forge-push-token-server",
             dependencies: [
                 "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "RedisTokenStore",
+                "ServiceLogging",
             ]
         ),
 
@@ -134,27 +148,27 @@ let package = Package(
             name: "ForgePushTokenHTTPTests",
             dependencies: [
                 "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
-                "ForgePushTokenOwnerTestSupport",
+                "ForgePushTokenOwnerTestSupport", "ServiceLogging",
             ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "MicroHTTPDServerTests",
             dependencies: [
                 "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken",
-                "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
+                "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport", "ServiceLogging",
             ], swiftSettings: swiftSettings),
         .testTarget(
             name: "RedisTokenStoreTests",
             dependencies: [
                 "RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
-                "PrometheusExposition",
+                "PrometheusExposition", "ServiceLogging",
             ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ForgePushTokenServerTests",
             dependencies: [
                 "forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore",
-                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport",
+                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport", "ServiceLogging",
             ], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

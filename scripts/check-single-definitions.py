@@ -16,6 +16,8 @@ often than allowed. The rules:
   CLI flags               no flag name (`--port`, `"port"`) outside CommandLineFlag.swift in
                           Sources/forge-push-token-server.
   strerror                `strerror(` called once (systemErrorText).
+  server log level        one `enum ...LogLevel` outside the app library (ServerLogLevel), and no
+                          server module names PushTokenManager.LogLevel (issue 31, point 6).
 
 Prints one line per problem, `FILE:LINE: what`, and exits 1 when there is one.
 
@@ -114,6 +116,17 @@ def main():
         for number, line in code_lines(name):
             if flag_pattern.search(line):
                 problems.append(f"{name}:{number}: a command-line flag named outside CommandLineFlag.swift")
+
+    # The server's modules log at ServerLogLevel, not at the app library's level.
+    for name in files:
+        if name.startswith("Sources/ForgePushToken/"):
+            continue
+        for number, line in code_lines(name):
+            if "PushTokenManager.LogLevel" in line:
+                problems.append(f"{name}:{number}: the service logs at ServerLogLevel (ServiceLogging), "
+                                "not at the app library's PushTokenManager.LogLevel")
+    rule("server log level", r"\benum \w*LogLevel\b", "Sources/ServiceLogging/ServerLogLevel.swift",
+         where=lambda name: not name.startswith("Sources/ForgePushToken/"))
 
     for problem in problems:
         print(problem)

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ServiceLogging
 
 /// The `json` format of `ServerLog`: one object per line, with the field names and level names of
 /// Go's `log/slog` JSON handler (`time`, `level`, `msg`; `DEBUG`, `INFO`, `WARN`, `ERROR`).
@@ -23,7 +24,7 @@ enum JSONLine {
     }
 
     /// slog's name of `level`.
-    static func levelName(_ level: PushTokenManager.LogLevel) -> String {
+    static func levelName(_ level: ServerLogLevel) -> String {
         switch level {
         case .debug: "DEBUG"
         case .info: "INFO"
@@ -34,7 +35,7 @@ enum JSONLine {
 
     /// One complete line, ending in a newline.
     static func line(
-        level: PushTokenManager.LogLevel, message: String, access: Access? = nil,
+        level: ServerLogLevel, message: String, access: Access? = nil,
         time: String = ServerLog.timestamp()
     ) -> String {
         var line = ""

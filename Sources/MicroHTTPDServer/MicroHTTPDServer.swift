@@ -2,6 +2,7 @@ import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import ServiceLogging
 
 #if canImport(Glibc)
     import Glibc
@@ -365,7 +366,7 @@ func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog, limit
     let routine =
         strncmp(message, "Closing connection (application error generating response)", 58) == 0
         || strncmp(message, "Failed to send the", 18) == 0
-    let level: PushTokenManager.LogLevel = routine ? .debug : .warning
+    let level: ServerLogLevel = routine ? .debug : .warning
     guard level >= log.minimumLevel else { return }
     var text = String(cString: message)
     while let last = text.last, last.isWhitespace { text.removeLast() }

@@ -2,6 +2,7 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
 import GnuTLSClient
+import ServiceLogging
 
 /// What the writer and the subscription share: the one place that connects to Redis, the link's
 /// health (`RedisLinkStateMachine`), the metrics, the queue of work for the writer, and the way to
@@ -21,7 +22,7 @@ final class RedisLink: Sendable {
     let writerID: String
     /// The work queue of the writer.
     let queue: RedisJobQueue
-    private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
+    private let logger: @Sendable (ServerLogLevel, String) -> Void
     /// The TLS credentials of a `rediss://` endpoint, loaded once (`nil` for other endpoints).
     private let credentials: Result<TLSClientCredentials, TLSError>?
     private let machine: Locked<RedisLinkStateMachine>
@@ -39,7 +40,7 @@ final class RedisLink: Sendable {
     /// A link for `configuration`, logging through `log`.
     init(
         configuration: RedisTokenStore.Configuration,
-        log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
+        log: @escaping @Sendable (ServerLogLevel, String) -> Void
     ) {
         self.configuration = configuration
         self.logger = log
@@ -307,7 +308,7 @@ final class RedisLink: Sendable {
     }
 
     /// Writes a log line.
-    func log(_ level: PushTokenManager.LogLevel, _ line: String) { logger(level, line) }
+    func log(_ level: ServerLogLevel, _ line: String) { logger(level, line) }
 
     /// A message of `kind` from Redis or a sentinel changed nothing: counts it, and logs `detail`
     /// as a warning at most once per 10 s per kind (`RedisLogLimiter`).
@@ -321,7 +322,7 @@ final class RedisLink: Sendable {
 
     /// Logs `line` at most once per 10 s for `key` (a line that Redis traffic causes, such as a
     /// `+switch-master`), with how many were left out.
-    func logLimited(_ key: String, _ level: PushTokenManager.LogLevel, _ line: String) {
+    func logLimited(_ key: String, _ level: ServerLogLevel, _ line: String) {
         let leftOut = metrics.withLock { $0.limiter.admit(key, at: monotonicSeconds()) }
         if let leftOut { logger(level, RedisLogLimiter.annotate(line, leftOut: leftOut)) }
     }

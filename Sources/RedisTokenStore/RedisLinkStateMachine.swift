@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 /// The health of a replica's link to Redis, and when to ping, check and reconnect: a plain value
 /// with no lock, no clock and no I/O, in the shape of swift-nio's state machines. Every event is a
@@ -64,7 +65,7 @@ struct RedisLinkStateMachine: Sendable {
         /// Tell the owner the store's health changed.
         case report(StoreHealth)
         /// Write a log line.
-        case log(PushTokenManager.LogLevel, String)
+        case log(ServerLogLevel, String)
         /// Queue one check of `PREFIX:state` on the writer (`checkSucceeded`, `checkFailed` or `checkNotQueued`
         /// must follow).
         case requestCheck

@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 #if canImport(Glibc)
     import Glibc
@@ -108,7 +109,7 @@ public final class RedisTokenStore: TokenStore {
     /// Creates a store; nothing connects until `start(reporting:)`.
     public init(
         configuration: Configuration,
-        log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
+        log: @escaping @Sendable (ServerLogLevel, String) -> Void
     ) {
         let link = RedisLink(configuration: configuration, log: log)
         self.link = link

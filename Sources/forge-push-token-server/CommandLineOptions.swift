@@ -3,6 +3,7 @@ import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import MicroHTTPDServer
 import RedisTokenStore
+import ServiceLogging
 
 #if canImport(Glibc)
     import Glibc
@@ -14,7 +15,7 @@ import RedisTokenStore
 /// (http-api.md, "Command line"). A flag wins over its variable.
 struct CommandLineOptions: Equatable {
     var server = ServerConfiguration()
-    var logLevel: PushTokenManager.LogLevel = .info
+    var logLevel: ServerLogLevel = .info
     /// `--log-format text|json`.
     var logFormat: ServerLog.Format = .text
     /// `--state-file PATH`: where the token and its version survive restarts; `nil` for none.
@@ -425,7 +426,7 @@ struct CommandLineOptions: Equatable {
                 count, flag: .maxSubscribers, in: 1...1_000_000, unit: "subscribers")
         }
         if let level = values[.logLevel] {
-            guard let parsed = PushTokenManager.LogLevel(rawValue: level) else {
+            guard let parsed = ServerLogLevel(rawValue: level) else {
                 throw UsageError(description: "\(Flag.logLevel) must be debug, info, warning or error, not \(level)")
             }
             logLevel = parsed

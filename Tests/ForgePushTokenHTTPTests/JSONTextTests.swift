@@ -1,6 +1,7 @@
 import ForgePushToken
 import ForgePushTokenOwner
 import Foundation
+import ServiceLogging
 import Testing
 
 @testable import ForgePushTokenHTTP
