@@ -1,7 +1,8 @@
 // swift-tools-version:6.0
 //
 // ForgePushToken: an APNs device-token manager for apps (the `ForgePushToken` library) and the
-// `forge-push-token-server` HTTP service that serves one manager over libmicrohttpd.
+// `forge-push-token-server` HTTP service that serves one device token, its one owner's, over
+// libmicrohttpd.
 //
 // An app that depends only on the `ForgePushToken` product builds only that target: it needs the
 // Swift toolchain and nothing else (no libmicrohttpd).

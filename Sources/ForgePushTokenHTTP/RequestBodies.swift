@@ -7,7 +7,7 @@ import ForgePushTokenOwner
     import Foundation
 #endif
 
-/// Decoding of request bodies into the manager's inputs (http-api.md, `POST /register` and
+/// Decoding of request bodies into the service's inputs (http-api.md, `POST /register` and
 /// `POST /fail`). Pure functions over bytes; every rejection is a `ServiceError` whose message
 /// says what to send instead.
 public enum RequestBodies {
@@ -220,7 +220,7 @@ public enum RequestBodies {
 }
 
 /// A registration failure reported through `POST /fail`, mirroring `NSError`'s domain, code and
-/// localized description. Its `description` is what the manager logs.
+/// localized description. Its `description` is what the responder logs (`registration failed: …`).
 public struct RegistrationFailure: Error, Sendable, Equatable, Decodable, CustomStringConvertible {
     /// The human-readable message.
     public var message: String

@@ -25,7 +25,8 @@ public final class ServiceMetrics: Sendable {
         case registrationsAccepted
         /// `POST /register` requests rejected with 400 (a 413 is refused before the responder).
         case registrationsRejected
-        /// `POST /fail` requests accepted (a failure reported to the manager).
+        /// `POST /fail` requests accepted (a registration failure reported: logged, and the token
+        /// cleared).
         case failuresReported
         /// Requests refused with 401 for a missing or wrong bearer token.
         case unauthorizedRequests

@@ -12,7 +12,8 @@ import ServiceLogging
 #endif
 
 /// The command line and `FORGE_PUSH_TOKEN_*` environment variables of the service
-/// (http-api.md, "Command line"). A flag wins over its variable.
+/// (docs/operations.md, "Command line"; the flags themselves: `CommandLineFlag`). A flag wins over
+/// its variable.
 struct CommandLineOptions: Equatable {
     var server = ServerConfiguration()
     var logLevel: ServerLogLevel = .info
