@@ -16,6 +16,9 @@ often than allowed. The rules:
   CLI flags               no flag name (`--port`, `"port"`) outside CommandLineFlag.swift in
                           Sources/forge-push-token-server.
   strerror                `strerror(` called once (systemErrorText).
+  time                    ContinuousClock; no `DispatchTime...uptimeNanoseconds`, and
+                          `clock_gettime(CLOCK_MONOTONIC` only in monotonicSeconds() (RedisConnection.swift),
+                          the Double seconds the Redis state machine still counts in.
   server log level        one `enum ...LogLevel` outside the app library (ServerLogLevel), and no
                           server module names PushTokenManager.LogLevel (issue 31, point 6).
 
@@ -116,6 +119,15 @@ def main():
         for number, line in code_lines(name):
             if flag_pattern.search(line):
                 problems.append(f"{name}:{number}: a command-line flag named outside CommandLineFlag.swift")
+
+    # Time: ContinuousClock, and one reading in Double seconds for the Redis store's state machine.
+    rule("monotonic Double-seconds clock", r"clock_gettime\(\s*CLOCK_MONOTONIC",
+         "Sources/RedisTokenStore/RedisConnection.swift")
+    for name in files:
+        for number, line in code_lines(name):
+            if "uptimeNanoseconds" in line:
+                problems.append(f"{name}:{number}: time is kept with ContinuousClock, not DispatchTime "
+                                "(DispatchTime only as a Dispatch wait's deadline)")
 
     # The server's modules log at ServerLogLevel, not at the app library's level.
     for name in files:
