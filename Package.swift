@@ -1,7 +1,8 @@
 // swift-tools-version:6.0
 //
 // ForgePushToken: an APNs device-token manager for apps (the `ForgePushToken` library) and the
-// `forge-push-token-server` HTTP service that serves one manager over libmicrohttpd.
+// `forge-push-token-server` HTTP service that serves one device token, its one owner's, over
+// libmicrohttpd.
 //
 // An app that depends only on the `ForgePushToken` product builds only that target: it needs the
 // Swift toolchain and nothing else (no libmicrohttpd).
@@ -74,22 +75,45 @@ let package = Package(
         // owns, with the certificate always verified (TLS to Redis, docs/replicas.md).
         .target(name: "GnuTLSClient", dependencies: ["CGnuTLS"], swiftSettings: swiftSettings),
 
+        // The Prometheus text exposition format and the one histogram type, for the service's series
+        // (ForgePushTokenHTTP) and the Redis store's (RedisTokenStore). Its own small module because
+        // no existing one fits: the only modules both import are ForgePushToken (the app library)
+        // and ForgePushTokenOwner, which knows no HTTP and no Prometheus (docs/architecture.md).
+        // Pure Swift, no dependency.
+        .target(name: "PrometheusExposition", swiftSettings: swiftSettings),
+
+        // The level of the service's log lines (ServerLogLevel), apart from the app library's
+        // PushTokenManager.LogLevel. Its own small module because the modules that log for the
+        // service (ForgePushTokenHTTP, MicroHTTPDServer, RedisTokenStore, the executable) share no
+        // other one that fits: the engine does not import the owner, the Redis store not the HTTP
+        // layer, and ForgePushToken is the app library. Pure Swift, no dependency.
+        .target(name: "ServiceLogging", swiftSettings: swiftSettings),
+
         // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
         // store that lets replicas share one token (docs/replicas.md).
         .target(
             name: "RedisTokenStore",
-            dependencies: ["CHiredis", "GnuTLSClient", "ForgePushToken", "ForgePushTokenOwner"],
+            dependencies: [
+                "CHiredis", "GnuTLSClient", "ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition",
+                "ServiceLogging",
+            ],
             swiftSettings: swiftSettings),
 
         // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
         .target(
-            name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"],
+            name: "ForgePushTokenHTTP",
+            dependencies: [
+                "ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition",
+                "ServiceLogging",
+            ],
             swiftSettings: swiftSettings),
 
         // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
         .target(
             name: "MicroHTTPDServer",
-            dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"],
+            dependencies: [
+                "CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ServiceLogging",
+            ],
             swiftSettings: swiftSettings),
 
         // Configuration, signals, start and stop.
@@ -97,6 +121,7 @@ let package = Package(
             name: "forge-push-token-server",
             dependencies: [
                 "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "RedisTokenStore",
+                "ServiceLogging",
             ]
         ),
 
@@ -124,24 +149,27 @@ let package = Package(
             name: "ForgePushTokenHTTPTests",
             dependencies: [
                 "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
-                "ForgePushTokenOwnerTestSupport",
+                "ForgePushTokenOwnerTestSupport", "ServiceLogging",
             ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "MicroHTTPDServerTests",
             dependencies: [
                 "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken",
-                "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
+                "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport", "ServiceLogging",
             ], swiftSettings: swiftSettings),
         .testTarget(
             name: "RedisTokenStoreTests",
-            dependencies: ["RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
+            dependencies: [
+                "RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
+                "PrometheusExposition", "ServiceLogging",
+            ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ForgePushTokenServerTests",
             dependencies: [
                 "forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore",
-                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport",
+                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport", "ServiceLogging",
             ], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -70,7 +70,7 @@ sources_stamp() {
     {
         echo "$2"
         swiftc --version 2>&1
-        for module in ForgePushToken ForgePushTokenOwner ForgePushTokenHTTP; do
+        for module in ForgePushToken ForgePushTokenOwner ForgePushTokenHTTP PrometheusExposition ServiceLogging; do
             (cd "$1/$module" && ls && cat ./*.swift)
         done
         cat "$FUZZ_DIR"/Harness/*.swift
@@ -96,7 +96,8 @@ build() {
     fi
     rm -rf "$out"
     mkdir -p "$out/src"
-    cp -R "$ROOT/Sources/ForgePushToken" "$ROOT/Sources/ForgePushTokenOwner" "$ROOT/Sources/ForgePushTokenHTTP" "$out/src/"
+    cp -R "$ROOT/Sources/ForgePushToken" "$ROOT/Sources/ForgePushTokenOwner" "$ROOT/Sources/ForgePushTokenHTTP" \
+        "$ROOT/Sources/PrometheusExposition" "$ROOT/Sources/ServiceLogging" "$out/src/"
     local log=$LOGS/build-$kind-$STAMP.log
     (
         set -x
@@ -106,11 +107,17 @@ build() {
         swiftc "${flags[@]}" -wmo -enable-testing -module-name ForgePushTokenOwner -I "$out" \
             -emit-module -emit-module-path "$out/ForgePushTokenOwner.swiftmodule" \
             -emit-library -static -o "$out/libForgePushTokenOwner.a" "$out"/src/ForgePushTokenOwner/*.swift
+        swiftc "${flags[@]}" -wmo -enable-testing -module-name ServiceLogging \
+            -emit-module -emit-module-path "$out/ServiceLogging.swiftmodule" \
+            -emit-library -static -o "$out/libServiceLogging.a" "$out"/src/ServiceLogging/*.swift
+        swiftc "${flags[@]}" -wmo -enable-testing -module-name PrometheusExposition \
+            -emit-module -emit-module-path "$out/PrometheusExposition.swiftmodule" \
+            -emit-library -static -o "$out/libPrometheusExposition.a" "$out"/src/PrometheusExposition/*.swift
         swiftc "${flags[@]}" -wmo -enable-testing -module-name ForgePushTokenHTTP -I "$out" \
             -emit-module -emit-module-path "$out/ForgePushTokenHTTP.swiftmodule" \
             -emit-library -static -o "$out/libForgePushTokenHTTP.a" "$out"/src/ForgePushTokenHTTP/*.swift
         swiftc "${flags[@]}" -warnings-as-errors -module-name RequestFuzzer -I "$out" -L "$out" \
-            -lForgePushTokenHTTP -lForgePushTokenOwner -lForgePushToken "$FUZZ_DIR"/Harness/*.swift -o "$out/request-fuzzer"
+            -lForgePushTokenHTTP -lPrometheusExposition -lServiceLogging -lForgePushTokenOwner -lForgePushToken "$FUZZ_DIR"/Harness/*.swift -o "$out/request-fuzzer"
     ) >"$log" 2>&1 || {
         # ld.gold's "Cannot export local symbol" lines about ASan's own helpers are noise.
         grep -v "Cannot export local symbol" "$log" >&2

@@ -35,6 +35,9 @@ swift-format lint --strict --recursive --parallel Sources Tests Package.swift
 step "references: every named Markdown file and relative link resolves"
 python3 scripts/check-references.py
 
+step "single definitions: each name of issue 31 point 5 is defined once (a grep over Sources)"
+python3 scripts/check-single-definitions.py
+
 step "debug build (-warnings-as-errors) and tests"
 swift build --build-tests -Xswiftc -warnings-as-errors
 swift test --skip-build

@@ -1,4 +1,5 @@
 import ForgePushTokenOwner
+import PrometheusExposition
 
 #if canImport(Glibc)
     import Glibc
@@ -123,26 +124,21 @@ package struct ProcessMetrics: Equatable, Sendable {
         return max(0, count - 1)
     }
 
-    /// The exposition lines of these metrics, with their `HELP` and `TYPE` (the names and help
-    /// texts of the Prometheus client libraries).
-    package var exposition: String {
-        var text = ""
-        func family(_ name: String, _ type: String, _ help: String, _ value: String) {
-            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(value)\n"
-        }
-        family(
-            "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", "\(cpuSeconds)")
-        family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", "\(residentBytes)")
-        family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", "\(virtualBytes)")
-        family(
-            "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.",
-            "\(startTimeSeconds)")
+    /// Appends the exposition lines of these metrics, with their `HELP` and `TYPE` (the names and
+    /// help texts of the Prometheus client libraries).
+    package func render(to out: inout PrometheusText) {
+        out.single(
+            "process_cpu_seconds_total", .counter, help: "Total user and system CPU time spent in seconds.", cpuSeconds)
+        out.single("process_resident_memory_bytes", .gauge, help: "Resident memory size in bytes.", residentBytes)
+        out.single("process_virtual_memory_bytes", .gauge, help: "Virtual memory size in bytes.", virtualBytes)
+        out.single(
+            "process_start_time_seconds", .gauge, help: "Start time of the process since unix epoch in seconds.",
+            startTimeSeconds)
         if let openFileDescriptors {
-            family("process_open_fds", "gauge", "Number of open file descriptors.", "\(openFileDescriptors)")
+            out.single("process_open_fds", .gauge, help: "Number of open file descriptors.", openFileDescriptors)
         }
         if let maxFileDescriptors {
-            family("process_max_fds", "gauge", "Maximum number of open file descriptors.", "\(maxFileDescriptors)")
+            out.single("process_max_fds", .gauge, help: "Maximum number of open file descriptors.", maxFileDescriptors)
         }
-        return text
     }
 }

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ForgePushTokenOwner
 
 #if canImport(FoundationEssentials)
     import FoundationEssentials
@@ -6,13 +7,10 @@ import ForgePushToken
     import Foundation
 #endif
 
-/// Decoding of request bodies into the manager's inputs (http-api.md, `POST /register` and
+/// Decoding of request bodies into the service's inputs (http-api.md, `POST /register` and
 /// `POST /fail`). Pure functions over bytes; every rejection is a `ServiceError` whose message
 /// says what to send instead.
 public enum RequestBodies {
-    /// Token length limits: 1 to 256 bytes, that is 2 to 512 hex digits.
-    public static let maxTokenBytes = 256
-
     /// The media type of a `Content-Type` value: the part before any `;`, trimmed, lowercased
     /// (RFC 9110 §8.3.1: parameters such as `charset` do not change it). `nil` for no header.
     public static func mediaType(_ contentType: String?) -> String? {
@@ -50,8 +48,8 @@ public enum RequestBodies {
         switch mediaType(contentType) {
         case "application/octet-stream":
             guard !body.isEmpty else { throw invalidToken("the body is empty; send the raw device token bytes") }
-            guard body.count <= maxTokenBytes else {
-                throw invalidToken("a device token is 1 to \(maxTokenBytes) bytes; got \(body.count)")
+            guard body.count <= TokenState.maxTokenBytes else {
+                throw invalidToken("a device token is 1 to \(TokenState.maxTokenBytes) bytes; got \(body.count)")
             }
             return fromBytes(body)
         case "application/json":
@@ -140,13 +138,13 @@ public enum RequestBodies {
     }
 
     /// The body without ASCII whitespace at both ends, when what is left has a token's length in
-    /// hex digits (2 to `2 * maxTokenBytes`); `nil` otherwise.
+    /// hex digits (2 to `2 * TokenState.maxTokenBytes`); `nil` otherwise.
     private static func plainHexRange(_ body: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
         var start = 0
         var end = body.count
         while start < end, isASCIISpace(body[start]) { start += 1 }
         while end > start, isASCIISpace(body[end - 1]) { end -= 1 }
-        guard (2...2 * maxTokenBytes).contains(end - start) else { return nil }
+        guard (2...2 * TokenState.maxTokenBytes).contains(end - start) else { return nil }
         return start..<end
     }
 
@@ -159,8 +157,9 @@ public enum RequestBodies {
     static func hexToken(_ text: Substring) throws(ServiceError) -> [UInt8] {
         let digits = text.trimmingASCIIWhitespace()
         guard !digits.isEmpty else { throw invalidToken("the body is empty; send the device token as hex digits") }
-        guard digits.utf8.count <= 2 * maxTokenBytes else {
-            throw invalidToken("a device token is 2 to \(2 * maxTokenBytes) hex digits; got \(digits.utf8.count)")
+        guard digits.utf8.count <= 2 * TokenState.maxTokenBytes else {
+            throw invalidToken(
+                "a device token is 2 to \(2 * TokenState.maxTokenBytes) hex digits; got \(digits.utf8.count)")
         }
         guard digits.utf8.count % 2 == 0 else {
             throw invalidToken("a device token has an even number of hex digits; got \(digits.utf8.count)")
@@ -209,7 +208,7 @@ public enum RequestBodies {
 }
 
 /// A registration failure reported through `POST /fail`, mirroring `NSError`'s domain, code and
-/// localized description. Its `description` is what the manager logs.
+/// localized description. Its `description` is what the responder logs (`registration failed: …`).
 public struct RegistrationFailure: Error, Sendable, Equatable, Decodable, CustomStringConvertible {
     /// The human-readable message.
     public var message: String

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 /// The HTTP API (docs/http-api.md, `openapi.yaml`) over the `TokenOwner`: what the engine (the
 /// libmicrohttpd adapter) asks, in a few calls, and nothing else.

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ServiceLogging
 
 #if canImport(FoundationEssentials)
     import FoundationEssentials
@@ -47,13 +48,13 @@ public struct ServerLog: Sendable {
     }
 
     /// The lowest level written.
-    public var minimumLevel: PushTokenManager.LogLevel
+    public var minimumLevel: ServerLogLevel
     private let sink: @Sendable (String) -> Void
 
     /// Creates a log writing lines at or above `minimumLevel`, in `format` (default text), to `sink`
     /// (default: standard error). Each line given to `sink` ends with a newline.
     public init(
-        minimumLevel: PushTokenManager.LogLevel = .info, format: Format = .text,
+        minimumLevel: ServerLogLevel = .info, format: Format = .text,
         sink: @escaping @Sendable (String) -> Void = ServerLog.standardError
     ) {
         self.minimumLevel = minimumLevel
@@ -69,7 +70,7 @@ public struct ServerLog: Sendable {
     ///
     /// In the `json` format the message is the `msg` field instead: the JSON encoder escapes line
     /// breaks and C0 controls, and DEL and C1 controls become `\u{…}` text as above.
-    public func log(_ level: PushTokenManager.LogLevel, _ message: @autoclosure () -> String) {
+    public func log(_ level: ServerLogLevel, _ message: @autoclosure () -> String) {
         guard level >= minimumLevel else { return }
         if format == .json {
             sink(JSONLine.line(level: level, message: message()))

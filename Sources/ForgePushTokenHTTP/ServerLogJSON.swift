@@ -1,17 +1,13 @@
 import ForgePushToken
-
-#if canImport(FoundationEssentials)
-    import FoundationEssentials
-#else
-    import Foundation
-#endif
+import ServiceLogging
 
 /// The `json` format of `ServerLog`: one object per line, with the field names and level names of
 /// Go's `log/slog` JSON handler (`time`, `level`, `msg`; `DEBUG`, `INFO`, `WARN`, `ERROR`).
 ///
-/// Every string value that needs an escape is encoded by Foundation's `JSONEncoder` (quotes,
-/// backslashes, line breaks and C0 controls escaped as RFC 8259 §7 requires; printable ASCII
-/// without `"` and `\` needs none and is quoted as it is); the fields are then joined in a fixed order
+/// Every string value that needs an escape is encoded by the service's one JSON string escaper,
+/// `JSONText` (quotes, backslashes, line breaks and C0 controls escaped as RFC 8259 §7 requires,
+/// and U+2028 and U+2029; printable ASCII without `"` and `\` needs none and is quoted as it is);
+/// the fields are then joined in a fixed order
 /// (`time`, `level`, `msg` first), which a keyed container would not keep. DEL and C1 controls,
 /// which JSON allows raw but a terminal may act on, are first written as `\u{…}` text.
 ///
@@ -28,7 +24,7 @@ enum JSONLine {
     }
 
     /// slog's name of `level`.
-    static func levelName(_ level: PushTokenManager.LogLevel) -> String {
+    static func levelName(_ level: ServerLogLevel) -> String {
         switch level {
         case .debug: "DEBUG"
         case .info: "INFO"
@@ -39,7 +35,7 @@ enum JSONLine {
 
     /// One complete line, ending in a newline.
     static func line(
-        level: PushTokenManager.LogLevel, message: String, access: Access? = nil,
+        level: ServerLogLevel, message: String, access: Access? = nil,
         time: String = ServerLog.timestamp()
     ) -> String {
         var line = ""
@@ -67,7 +63,7 @@ enum JSONLine {
 
     /// `text` as a JSON string literal, quotes included. Printable ASCII without `"` and `\` (a
     /// timestamp, a method, most paths and messages) needs no escape and is quoted as it is, which
-    /// keeps an access line cheap; anything else goes through the encoder.
+    /// keeps an access line cheap; anything else goes through `JSONText`.
     static func string(_ text: String) -> String {
         if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
             return "\"" + text + "\""
@@ -84,31 +80,9 @@ enum JSONLine {
             }
             text = String(cleaned)
         }
-        // Encoding a String cannot fail (it is always representable); the fallback keeps the line
-        // valid JSON all the same.
-        guard let data = try? encoder.encode(text) else { return "\"\"" }
-        let encoded = String(decoding: data, as: UTF8.self)
-        // U+2028 and U+2029 are valid in a JSON string, but tools that split text on Unicode line
-        // breaks (JavaScript before ES2019, Python's splitlines) would cut the line there.
-        guard encoded.unicodeScalars.contains(where: { $0.value == 0x2028 || $0.value == 0x2029 }) else {
-            return encoded
-        }
-        var escaped = String.UnicodeScalarView()
-        for scalar in encoded.unicodeScalars {
-            switch scalar.value {
-            case 0x2028: escaped.append(contentsOf: #"\u2028"#.unicodeScalars)
-            case 0x2029: escaped.append(contentsOf: #"\u2029"#.unicodeScalars)
-            default: escaped.append(scalar)
-            }
-        }
-        return String(escaped)
+        var encoded: [UInt8] = []
+        encoded.reserveCapacity(text.utf8.count + 16)
+        JSONText.append(text, to: &encoded)
+        return String(decoding: encoded, as: UTF8.self)
     }
-
-    /// `/` is left as is: paths read better unescaped, and JSON does not require the escape.
-    /// (`JSONEncoder` is `Sendable`; its options are only set here, before any use.)
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        return encoder
-    }()
 }

@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 /// The service put together, in one place: the one owner of the token over its store, and the
 /// responder that answers every route from it (docs/architecture.md, "One composition root").

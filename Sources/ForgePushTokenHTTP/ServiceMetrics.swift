@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import PrometheusExposition
 
 #if canImport(FoundationEssentials)
     import FoundationEssentials
@@ -24,7 +25,8 @@ public final class ServiceMetrics: Sendable {
         case registrationsAccepted
         /// `POST /register` requests rejected with 400 (a 413 is refused before the responder).
         case registrationsRejected
-        /// `POST /fail` requests accepted (a failure reported to the manager).
+        /// `POST /fail` requests accepted (a registration failure reported: logged, and the token
+        /// cleared).
         case failuresReported
         /// Requests refused with 401 for a missing or wrong bearer token.
         case unauthorizedRequests
@@ -90,12 +92,6 @@ public final class ServiceMetrics: Sendable {
         let status: Int
     }
 
-    struct Histogram: Sendable {
-        var buckets = [UInt64](repeating: 0, count: ServiceMetrics.durationBuckets.count)
-        var sum = 0.0
-        var count: UInt64 = 0
-    }
-
     struct State: Sendable {
         var counters = [UInt64](repeating: 0, count: Counter.allCases.count)
         var requests: [RequestKey: UInt64] = [:]
@@ -145,11 +141,11 @@ public final class ServiceMetrics: Sendable {
             default: "other"
             }
         let key = RequestKey(route: route, method: method, status: status)
-        let bucket = seconds.flatMap { seconds in Self.durationBuckets.firstIndex { seconds <= $0 } }
+        let bucket = seconds.flatMap { Histogram.bucket(of: $0, in: Self.durationBuckets) }
         state.withLock { state in
             state.requests[key, default: 0] += 1
             guard let seconds else { return }
-            Self.add(seconds, bucket: bucket, to: &state.durations[route, default: Histogram()])
+            state.durations[route, default: Histogram(bounds: Self.durationBuckets)].record(seconds, bucket: bucket)
         }
     }
 
@@ -158,12 +154,6 @@ public final class ServiceMetrics: Sendable {
     public func recordStreamEnded(_ reason: StreamEndReason) {
         let index = StreamEndReason.allCases.firstIndex(of: reason) ?? 0
         state.withLock { $0.streamsEnded[index] += 1 }
-    }
-
-    private static func add(_ seconds: Double, bucket: Int?, to histogram: inout Histogram) {
-        if let bucket { histogram.buckets[bucket] += 1 }
-        histogram.sum += seconds
-        histogram.count += 1
     }
 
     /// The exposition text (`Content-Type: text/plain; version=0.0.4; charset=utf-8`).
@@ -184,114 +174,90 @@ public final class ServiceMetrics: Sendable {
         stateSaved: Bool? = nil, draining: Bool = false, tokens: (read: Int, write: Int) = (0, 0)
     ) -> String {
         let state = state.withLock { $0 }
-        var text = ""
-        func family(_ name: String, _ type: String, _ help: String) {
-            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-        }
-        family("forge_push_token_subscribers", "gauge", "Event-stream subscribers connected now.")
-        text += "forge_push_token_subscribers \(subscribers)\n"
+        var out = PrometheusText()
+        out.single("forge_push_token_subscribers", .gauge, help: "Event-stream subscribers connected now.", subscribers)
         var previousFamily = ""
         for counter in Counter.allCases {
             // A labelled series shares its family's HELP and TYPE with the series before it.
             let familyName = String(counter.name.prefix { $0 != "{" })
-            if familyName != previousFamily { family(familyName, "counter", counter.help) }
+            if familyName != previousFamily { out.family(familyName, .counter, help: counter.help) }
             previousFamily = familyName
-            text += "\(counter.name) \(state.counters[counter.rawValue])\n"
+            let labels = counter.name.dropFirst(familyName.count).dropFirst().dropLast()
+            out.sample(familyName, labels: String(labels), state.counters[counter.rawValue])
         }
-        family(
-            "forge_push_token_credentials_tokens", "gauge",
-            "Bearer tokens in force by role (--read-token-file, --write-token-file, or the one --auth-token).")
-        text += "forge_push_token_credentials_tokens{role=\"read\"} \(tokens.read)\n"
-        text += "forge_push_token_credentials_tokens{role=\"write\"} \(tokens.write)\n"
-        family("forge_push_token_events_sent_total", "counter", "Token events written to subscribers.")
-        text += "forge_push_token_events_sent_total \(events.sent)\n"
-        family(
-            "forge_push_token_events_skipped_total", "counter",
-            "Token events a slow subscriber skipped because a newer one replaced them (conflation).")
-        text += "forge_push_token_events_skipped_total \(events.skipped)\n"
-        family(
-            "forge_push_token_streams_ended_total", "counter",
-            "Event streams ended, by reason: client (went away), drain, age (--max-stream-age), shutdown, revoked.")
+        out.family(
+            "forge_push_token_credentials_tokens", .gauge,
+            help: "Bearer tokens in force by role (--read-token-file, --write-token-file, or the one --auth-token).")
+        out.sample("forge_push_token_credentials_tokens", labels: #"role="read""#, tokens.read)
+        out.sample("forge_push_token_credentials_tokens", labels: #"role="write""#, tokens.write)
+        out.single(
+            "forge_push_token_events_sent_total", .counter, help: "Token events written to subscribers.", events.sent)
+        out.single(
+            "forge_push_token_events_skipped_total", .counter,
+            help: "Token events a slow subscriber skipped because a newer one replaced them (conflation).",
+            events.skipped)
+        out.family(
+            "forge_push_token_streams_ended_total", .counter,
+            help:
+                "Event streams ended, by reason: client (went away), drain, age (--max-stream-age), shutdown, revoked.")
         for (reason, count) in zip(StreamEndReason.allCases, state.streamsEnded) {
-            text += "forge_push_token_streams_ended_total{reason=\"\(reason.rawValue)\"} \(count)\n"
+            out.sample("forge_push_token_streams_ended_total", labels: "reason=\"\(reason.rawValue)\"", count)
         }
-        family(
-            "forge_push_token_draining", "gauge",
-            "1 from a stopping replica's first signal to its exit while it drains (--drain-seconds), else 0.")
-        text += "forge_push_token_draining \(draining ? 1 : 0)\n"
-        family("forge_push_token_http_requests_total", "counter", "HTTP requests by route, method and status.")
+        out.single(
+            "forge_push_token_draining", .gauge,
+            help: "1 from a stopping replica's first signal to its exit while it drains (--drain-seconds), else 0.",
+            draining ? 1 : 0)
+        out.family(
+            "forge_push_token_http_requests_total", .counter, help: "HTTP requests by route, method and status.")
         for (key, count) in state.requests.sorted(by: {
             ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status)
         }) {
-            text +=
-                "forge_push_token_http_requests_total{route=\"\(key.route)\",method=\"\(key.method)\",status=\"\(key.status)\"} \(count)\n"
+            out.sample(
+                "forge_push_token_http_requests_total",
+                labels: "route=\"\(key.route)\",method=\"\(key.method)\",status=\"\(key.status)\"", count)
         }
         let name = "forge_push_token_http_request_duration_seconds"
-        family(
-            name, "histogram",
-            "Time from a request's arrival to its completion, by route; not timed: event streams, and GET /token while the access log is off (an allocation-free path)."
+        out.family(
+            name, .histogram,
+            help:
+                "Time from a request's arrival to its completion, by route; not timed: event streams, and GET /token while the access log is off (an allocation-free path)."
         )
         for (route, histogram) in state.durations.sorted(by: { $0.key < $1.key }) {
-            var cumulative: UInt64 = 0
-            for (bound, count) in zip(Self.durationBuckets, histogram.buckets) {
-                cumulative += count
-                text += "\(name)_bucket{route=\"\(route)\",le=\"\(bound)\"} \(cumulative)\n"
-            }
-            text += "\(name)_bucket{route=\"\(route)\",le=\"+Inf\"} \(histogram.count)\n"
-            text += "\(name)_sum{route=\"\(route)\"} \(histogram.sum)\n"
-            text += "\(name)_count{route=\"\(route)\"} \(histogram.count)\n"
+            out.histogram(name, labels: "route=\"\(route)\"", histogram)
         }
-        text += operatorSeries(maxSubscribers: maxSubscribers, stateSaved: stateSaved)
-        return text
+        operatorSeries(maxSubscribers: maxSubscribers, stateSaved: stateSaved, to: &out)
+        return out.text
     }
 
     /// The series operators' alerts read (docker/prometheus/rules.yml): the subscriber limit, the
     /// state file's health, the build, and the standard process metrics.
-    private func operatorSeries(maxSubscribers: Int?, stateSaved: Bool?) -> String {
-        var text = ""
-        func gauge(_ name: String, _ help: String, _ value: String) {
-            text += "# HELP \(name) \(help)\n# TYPE \(name) gauge\n\(name) \(value)\n"
-        }
+    private func operatorSeries(maxSubscribers: Int?, stateSaved: Bool?, to out: inout PrometheusText) {
         if let maxSubscribers {
-            gauge(
-                "forge_push_token_subscribers_limit",
-                "Most event-stream subscribers admitted at once (--max-subscribers).",
-                "\(maxSubscribers)")
+            out.single(
+                "forge_push_token_subscribers_limit", .gauge,
+                help: "Most event-stream subscribers admitted at once (--max-subscribers).", maxSubscribers)
         }
         if let stateSaved {
-            gauge(
-                "forge_push_token_state_saved",
-                "1 when every token change is saved in the state file, 0 after a write failed (until one succeeds).",
-                stateSaved ? "1" : "0")
+            out.single(
+                "forge_push_token_state_saved", .gauge,
+                help:
+                    "1 when every token change is saved in the state file, 0 after a write failed (until one succeeds).",
+                stateSaved ? 1 : 0)
         }
         if let version = buildVersion.withLock({ $0 }) {
             let name = "forge_push_token_build_info"
-            text += "# HELP \(name) Always 1; the version label names the running build.\n# TYPE \(name) gauge\n"
-            text += "\(name){version=\"\(Self.escapeLabel(version))\"} 1\n"
+            out.family(name, .gauge, help: "Always 1; the version label names the running build.")
+            out.sample(name, labels: "version=\"\(PrometheusText.escapeLabel(version))\"", 1)
         }
         if let process = ProcessMetrics.read() {
-            text += process.exposition
+            process.render(to: &out)
         } else {
-            gauge(
-                "process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "\(startTime)")
+            out.single(
+                "process_start_time_seconds", .gauge, help: "Start time of the process since unix epoch in seconds.",
+                startTime)
         }
-        return text
-    }
-
-    /// A label value escaped as the exposition format asks: backslash, double quote, line feed.
-    static func escapeLabel(_ value: String) -> String {
-        var escaped = ""
-        for character in value {
-            switch character {
-            case "\\": escaped += "\\\\"
-            case "\"": escaped += "\\\""
-            case "\n": escaped += "\\n"
-            default: escaped.append(character)
-            }
-        }
-        return escaped
     }
 
     /// The `Content-Type` of `render`'s text.
-    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+    public static let contentType = PrometheusText.contentType
 }

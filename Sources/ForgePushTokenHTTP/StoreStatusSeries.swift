@@ -1,4 +1,5 @@
 import ForgePushTokenOwner
+import PrometheusExposition
 
 extension StoreStatus {
     /// The store's series in `/metrics` (docs/operations.md): with a durable copy,
@@ -8,9 +9,11 @@ extension StoreStatus {
     /// Complete lines in the Prometheus text format (version 0.0.4), each ending in a line feed.
     var metricsText: String {
         guard let writes = durableWrites else { return series }
-        return "# HELP forge_push_token_state_file_writes_total Writes of the state file (each fsynced), "
-            + "each holding every change decided since the one before.\n"
-            + "# TYPE forge_push_token_state_file_writes_total counter\n"
-            + "forge_push_token_state_file_writes_total \(writes)\n" + series
+        var text = PrometheusText()
+        text.single(
+            "forge_push_token_state_file_writes_total", .counter,
+            help: "Writes of the state file (each fsynced), each holding every change decided since the one before.",
+            writes)
+        return text.text + series
     }
 }

@@ -118,12 +118,18 @@ final class Rendering: Sendable {
     }
 }
 
-/// JSON text written by hand for the bodies on the hot paths (`GET /token`, `POST /register`, the
-/// SSE event), where `JSONEncoder` cost more than the rest of the request. The output is the same
-/// bytes `JSONBody.encode` gives for these values (sorted keys, no escaped slashes).
+/// The service's one JSON string escaper, written by hand for the bodies on the hot paths
+/// (`GET /token`, `POST /register`, the SSE event), where `JSONEncoder` cost more than the rest of
+/// the request, and used by the JSON log lines too (`JSONLine.string`). For these values the output
+/// is the bytes `JSONBody.encode` gives (sorted keys, no escaped slashes).
+///
+/// RFC 8259 §7: quote, backslash and C0 controls are escaped. U+2028 LINE SEPARATOR and U+2029
+/// PARAGRAPH SEPARATOR are valid raw in JSON, but are escaped too (`\u2028`, `\u2029`; the same
+/// value to any JSON parser): JavaScript before ES2019 ends a string literal there, and tools that
+/// split text on Unicode line breaks (Python's `str.splitlines`, some log shippers) would cut a
+/// body, an SSE `data:` line or a log line in two. Thread-safety: stateless.
 enum JSONText {
-    /// Appends `value` as a JSON string (RFC 8259 §7: quote, backslash and control characters escaped),
-    /// or `null` for `nil`.
+    /// Appends `value` as a JSON string, or `null` for `nil`.
     static func append(_ value: String?, to out: inout [UInt8]) {
         guard let value else {
             out.append(contentsOf: "null".utf8)
@@ -131,12 +137,17 @@ enum JSONText {
         }
         out.append(UInt8(ascii: "\""))
         let utf8 = value.utf8
-        if !utf8.containsByte(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+        // 0xE2 leads the UTF-8 of U+2028 and U+2029 (E2 80 A8, E2 80 A9).
+        if !utf8.containsByte(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0xE2 }
+        ) {
             out.append(contentsOf: utf8)  // nothing to escape: hex digits, always, for a token
             out.append(UInt8(ascii: "\""))
             return
         }
-        for byte in utf8 {
+        var index = utf8.startIndex
+        while index != utf8.endIndex {
+            let byte = utf8[index]
+            utf8.formIndex(after: &index)
             switch byte {
             case UInt8(ascii: "\""), UInt8(ascii: "\\"):
                 out.append(UInt8(ascii: "\\"))
@@ -150,6 +161,16 @@ enum JSONText {
                 out.append(contentsOf: #"\u00"#.utf8)
                 out.append(DeviceTokenHex.digits[Int(byte >> 4)])
                 out.append(DeviceTokenHex.digits[Int(byte & 0x0f)])
+            case 0xE2:
+                // A String's UTF-8 is valid: a lead byte 0xE2 has two continuation bytes.
+                let second = utf8[index]
+                let third = utf8[utf8.index(after: index)]
+                if second == 0x80 && (third == 0xA8 || third == 0xA9) {
+                    out.append(contentsOf: (third == 0xA8 ? #"\u2028"# : #"\u2029"#).utf8)
+                    utf8.formIndex(&index, offsetBy: 2)
+                } else {
+                    out.append(byte)
+                }
             default:
                 out.append(byte)
             }

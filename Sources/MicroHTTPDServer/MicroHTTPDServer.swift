@@ -2,6 +2,7 @@ import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import ServiceLogging
 
 #if canImport(Glibc)
     import Glibc
@@ -331,17 +332,17 @@ final class LogBox: Sendable {
 ///
 /// Thread-safety: a value type; `LogBox` keeps it behind a lock.
 struct LineBudget: Sendable {
-    /// The second (monotonic, whole) the count is for.
-    var second: Int64 = -1
+    /// When the second the count is for began (`nil` before the first line).
+    var second: ContinuousClock.Instant?
     /// Lines written in it.
     var written = 0
     /// Lines left out since the last one written.
     var leftOut = 0
 
-    /// Whether a line may be written at `now` (monotonic seconds): `nil` when not (it is counted),
-    /// else how many were left out before it.
-    mutating func admit(at now: Int64, perSecond: Int) -> Int? {
-        if now != second {
+    /// Whether a line may be written at `now`: `nil` when not (it is counted), else how many were
+    /// left out before it. A second starts at the first line after the last one ended.
+    mutating func admit(at now: ContinuousClock.Instant, perSecond: Int) -> Int? {
+        if second.map({ now - $0 >= .seconds(1) }) ?? true {
             second = now
             written = 0
         }
@@ -367,14 +368,13 @@ func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog, limit
     let routine =
         strncmp(message, "Closing connection (application error generating response)", 58) == 0
         || strncmp(message, "Failed to send the", 18) == 0
-    let level: PushTokenManager.LogLevel = routine ? .debug : .warning
+    let level: ServerLogLevel = routine ? .debug : .warning
     guard level >= log.minimumLevel else { return }
     var text = String(cString: message)
     while let last = text.last, last.isWhitespace { text.removeLast() }
     if let limiter, level >= .warning {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        guard let leftOut = limiter.withLock({ $0.admit(at: Int64(now.tv_sec), perSecond: LogBox.warningsPerSecond) })
+        let now = ContinuousClock.now
+        guard let leftOut = limiter.withLock({ $0.admit(at: now, perSecond: LogBox.warningsPerSecond) })
         else { return }
         if leftOut > 0 { text += " (\(leftOut) more libmicrohttpd warnings left out before this one)" }
     }

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+import ServiceLogging
 
 #if canImport(Glibc)
     import Glibc

@@ -88,22 +88,24 @@ final class SubscriberWatcher: Sendable {
 
     private func loop() {
         var events = [epoll_event](repeating: epoll_event(), count: 256)
-        let period = UInt64(heartbeatSeconds) * 1_000_000_000
-        var nextTick = DispatchTime.now().uptimeNanoseconds + period
-        let second: UInt64 = 1_000_000_000
-        var nextSecond = everySecond == nil ? UInt64.max : DispatchTime.now().uptimeNanoseconds + second
+        // The service's one clock (ContinuousClock), as every deadline of the engine.
+        let clock = ContinuousClock()
+        let period = Duration.seconds(heartbeatSeconds)
+        var nextTick = clock.now + period
+        var nextSecond = everySecond == nil ? nil : clock.now + .seconds(1)
         while true {
-            let now = DispatchTime.now().uptimeNanoseconds
+            let now = clock.now
             if now >= nextTick {
                 owner.heartbeat()
                 nextTick = now + period
             }
-            if now >= nextSecond, let everySecond {
+            if let second = nextSecond, now >= second, let everySecond {
                 everySecond()
-                nextSecond = now + second
+                nextSecond = now + .seconds(1)
             }
-            let next = min(nextTick, nextSecond)
-            let timeout = Int32(clamping: (next - min(now, next)) / 1_000_000 + 1)
+            let wait = (nextSecond.map { min(nextTick, $0) } ?? nextTick) - now
+            let (seconds, attoseconds) = max(wait, .zero).components
+            let timeout = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1)
             let count = epoll_wait(epoll, &events, Int32(events.count), timeout)
             if count < 0 { continue }  // EINTR
             for event in events.prefix(Int(count)) {

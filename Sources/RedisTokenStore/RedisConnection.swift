@@ -1,4 +1,5 @@
 import CHiredis
+import ForgePushTokenOwner
 import GnuTLSClient
 
 #if canImport(Glibc)
@@ -261,7 +262,7 @@ final class RedisConnection {
                 }
                 if result < 0 {
                     guard errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR else {
-                        throw .unreachable(RedisSocket.errorText(errno))
+                        throw .unreachable(systemErrorText(errno))
                     }
                     wrote = 0
                 } else {
@@ -337,7 +338,7 @@ final class RedisConnection {
             let result = buffer.withUnsafeMutableBytes { read(socket, $0.baseAddress, $0.count) }
             if result < 0 {
                 if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return }
-                throw closed(RedisSocket.errorText(errno))
+                throw closed(systemErrorText(errno))
             }
             if result == 0 { throw closed("Server closed the connection") }
             count = result

@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 /// What the writer and the subscription share: the link's health (`RedisLinkStateMachine`),
 /// driven here, and the parts with a job each: the one place that connects to Redis
@@ -34,7 +35,7 @@ final class RedisLink: Sendable {
     /// A link for `configuration`, logging through `log`.
     init(
         configuration: RedisTokenStore.Configuration,
-        log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
+        log: @escaping @Sendable (ServerLogLevel, String) -> Void
     ) {
         self.configuration = configuration
         self.telemetry = RedisTelemetry(log: log)
@@ -42,15 +43,10 @@ final class RedisLink: Sendable {
         self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
         self.writerID = String(UInt64.random(in: 0...UInt64.max), radix: 16)
         self.connector = RedisConnector(configuration: configuration)
-        var timings = RedisLinkStateMachine.Timings()
-        timings.heartbeatInterval = configuration.heartbeatInterval
-        timings.heartbeatTimeout = configuration.heartbeatTimeout
-        timings.checkInterval = configuration.checkInterval
-        timings.refreshInterval = configuration.refreshInterval
-        timings.probeInterval = configuration.probeInterval
         self.machine = Locked(
             RedisLinkStateMachine(
-                endpoint: configuration.endpoint.description, prefix: configuration.prefix.value, timings: timings))
+                endpoint: configuration.endpoint.description, prefix: configuration.prefix.value,
+                timings: configuration.timings))
     }
 
     /// Starts sending the owner what this store learns, reading the owner's state with `current`.

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 /// The health of a replica's link to Redis, and when to ping, check and reconnect: a plain value
 /// with no lock, no clock and no I/O, in the shape of swift-nio's state machines. Every event is a
@@ -64,7 +65,7 @@ struct RedisLinkStateMachine: Sendable {
         /// Tell the owner the store's health changed.
         case report(StoreHealth)
         /// Write a log line.
-        case log(PushTokenManager.LogLevel, String)
+        case log(ServerLogLevel, String)
         /// Queue one check of `PREFIX:state` on the writer (`checkSucceeded`, `checkFailed` or `checkNotQueued`
         /// must follow).
         case requestCheck
@@ -281,7 +282,7 @@ struct RedisLinkStateMachine: Sendable {
         if notDelivering {
             notDelivering = false
             if isSubscribed && health == .notDelivering && stateRead {
-                actions = become(live, detail: Self.exhaustion, at: now)
+                actions = become(live, detail: TokenState.versionExhausted, at: now)
             } else if isSubscribed && health == .notDelivering {
                 actions = check()
             }
@@ -291,17 +292,15 @@ struct RedisLinkStateMachine: Sendable {
 
     // MARK: The version
 
-    /// Why `version_exhausted`, for its log line.
-    static let exhaustion =
-        "the version is 2^53 - 1, the largest one Redis keeps, and every change is refused"
-
     /// A state was read from Redis (a check, or a commit's reply); `atMaximum` when its version is
     /// 2^53 - 1. A connected link then says `version_exhausted` (and `connected` again once the
     /// state is below it).
     mutating func versionSeen(atMaximum: Bool, at now: Double) -> [Action] {
         guard atMaximum != exhausted else { return [] }
         exhausted = atMaximum
-        if atMaximum && health == .connected { return become(.versionExhausted, detail: Self.exhaustion, at: now) }
+        if atMaximum && health == .connected {
+            return become(.versionExhausted, detail: TokenState.versionExhausted, at: now)
+        }
         if !atMaximum && health == .versionExhausted { return become(.connected, detail: "", at: now) }
         return []
     }
@@ -339,7 +338,7 @@ struct RedisLinkStateMachine: Sendable {
         writerIsFailing = false
         // A subscription that went unheard stays `not_delivering` until a probe is heard.
         var actions =
-            isSubscribed && !notDelivering ? become(live, detail: Self.exhaustion, at: now) : reportIfChanged()
+            isSubscribed && !notDelivering ? become(live, detail: TokenState.versionExhausted, at: now) : reportIfChanged()
         if checkAgain {
             checkAgain = false
             actions += check()

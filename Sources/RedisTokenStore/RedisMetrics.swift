@@ -1,3 +1,5 @@
+import PrometheusExposition
+
 /// The store's counters, and their Prometheus text (version 0.0.4) for `/metrics`
 /// (docs/operations.md lists the series): the gauge `forge_push_token_redis_up` (0 or 1), the
 /// counters `forge_push_token_redis_reconnects_total` and `forge_push_token_redis_errors_total`,
@@ -44,80 +46,45 @@ struct RedisMetrics: Sendable, Equatable {
     /// the master's address changed, and with a sentinel URL (`sentinel`) `master` the master in
     /// use (`HOST:PORT`, never a password).
     func render(up: Bool, masterChanges: UInt64 = 0, sentinel: Bool = false, master: String? = nil) -> String {
-        var out = ""
-        out +=
-            "# HELP forge_push_token_redis_up Whether the subscription to Redis is live and the state was read (1) or not (0).\n"
-        out += "# TYPE forge_push_token_redis_up gauge\n"
-        out += "forge_push_token_redis_up \(up ? 1 : 0)\n"
-        out += "# HELP forge_push_token_redis_reconnects_total Connections to Redis made again after one was lost.\n"
-        out += "# TYPE forge_push_token_redis_reconnects_total counter\n"
-        out += "forge_push_token_redis_reconnects_total \(reconnects)\n"
-        out += "# HELP forge_push_token_redis_errors_total Failed Redis connects, commands and timeouts.\n"
-        out += "# TYPE forge_push_token_redis_errors_total counter\n"
-        out += "forge_push_token_redis_errors_total \(errors)\n"
-        out += writes.render(
-            "forge_push_token_redis_write_seconds", help: "Round trip of a token write through Redis.")
-        out += probes.render(
-            "forge_push_token_redis_probe_seconds", help: "Round trip of a delivery probe, from publish to hearing it.")
-        out += "# HELP forge_push_token_redis_master_changes_total Times the Redis master's address changed.\n"
-        out += "# TYPE forge_push_token_redis_master_changes_total counter\n"
-        out += "forge_push_token_redis_master_changes_total \(masterChanges)\n"
-        out +=
-            "# HELP forge_push_token_redis_ignored_messages_total Messages from Redis or a sentinel that changed nothing, by kind.\n"
-        out += "# TYPE forge_push_token_redis_ignored_messages_total counter\n"
+        var out = PrometheusText()
+        out.single(
+            "forge_push_token_redis_up", .gauge,
+            help: "Whether the subscription to Redis is live and the state was read (1) or not (0).", up ? 1 : 0)
+        out.single(
+            "forge_push_token_redis_reconnects_total", .counter,
+            help: "Connections to Redis made again after one was lost.", reconnects)
+        out.single(
+            "forge_push_token_redis_errors_total", .counter, help: "Failed Redis connects, commands and timeouts.",
+            errors)
+        out.family(
+            "forge_push_token_redis_write_seconds", .histogram, help: "Round trip of a token write through Redis.")
+        out.histogram("forge_push_token_redis_write_seconds", writes)
+        out.family(
+            "forge_push_token_redis_probe_seconds", .histogram,
+            help: "Round trip of a delivery probe, from publish to hearing it.")
+        out.histogram("forge_push_token_redis_probe_seconds", probes)
+        out.single(
+            "forge_push_token_redis_master_changes_total", .counter, help: "Times the Redis master's address changed.",
+            masterChanges)
+        out.family(
+            "forge_push_token_redis_ignored_messages_total", .counter,
+            help: "Messages from Redis or a sentinel that changed nothing, by kind.")
         for kind in RedisIgnoredMessage.allCases {
-            out += "forge_push_token_redis_ignored_messages_total{kind=\"\(kind.rawValue)\"} \(ignored[kind] ?? 0)\n"
+            out.sample(
+                "forge_push_token_redis_ignored_messages_total", labels: "kind=\"\(kind.rawValue)\"", ignored[kind] ?? 0
+            )
         }
         if sentinel {
-            out += "# HELP forge_push_token_redis_master_info The Redis master in use, found through the sentinels.\n"
-            out += "# TYPE forge_push_token_redis_master_info gauge\n"
+            out.family(
+                "forge_push_token_redis_master_info", .gauge,
+                help: "The Redis master in use, found through the sentinels.")
             if let master {
                 // A host name or IP address and a port (RedisSentinelDirectory refuses anything
                 // else), so nothing needs escaping in the label.
-                out += "forge_push_token_redis_master_info{address=\"\(master)\"} 1\n"
+                out.sample("forge_push_token_redis_master_info", labels: "address=\"\(master)\"", 1)
             }
         }
-        return out
-    }
-}
-
-/// A Prometheus histogram of seconds: cumulative counts per upper bound, the count and the sum.
-///
-/// Thread-safety: a value type; its owner keeps it behind a lock.
-struct Histogram: Sendable, Equatable {
-    /// Upper bounds of the buckets, in seconds, ascending.
-    let bounds: [Double]
-    /// Observations per bucket, cumulative (an observation counts in every bucket whose bound it
-    /// is within).
-    private(set) var buckets: [UInt64]
-    /// Observations.
-    private(set) var count: UInt64 = 0
-    /// Their sum, in seconds.
-    private(set) var sum = 0.0
-
-    /// An empty histogram with `bounds`.
-    init(bounds: [Double]) {
-        self.bounds = bounds
-        buckets = [UInt64](repeating: 0, count: bounds.count)
-    }
-
-    /// Counts an observation of `seconds`.
-    mutating func record(_ seconds: Double) {
-        for (index, bound) in bounds.enumerated() where seconds <= bound {
-            buckets[index] &+= 1
-        }
-        count &+= 1
-        sum += seconds
-    }
-
-    /// The family `name` in the text format: HELP, TYPE, every bucket, `+Inf`, sum and count.
-    func render(_ name: String, help: String) -> String {
-        var out = "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
-        for (index, bound) in bounds.enumerated() {
-            out += "\(name)_bucket{le=\"\(bound)\"} \(buckets[index])\n"
-        }
-        out += "\(name)_bucket{le=\"+Inf\"} \(count)\n\(name)_sum \(sum)\n\(name)_count \(count)\n"
-        return out
+        return out.text
     }
 }
 

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 /// The Redis store's way to the owner: the owner's report closure and state reader
 /// (`TokenStore.start(reporting:current:)`), and the reports waiting for them, delivered in the
@@ -23,7 +24,7 @@ final class RedisOwnerReports: Sendable {
         /// A `TokenStoreEvent` for the owner's report closure.
         case owner(TokenStoreEvent)
         /// A log line.
-        case log(PushTokenManager.LogLevel, String)
+        case log(ServerLogLevel, String)
     }
 
     /// What the lock guards.
@@ -39,10 +40,10 @@ final class RedisOwnerReports: Sendable {
     }
 
     private let state = Locked(State())
-    private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
+    private let logger: @Sendable (ServerLogLevel, String) -> Void
 
     /// Reports to no owner (until `start`), logging through `log`.
-    init(log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void) {
+    init(log: @escaping @Sendable (ServerLogLevel, String) -> Void) {
         self.logger = log
     }
 

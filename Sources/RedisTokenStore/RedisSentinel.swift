@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import GnuTLSClient
+import ServiceLogging
 
 #if canImport(Glibc)
     import Glibc

@@ -1,3 +1,5 @@
+import ForgePushTokenOwner
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
@@ -37,7 +39,7 @@ enum RedisSocket {
             next = entry.pointee.ai_next
             let fd = socket(entry.pointee.ai_family, entry.pointee.ai_socktype, entry.pointee.ai_protocol)
             if fd < 0 {
-                why = errorText(errno)
+                why = systemErrorText(errno)
                 continue
             }
             do throws(RedisConnectionError) {
@@ -70,7 +72,7 @@ enum RedisSocket {
         #else
             let fd = socket(AF_UNIX, SOCK_STREAM, 0)
         #endif
-        guard fd >= 0 else { throw .unreachable(errorText(errno)) }
+        guard fd >= 0 else { throw .unreachable(systemErrorText(errno)) }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
@@ -102,14 +104,18 @@ enum RedisSocket {
         let flags = fcntl(fd, F_GETFL, 0)
         _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
         if connect(fd, address, length) == 0 { return }
-        guard errno == EINPROGRESS || errno == EAGAIN || errno == EINTR else { throw .unreachable(errorText(errno)) }
+        guard errno == EINPROGRESS || errno == EAGAIN || errno == EINTR else {
+            throw .unreachable(systemErrorText(errno))
+        }
         guard try wait(fd, for: Int16(POLLOUT), until: deadline) else {
             throw .unreachable("Connection timed out")
         }
         var failure: Int32 = 0
         var size = socklen_t(MemoryLayout<Int32>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &size) == 0 else { throw .unreachable(errorText(errno)) }
-        if failure != 0 { throw .unreachable(errorText(failure)) }
+        guard getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &size) == 0 else {
+            throw .unreachable(systemErrorText(errno))
+        }
+        if failure != 0 { throw .unreachable(systemErrorText(failure)) }
     }
 
     /// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`) or `deadline` passes.
@@ -123,12 +129,7 @@ enum RedisSocket {
             var descriptor = pollfd(fd: fd, events: events, revents: 0)
             let ready = poll(&descriptor, 1, Int32(min(remaining * 1000, 60_000).rounded(.up)))
             if ready > 0 { return true }
-            if ready < 0 && errno != EINTR { throw .unreachable("poll failed: \(errorText(errno))") }
+            if ready < 0 && errno != EINTR { throw .unreachable("poll failed: \(systemErrorText(errno))") }
         }
-    }
-
-    /// `strerror(3)` of `code`.
-    static func errorText(_ code: Int32) -> String {
-        String(cString: strerror(code))
     }
 }

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ServiceLogging
 
 /// The Redis store's counters and histograms (`RedisMetrics`) and its log, with the limiter that
 /// keeps lines Redis traffic causes to one per 10 s per kind (`RedisLogLimiter`). Split out of
@@ -8,10 +9,10 @@ import ForgePushToken
 /// the limiter included) is a leaf, never held while logging.
 final class RedisTelemetry: Sendable {
     private let metrics = Locked(RedisMetrics())
-    private let logger: @Sendable (PushTokenManager.LogLevel, String) -> Void
+    private let logger: @Sendable (ServerLogLevel, String) -> Void
 
     /// Telemetry logging through `log`.
-    init(log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void) {
+    init(log: @escaping @Sendable (ServerLogLevel, String) -> Void) {
         self.logger = log
     }
 
@@ -37,7 +38,7 @@ final class RedisTelemetry: Sendable {
     }
 
     /// Writes a log line.
-    func log(_ level: PushTokenManager.LogLevel, _ line: String) { logger(level, line) }
+    func log(_ level: ServerLogLevel, _ line: String) { logger(level, line) }
 
     /// A message of `kind` from Redis or a sentinel changed nothing: counts it, and logs `detail`
     /// as a warning at most once per 10 s per kind (`RedisLogLimiter`).
@@ -51,7 +52,7 @@ final class RedisTelemetry: Sendable {
 
     /// Logs `line` at most once per 10 s for `key` (a line that Redis traffic causes, such as a
     /// `+switch-master`), with how many were left out.
-    func logLimited(_ key: String, _ level: PushTokenManager.LogLevel, _ line: String) {
+    func logLimited(_ key: String, _ level: ServerLogLevel, _ line: String) {
         let leftOut = metrics.withLock { $0.limiter.admit(key, at: monotonicSeconds()) }
         if let leftOut { logger(level, RedisLogLimiter.annotate(line, leftOut: leftOut)) }
     }

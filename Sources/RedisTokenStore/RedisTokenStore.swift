@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 #if canImport(Glibc)
     import Glibc
@@ -57,17 +58,34 @@ public final class RedisTokenStore: TokenStore {
         public var writeTimeout: Double = 2
         /// Pending commits and checks the writer queue holds before refusing more.
         public var queueCapacity: Int = 4096
-        /// Seconds between `PING`s on the subscription connection.
-        public var heartbeatInterval: Double = 1
-        /// Seconds without an answer to a `PING` after which Redis counts as unreachable.
-        public var heartbeatTimeout: Double = 3
-        /// Seconds between periodic checks of `PREFIX:state`.
-        public var checkInterval: Double = 2
+        /// The link's timings; their defaults are written once, in `RedisLinkStateMachine.Timings`.
+        var timings = RedisLinkStateMachine.Timings()
+        /// Seconds between `PING`s on the subscription connection (1).
+        public var heartbeatInterval: Double {
+            get { timings.heartbeatInterval }
+            set { timings.heartbeatInterval = newValue }
+        }
+        /// Seconds without an answer to a `PING` after which Redis counts as unreachable (3).
+        public var heartbeatTimeout: Double {
+            get { timings.heartbeatTimeout }
+            set { timings.heartbeatTimeout = newValue }
+        }
+        /// Seconds between periodic checks of `PREFIX:state` (2).
+        public var checkInterval: Double {
+            get { timings.checkInterval }
+            set { timings.checkInterval = newValue }
+        }
         /// The least seconds between two checks asked for by `refresh()` (0.1).
-        public var refreshInterval: Double = 0.1
+        public var refreshInterval: Double {
+            get { timings.refreshInterval }
+            set { timings.refreshInterval = newValue }
+        }
         /// Seconds between delivery probes on `PREFIX:probe` (`--redis-probe-interval`: whole
         /// seconds, 1 to 60, default 5); a probe not heard within 2 s is `not_delivering`.
-        public var probeInterval: Double = 5
+        public var probeInterval: Double {
+            get { timings.probeInterval }
+            set { timings.probeInterval = newValue }
+        }
         /// What a `rediss://` endpoint trusts and presents (unused by other endpoints): the system's
         /// trust store and no client certificate by default.
         public var tls = RedisTLSSettings()
@@ -96,7 +114,7 @@ public final class RedisTokenStore: TokenStore {
     /// Creates a store; nothing connects until `start(reporting:current:)`.
     public init(
         configuration: Configuration,
-        log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void
+        log: @escaping @Sendable (ServerLogLevel, String) -> Void
     ) {
         let link = RedisLink(configuration: configuration, log: log)
         self.link = link

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 
 /// The store's writer: one thread with its own connection that runs every commit and every check
 /// of `PREFIX:state` through the scripts of `RedisScripts` (docs/replicas.md, "What lives in
@@ -226,8 +227,8 @@ final class RedisWriter: Sendable {
                 let detail = String(message.dropFirst("VERSIONEXHAUSTED ".count))
                 link.telemetry.logLimited(
                     "writer.version_exhausted", .error,
-                    "a change was refused: \(detail); no higher version can be kept in Redis (Lua numbers are exact "
-                        + "up to 2^53 - 1): stop every replica, DEL \(configuration.prefix.stateKey), and start them again"
+                    "a change was refused (\(detail)): \(TokenState.versionExhausted); the key is "
+                        + configuration.prefix.stateKey
                 )
                 link.handle { $0.versionSeen(atMaximum: true, at: monotonicSeconds()) }
                 finish([job], failing: .versionExhausted)
@@ -287,9 +288,6 @@ final class RedisWriter: Sendable {
         return true
     }
 
-    /// Why a check failed when the script found no version left above 2^53 - 1 (log text).
-    static let versionExhausted = "Redis: version_exhausted (the version is 2^53 - 1, the largest one kept)"
-
     /// The reason of `.unavailable` for `health`.
     static func reason(_ health: RedisLinkStateMachine.Health) -> String {
         "Redis: \(health.rawValue)"
@@ -314,7 +312,9 @@ final class RedisWriter: Sendable {
                 case .unknown(let detail):
                     link.handle { $0.checkFailed(.unreachable, detail: detail, at: monotonicSeconds()) }
                 case .versionExhausted:
-                    link.handle { $0.checkFailed(.unreachable, detail: Self.versionExhausted, at: monotonicSeconds()) }
+                    link.handle {
+                        $0.checkFailed(.unreachable, detail: TokenState.versionExhausted, at: monotonicSeconds())
+                    }
                 }
             }
         }

@@ -107,9 +107,9 @@ final class CredentialReloader: Sendable {
         seen.withLock { $0 = signatures }
         let metrics = responder.metrics
         do throws(CommandLineOptions.UsageError) {
-            let write = try CommandLineOptions.readTokenFile(writePath, flag: "write-token-file", readFile: readFile)
+            let write = try CommandLineOptions.readTokenFile(writePath, flag: .writeTokenFile, readFile: readFile)
             let read = try readPath.map { path throws(CommandLineOptions.UsageError) in
-                try CommandLineOptions.readTokenFile(path, flag: "read-token-file", readFile: readFile)
+                try CommandLineOptions.readTokenFile(path, flag: .readTokenFile, readFile: readFile)
             }
             guard let policy = BearerAuthentication(writeTokens: write, readTokens: read),
                 let ended = responder.replaceCredentials(policy)

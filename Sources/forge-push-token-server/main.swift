@@ -59,7 +59,7 @@ do {
         Array(CommandLine.arguments.dropFirst()),
         environment: ProcessInfo.processInfo.environment) == .json
     {
-        printError("forge-push-token-server: \(error) (see --help)", format: .json)
+        printError("forge-push-token-server: \(error) (see \(CommandLineFlag.help))", format: .json)
     } else {
         printError("forge-push-token-server: \(error)\n\n\(CommandLineOptions.usage)")
     }

@@ -1,5 +1,6 @@
 import ForgePushToken
 import Foundation
+import ServiceLogging
 import Testing
 
 @testable import ForgePushTokenHTTP
@@ -23,7 +24,7 @@ struct JSONLogTests {
         let lines = ServerLogTests.Lines()
         let log = ServerLog(minimumLevel: .debug, format: .json, sink: lines.sink)
         let before = Date.now
-        for level in [PushTokenManager.LogLevel.debug, .info, .warning, .error] { log.log(level, "m-\(level)") }
+        for level in [ServerLogLevel.debug, .info, .warning, .error] { log.log(level, "m-\(level)") }
         let parsed = try Self.objects(lines)
         #expect(parsed.map { $0["level"] as? String } == ["DEBUG", "INFO", "WARN", "ERROR"])
         #expect(parsed.map { $0["msg"] as? String } == ["m-debug", "m-info", "m-warning", "m-error"])

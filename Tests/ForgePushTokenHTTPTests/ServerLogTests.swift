@@ -1,6 +1,7 @@
 import ForgePushToken
 import ForgePushTokenTestSupport
 import Foundation
+import ServiceLogging
 import Testing
 
 @testable import ForgePushTokenHTTP
@@ -102,15 +103,15 @@ struct ServerLogTests {
     @Test(
         "the minimum level filters lower levels out",
         arguments: [
-            (PushTokenManager.LogLevel.debug, ["debug", "info", "warning", "error"]),
+            (ServerLogLevel.debug, ["debug", "info", "warning", "error"]),
             (.info, ["info", "warning", "error"]),
             (.warning, ["warning", "error"]),
             (.error, ["error"]),
         ])
-    func minimumLevel(minimum: PushTokenManager.LogLevel, expected: [String]) throws {
+    func minimumLevel(minimum: ServerLogLevel, expected: [String]) throws {
         let lines = Lines()
         let log = ServerLog(minimumLevel: minimum, sink: lines.sink)
-        for level in [PushTokenManager.LogLevel.debug, .info, .warning, .error] {
+        for level in [ServerLogLevel.debug, .info, .warning, .error] {
             log.log(level, "message at \(level.rawValue)")
         }
         let parsed = try lines.all.map { try Self.parse($0) }

@@ -4,6 +4,7 @@ import ForgePushTokenOwner
 import ForgePushTokenOwnerTestSupport
 import ForgePushTokenTestSupport
 import Foundation
+import ServiceLogging
 import Testing
 
 @testable import ForgePushTokenHTTP

@@ -1,6 +1,7 @@
 import ForgePushToken
 import ForgePushTokenHTTP
 import MicroHTTPDServer
+import ServiceLogging
 import Testing
 
 @testable import forge_push_token_server

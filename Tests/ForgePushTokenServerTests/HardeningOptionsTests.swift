@@ -180,8 +180,23 @@ import Testing
     }
 
     @Test func usageListsEveryFlag() {
-        for flag in CommandLineOptions.valueFlags {
-            #expect(CommandLineOptions.usage.contains("--\(flag) "), "--\(flag) is missing from the usage text")
+        let synopsis = CommandLineOptions.usage.split(separator: "\n\n")[0]
+        for flag in CommandLineFlag.allCases {
+            // In the synopsis, and its own entry: the flag (and its argument) at column 2.
+            #expect(
+                ["\(flag) ", "\(flag)]", "\(flag)["].contains { synopsis.contains($0) },
+                "\(flag) is missing from the synopsis")
+            let entry = "\n  " + (flag.argument.map { "\(flag) \($0)" } ?? "\(flag)")
+            #expect(CommandLineOptions.usage.contains(entry), "\(flag) has no entry in the usage text")
+            #expect(!flag.help.isEmpty && flag.help.allSatisfy { !$0.isEmpty })
         }
+        #expect(CommandLineOptions.valueFlags.count == CommandLineFlag.allCases.count - 3)
+    }
+
+    @Test("each flag's variable: FORGE_PUSH_TOKEN_ and the name in upper case, - as _")
+    func variables() {
+        #expect(CommandLineFlag.maxConnectionsPerIP.variable == "FORGE_PUSH_TOKEN_MAX_CONNECTIONS_PER_IP")
+        #expect(CommandLineFlag.redisTLSCAFile.description == "--redis-tls-ca-file")
+        #expect(Set(CommandLineFlag.allCases.map(\.variable)).count == CommandLineFlag.allCases.count)
     }
 }

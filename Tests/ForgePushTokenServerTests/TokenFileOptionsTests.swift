@@ -3,6 +3,7 @@ import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import Foundation
+import ServiceLogging
 import Testing
 
 @testable import forge_push_token_server

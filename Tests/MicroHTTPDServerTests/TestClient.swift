@@ -2,6 +2,7 @@ import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import MicroHTTPDServer
+import ServiceLogging
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ServiceLogging
 import Testing
 
 @testable import RedisTokenStore

@@ -2,6 +2,7 @@ import ForgePushToken
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
+import ServiceLogging
 import Testing
 
 @testable import RedisTokenStore
@@ -123,7 +124,7 @@ final class ReplicaModel: Sendable {
     init(
         port: Int, password: String? = nil, user: String? = nil, prefix: String = "test", queueCapacity: Int = 4096,
         checkInterval: Double = 0.5, host: String = "127.0.0.1", tls: RedisTLSSettings? = nil, url: String? = nil,
-        log: @escaping @Sendable (PushTokenManager.LogLevel, String) -> Void = { _, _ in }
+        log: @escaping @Sendable (ServerLogLevel, String) -> Void = { _, _ in }
     ) {
         var endpoint = RedisEndpoint(address: .tcp(host: host, port: port), tls: tls != nil)
         if let url { endpoint = try! RedisEndpoint.parse(url) }

@@ -81,7 +81,7 @@ final class SentinelProcess {
         let replica = ReplicaModel(
             port: 0,
             url: "redis+sentinel://127.0.0.1:\(dead),127.0.0.1:\(sentinel.port),127.0.0.1:\(other.port)/mymaster",
-            log: log.handler)
+            log: log.serverHandler)
         #expect(eventually { replica.link == "connected" })
         #expect(replica.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
         #expect(try hash(master.client(), "test:state") == ["version": "1", "token": "aa01"])
@@ -109,7 +109,7 @@ final class SentinelProcess {
         ]
         for item in cases {
             let log = LogRecorder()
-            let replica = ReplicaModel(port: 0, url: item.url, log: log.handler)
+            let replica = ReplicaModel(port: 0, url: item.url, log: log.serverHandler)
             #expect(replica.wait { replica.link == item.reason }, "\(item.url): \(replica.link)")
             #expect(replica.commit("aa") == .unavailable(reason: "Redis: \(item.reason)"))
             #expect(
@@ -120,7 +120,7 @@ final class SentinelProcess {
             prefix: RedisKeyPrefix("test")!)
         wrong.endpoint.sentinel?.password = Array("wrong".utf8)
         let log = LogRecorder()
-        let store = RedisTokenStore(configuration: wrong, log: log.handler)
+        let store = RedisTokenStore(configuration: wrong, log: log.serverHandler)
         store.start(reporting: { _ in })
         defer { store.stop() }
         #expect(eventually { store.linkHealth == "auth_failed" })

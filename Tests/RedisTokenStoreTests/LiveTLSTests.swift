@@ -127,7 +127,7 @@ final class TestCertificates {
             extra: ["--requirepass", "s3cret-pass"], tls: certificates.serverArguments())
         let log = LogRecorder()
         let a = ReplicaModel(
-            port: redis.port, password: "s3cret-pass", tls: try certificates.settings(), log: log.handler)
+            port: redis.port, password: "s3cret-pass", tls: try certificates.settings(), log: log.serverHandler)
         // By name as well as by IP address: the certificate names both.
         let b = ReplicaModel(
             port: redis.port, password: "s3cret-pass", host: "localhost", tls: try certificates.settings())
@@ -158,7 +158,7 @@ final class TestCertificates {
             #expect(why.contains(says) && why.contains("CN=\(certificate)"), "\(why)")
             let log = LogRecorder()
             let replica = ReplicaModel(
-                port: redis.port, password: "pw-never-logged", tls: try certificates.settings(), log: log.handler)
+                port: redis.port, password: "pw-never-logged", tls: try certificates.settings(), log: log.serverHandler)
             // Waits for the events, not for a deadline (docs/testing.md, "Waiting in tests"): the
             // link's health changes before the owner hears of it and the line is logged.
             #expect(
@@ -202,7 +202,7 @@ final class TestCertificates {
             #expect(why.contains(says) && why.contains(subject), "\(certificate) for \(host): \(why)")
             let log = LogRecorder()
             let replica = ReplicaModel(
-                port: redis.port, host: host, tls: try certificates.settings(), log: log.handler)
+                port: redis.port, host: host, tls: try certificates.settings(), log: log.serverHandler)
             #expect(
                 eventually {
                     replica.link == "tls_failed" && log.recorded.contains { $0.message.contains("TLS failed") }
@@ -269,7 +269,7 @@ final class TestCertificates {
         }
         #expect(why.contains("rediss://"), "\(why)")
         let log = LogRecorder()
-        let toTLS = ReplicaModel(port: tls.port, log: log.handler)
+        let toTLS = ReplicaModel(port: tls.port, log: log.serverHandler)
         #expect(eventually { toTLS.link == "unreachable" && !log.recorded.isEmpty })
         #expect(log.recorded.contains { $0.message.contains("use a rediss:// URL") }, "\(log.recorded)")
     }

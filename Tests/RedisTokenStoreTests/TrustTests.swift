@@ -3,6 +3,7 @@ import ForgePushToken
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
+import ServiceLogging
 import Testing
 
 @testable import RedisTokenStore

@@ -1,3 +1,5 @@
+import ForgePushTokenOwner
+
 @testable import ForgePushTokenHTTP
 
 /// The pure decoders fuzzed directly, whatever the route: `RequestBodies` on every request's
@@ -52,7 +54,7 @@ enum BodyChecks {
         do {
             let token = try RequestBodies.deviceTokenHex(contentType: contentType, body: body)
             let digits = token.utf8.count
-            require(digits % 2 == 0 && (2...2 * RequestBodies.maxTokenBytes).contains(digits) && isStoredToken(token),
+            require(digits % 2 == 0 && (2...2 * TokenState.maxTokenBytes).contains(digits) && isStoredToken(token),
                     "a decoded token is \(String(reflecting: token))", context: context.description)
             if media == "application/octet-stream" {
                 require(token == lowercaseHex(body), "an octet-stream token is not the body", context: context.description)
@@ -60,7 +62,7 @@ enum BodyChecks {
         } catch {
             require(error.error == "invalid_token" && !error.message.isEmpty,
                     "deviceTokenHex threw \(String(reflecting: error))", context: context.description)
-            require(media != "application/octet-stream" || body.isEmpty || body.count > RequestBodies.maxTokenBytes,
+            require(media != "application/octet-stream" || body.isEmpty || body.count > TokenState.maxTokenBytes,
                     "an octet-stream body of \(body.count) bytes was refused", context: context.description)
         }
         if let plain = RequestBodies.plainHexText(body) {

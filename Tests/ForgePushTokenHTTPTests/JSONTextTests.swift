@@ -1,0 +1,73 @@
+import ForgePushToken
+import ForgePushTokenOwner
+import Foundation
+import ServiceLogging
+import Testing
+
+@testable import ForgePushTokenHTTP
+
+/// `JSONText`, the service's one JSON string escaper, and its two callers: the bodies and SSE
+/// events (`TokenSnapshot`) and the JSON log lines (`JSONLine`). U+2028 and U+2029 come out as
+/// `\u2028` and `\u2029` through both.
+@Suite("JSONText: the one JSON string escaper")
+struct JSONTextTests {
+    static func escaped(_ value: String?) -> String {
+        var out: [UInt8] = []
+        JSONText.append(value, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The string a JSON parser reads back from `literal` (a JSON string literal).
+    static func decoded(_ literal: String) throws -> String {
+        let value = try JSONSerialization.jsonObject(with: Data("[\(literal)]".utf8)) as? [String]
+        return try #require(value?.first)
+    }
+
+    @Test(
+        "every string comes back unchanged from a JSON parser, and no raw control, U+2028 or U+2029 is left",
+        arguments: [
+            "", "ab01", "a\"b", "back\\slash", "two\nlines", "cr\r\nlf", "\u{1B}[31m", "nul\u{0}byte", "tab\t",
+            "\u{8}\u{C}\u{1F}", "/path/", "\u{2028}", "\u{2029}", "x\u{2028}y\u{2029}z", "\u{2028}\u{2028}",
+            "trailing \u{2029}", "euro € ellipsis … en dash – (E2-led, kept raw)", "emoji 🎉 é", "del\u{7F}",
+        ])
+    func roundTrip(_ value: String) throws {
+        let literal = Self.escaped(value)
+        #expect(literal.hasPrefix("\"") && literal.hasSuffix("\""))
+        #expect(!literal.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x2028 || $0.value == 0x2029 })
+        #expect(try Self.decoded(literal) == value)
+    }
+
+    @Test("U+2028 and U+2029 are written as \\u2028 and \\u2029; other E2-led characters stay raw")
+    func separators() {
+        #expect(Self.escaped("a\u{2028}b\u{2029}c") == #""a\u2028b\u2029c""#)
+        #expect(Self.escaped("€…–") == "\"€…–\"")
+        #expect(Self.escaped("\"\\\n") == #""\"\\\n""#)
+        #expect(Self.escaped(nil) == "null")
+    }
+
+    @Test("through the bodies and the SSE event: U+2028 and U+2029 escaped, one data line")
+    func throughTokenSnapshot() throws {
+        let token = "ab\u{2028}cd\u{2029}"
+        let snapshot = TokenSnapshot(version: 7, token: token)
+        let body = String(decoding: snapshot.tokenBody, as: UTF8.self)
+        #expect(body == #"{"token":"ab\u2028cd\u2029"}"#)
+        let object = try JSONSerialization.jsonObject(with: Data(snapshot.tokenBody)) as? [String: String]
+        #expect(object?["token"] == token)
+        let event = String(decoding: snapshot.event, as: UTF8.self)
+        #expect(event == "id: 7\nevent: token\ndata: " + body + "\n\n")
+        // A reader that splits on every Unicode line break still sees the event's three lines.
+        #expect(event.split(whereSeparator: \.isNewline).count == 3)
+        let change = String(decoding: TokenSnapshot.changeBody(snapshot.state, changed: true), as: UTF8.self)
+        #expect(change == #"{"changed":true,"token":"ab\u2028cd\u2029"}"#)
+    }
+
+    @Test("through the JSON log: U+2028 and U+2029 escaped, one line, the message unchanged")
+    func throughLog() throws {
+        let message = "forged\u{2028}INFO next\u{2029}line"
+        let line = JSONLine.line(level: .error, message: message, time: "t")
+        #expect(line == #"{"time":"t","level":"ERROR","msg":"forged\u2028INFO next\u2029line"}"# + "\n")
+        #expect(line.split(whereSeparator: \.isNewline).count == 1)
+        let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String]
+        #expect(object?["msg"] == message)
+    }
+}

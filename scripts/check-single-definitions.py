@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Fails when a second definition appears of something issue 31 (point 5) made single.
+
+Each rule below names one thing the code must define once, a pattern that finds its
+definitions in the Swift files of Sources/ (comment lines, `//` and `///`, are not read), and
+where the one definition lives. A rule fails when the pattern matches anywhere else, or more
+often than allowed. The rules:
+
+  maxTokenBytes           `static let maxTokenBytes` once, in TokenState.swift.
+  version-exhausted text  one `let` of it (TokenState.versionExhausted) and no other wording.
+  histogram               one `struct Histogram`, in PrometheusExposition.
+  Prometheus text         `# HELP` / `# TYPE` written only by PrometheusText (see EXCEPTIONS).
+  JSON string escaper     `\\u2028` written only by JSONText; `JSONEncoder` only in JSONBody.swift
+                          (the owner's body encoder) and the app library's ServerRecord.swift.
+  Redis timing defaults   each of the link's timings given a number once, in RedisLinkStateMachine.
+  CLI flags               no flag name (`--port`, `"port"`) outside CommandLineFlag.swift in
+                          Sources/forge-push-token-server.
+  strerror                `strerror(` called once (systemErrorText).
+  time                    ContinuousClock; no `DispatchTime...uptimeNanoseconds`, and
+                          `clock_gettime(CLOCK_MONOTONIC` only in monotonicSeconds() (RedisConnection.swift),
+                          the Double seconds the Redis state machine still counts in.
+  server log level        one `enum ...LogLevel` outside the app library (ServerLogLevel), and no
+                          server module names PushTokenManager.LogLevel (issue 31, point 6).
+
+Prints one line per problem, `FILE:LINE: what`, and exits 1 when there is one.
+
+Usage: scripts/check-single-definitions.py  (from anywhere inside the checkout)
+"""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], check=True, capture_output=True,
+                           text=True, cwd=Path(__file__).parent).stdout.strip())
+
+# Files allowed to hold a match besides the one definition, each with the reason.
+EXCEPTIONS: dict[str, set[str]] = {}
+
+
+def swift_files():
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "Sources"],
+                         check=True, capture_output=True, cwd=ROOT).stdout
+    return sorted(name for name in out.decode().split("\0") if name.endswith(".swift") and (ROOT / name).exists())
+
+
+def code_lines(name):
+    for number, line in enumerate((ROOT / name).read_text().splitlines(), 1):
+        if not line.lstrip().startswith("//"):
+            yield number, line
+
+
+def flag_names():
+    text = (ROOT / "Sources/forge-push-token-server/CommandLineFlag.swift").read_text()
+    names = []
+    for match in re.finditer(r'^\s*case (\w+)(?: = "([a-z-]+)")?\s*$', text, re.M):
+        names.append(match.group(2) or match.group(1))
+    return names
+
+
+def main():
+    problems = []
+    files = swift_files()
+
+    def rule(what, pattern, home, limit=1, where=lambda name: True):
+        """`pattern` may match only in files whose path ends in one of `home`, at most `limit` times."""
+        found = []
+        allowed = EXCEPTIONS.get(what, set())
+        for name in files:
+            if not where(name):
+                continue
+            for number, line in code_lines(name):
+                if re.search(pattern, line):
+                    found.append((name, number))
+        homes = (home,) if isinstance(home, str) else home
+        inside = [hit for hit in found if hit[0].endswith(homes)]
+        outside = [hit for hit in found if not hit[0].endswith(homes) and hit[0] not in allowed]
+        for name, number in outside:
+            problems.append(f"{name}:{number}: a second definition of the {what} (the one is in {' or '.join(homes)})")
+        if len(inside) > limit:
+            for name, number in inside[limit:]:
+                problems.append(f"{name}:{number}: the {what} is defined more than {limit} time(s) here")
+        if not inside:
+            problems.append(f"{homes[0]}: the {what} is not defined there any more (update this check)")
+
+    rule("maxTokenBytes", r"\blet maxTokenBytes\b", "Sources/ForgePushTokenOwner/TokenState.swift")
+    rule("version-exhausted text", r"\blet \w*[Ee]xhaust\w*(\s*:\s*String)?\s*=\s*$|\blet \w*[Ee]xhaust\w*(\s*:\s*String)?\s*=\s*\"",
+         "Sources/ForgePushTokenOwner/TokenState.swift")
+    rule("version-exhausted text", r"\"[^\"]*(largest one|last one the store)",
+         "Sources/ForgePushTokenOwner/TokenState.swift")
+    rule("histogram", r"\b(struct|class|enum) \w*Histogram\b", "Sources/PrometheusExposition/PrometheusText.swift")
+    rule("Prometheus text", r"# (HELP|TYPE)\b", "Sources/PrometheusExposition/PrometheusText.swift")
+    rule("JSON string escaper", r"\\u2028|\\u\{2028\}|0x2028|\bjsonEscape|func escapeJSON",
+         "Sources/ForgePushTokenHTTP/TokenSnapshot.swift", limit=3,
+         where=lambda name: not name.endswith("ServerLog.swift"))
+    rule("JSON encoder", r"\bJSONEncoder\(", ("Sources/ForgePushTokenOwner/JSONBody.swift",
+                                              "Sources/ForgePushToken/ServerRecord.swift"), limit=2)
+    for timing in ("heartbeatInterval", "heartbeatTimeout", "checkInterval", "refreshInterval", "probeInterval",
+                   "probeTimeout"):
+        rule(f"Redis timing default {timing}", rf"\b(var|let) {timing}\s*(:\s*Double)?\s*=\s*[0-9]",
+             "Sources/RedisTokenStore/RedisLinkStateMachine.swift")
+    rule("strerror wrapper", r"(?<![\w])strerror\(", "Sources/ForgePushTokenOwner/SmallFile.swift")
+
+    # CLI flags: the names live in CommandLineFlag.swift only.
+    server = "Sources/forge-push-token-server/"
+    names = flag_names()
+    if len(names) < 30:
+        problems.append(f"{server}CommandLineFlag.swift: found only {len(names)} flags (update this check)")
+    flag_pattern = re.compile(r"--(" + "|".join(map(re.escape, names)) + r")(?![\w-])|\"("
+                              + "|".join(map(re.escape, (n for n in names if "-" in n))) + r")\"")
+    for name in files:
+        if not name.startswith(server) or name.endswith("CommandLineFlag.swift"):
+            continue
+        for number, line in code_lines(name):
+            if flag_pattern.search(line):
+                problems.append(f"{name}:{number}: a command-line flag named outside CommandLineFlag.swift")
+
+    # Time: ContinuousClock, and one reading in Double seconds for the Redis store's state machine.
+    rule("monotonic Double-seconds clock", r"clock_gettime\(\s*CLOCK_MONOTONIC",
+         "Sources/RedisTokenStore/RedisConnection.swift")
+    for name in files:
+        for number, line in code_lines(name):
+            if "uptimeNanoseconds" in line:
+                problems.append(f"{name}:{number}: time is kept with ContinuousClock, not DispatchTime "
+                                "(DispatchTime only as a Dispatch wait's deadline)")
+
+    # The server's modules log at ServerLogLevel, not at the app library's level.
+    for name in files:
+        if name.startswith("Sources/ForgePushToken/"):
+            continue
+        for number, line in code_lines(name):
+            if "PushTokenManager.LogLevel" in line:
+                problems.append(f"{name}:{number}: the service logs at ServerLogLevel (ServiceLogging), "
+                                "not at the app library's PushTokenManager.LogLevel")
+    rule("server log level", r"\benum \w*LogLevel\b", "Sources/ServiceLogging/ServerLogLevel.swift",
+         where=lambda name: not name.startswith("Sources/ForgePushToken/"))
+
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"check-single-definitions: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    print("check-single-definitions: every name of issue 31 point 5 has one definition")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
