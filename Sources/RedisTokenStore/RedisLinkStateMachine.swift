@@ -338,7 +338,8 @@ struct RedisLinkStateMachine: Sendable {
         writerIsFailing = false
         // A subscription that went unheard stays `not_delivering` until a probe is heard.
         var actions =
-            isSubscribed && !notDelivering ? become(live, detail: TokenState.versionExhausted, at: now) : reportIfChanged()
+            isSubscribed && !notDelivering
+            ? become(live, detail: TokenState.versionExhausted, at: now) : reportIfChanged()
         if checkAgain {
             checkAgain = false
             actions += check()
