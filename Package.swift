@@ -86,10 +86,12 @@ let package = Package(
             name: "ForgePushTokenHTTP", dependencies: ["ForgePushToken", "ForgePushTokenOwner"],
             swiftSettings: swiftSettings),
 
-        // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
+        // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown. The
+        // engine: generic over ForgePushTokenHTTP's `HTTPApplication`, it knows nothing of the
+        // owner (it does not import ForgePushTokenOwner; docs/architecture.md, "Replacing the engine").
         .target(
             name: "MicroHTTPDServer",
-            dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner"],
+            dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushToken"],
             swiftSettings: swiftSettings),
 
         // Configuration, signals, start and stop.
@@ -127,21 +129,22 @@ let package = Package(
                 "ForgePushTokenOwnerTestSupport",
             ],
             swiftSettings: swiftSettings),
+        // The engine's own tests: against a small fake application, with no owner.
         .testTarget(
             name: "MicroHTTPDServerTests",
-            dependencies: [
-                "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken",
-                "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
-            ], swiftSettings: swiftSettings),
+            dependencies: ["MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken", "ForgePushTokenTestSupport"],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "RedisTokenStoreTests",
             dependencies: ["RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport"],
             swiftSettings: swiftSettings),
+        // The executable's options, and the whole service behind the engine over real sockets
+        // (LiveServer: the executable's wiring on a free port).
         .testTarget(
             name: "ForgePushTokenServerTests",
             dependencies: [
                 "forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore",
-                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport",
+                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
             ], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

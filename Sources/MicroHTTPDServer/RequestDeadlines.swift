@@ -133,16 +133,16 @@ extension MicroHTTPDServer {
             switch action {
             case .expire(let body):
                 if configuration.tls == nil {
-                    let message = Responder.requestTimeout(seconds: seconds, body: body)
+                    let message = EngineAnswers.requestTimeout(seconds: seconds, body: body)
                         .closingMessage(
-                            reason: "Request Timeout", date: httpDate(), crossOrigin: responder.crossOrigin,
+                            reason: "Request Timeout", date: httpDate(), crossOrigin: application.crossOrigin,
                             origin: origin)
                     _ = message.withUnsafeBytes {
                         send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
                     }
                 }
                 closeSide(of: fd, Int32(SHUT_WR))
-                responder.recordRequestTimeout(body: body)
+                application.record(.requestTimedOut(body: body))
                 log.log(.debug, "closing a connection whose request \(body ? "body" : "head") took over \(seconds) s")
             case .close:
                 closeSide(of: fd, Int32(SHUT_RD))

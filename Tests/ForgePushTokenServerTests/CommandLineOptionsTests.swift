@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenTestSupport
 import MicroHTTPDServer
 import Testing
 

@@ -1,4 +1,5 @@
 import ForgePushTokenHTTP
+import ForgePushTokenTestSupport
 import Testing
 
 @testable import forge_push_token_server

@@ -2,6 +2,7 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
