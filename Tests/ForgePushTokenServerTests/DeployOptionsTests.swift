@@ -1,5 +1,4 @@
 import ForgePushTokenHTTP
-import ForgePushTokenTestSupport
 import Testing
 
 @testable import forge_push_token_server

@@ -1,6 +1,5 @@
 import ForgePushToken
 import ForgePushTokenHTTP
-import ForgePushTokenTestSupport
 import MicroHTTPDServer
 import Testing
 

@@ -2,7 +2,6 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
-import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
