@@ -34,6 +34,14 @@ public protocol HTTPApplication: Sendable {
     /// to every answer under it.
     var crossOrigin: CrossOriginPolicy { get }
 
+    /// The header fields `admit(_:)` and `respond(to:)` read: the engine hands over these alone,
+    /// in this order (a field not named here never reaches the application).
+    var headerFieldsRead: [String] { get }
+
+    /// The query parameters they read: the engine hands over the query as these alone,
+    /// `name=value` joined by `&`, each value percent-encoded again (libmicrohttpd has decoded it).
+    var queryParametersRead: [String] { get }
+
     /// What a request's head alone decides: an answer (404, 405, 401, 403, `OPTIONS`), or to
     /// read the body and call `respond(to:)`. Called once per request, as soon as the head has
     /// arrived; never for a request the engine refused itself (its target or framing).

@@ -6,6 +6,19 @@ import ForgePushTokenOwner
 // heartbeat, the records) and the event stream it reads.
 
 extension Responder: HTTPApplication {
+    /// What the routes read: the body's type, the bearer token, CORS, the conditional read, the
+    /// stream's resumption.
+    public var headerFieldsRead: [String] { Self.headerFields }
+
+    /// `access_token`, the bearer token's query form (RFC 6750 §2.3): no other parameter matters.
+    public var queryParametersRead: [String] { Self.queryParameters }
+
+    private static let headerFields = [
+        "Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match",
+        "Last-Event-ID",
+    ]
+    private static let queryParameters = ["access_token"]
+
     /// `GET /token` (and `HEAD`) is the cached read.
     public var cachedReadPath: StaticString { "/token" }
 

@@ -274,13 +274,11 @@ public final class Responder: Sendable {
             if case .starting = owner.health, !owner.isStopping {
                 return (ReplicaMode.notReadYet, nil)
             }
-            preamble = ServerSentEvents.retry(milliseconds: Int.random(in: replica.retryMilliseconds))
-            floor = ReplicaMode.lastEventID(admitted.request.headers["Last-Event-ID"])
-            // Behind the subscriber: read the state again; it gets nothing below its id meanwhile.
-            if let floor, floor > owner.version { replica.refresh() }
+            (preamble, floor) = replica.streamStart(
+                lastEventID: admitted.request.headers["Last-Event-ID"], currentVersion: owner.version)
         } else if draining {
             // Its client is about to come back: tell it when, as a replica does.
-            preamble = ServerSentEvents.retry(milliseconds: Int.random(in: ReplicaMode.defaultRetryMilliseconds))
+            preamble = ReplicaMode.retryPreamble()
         }
         do {
             let grant = admitted.grant

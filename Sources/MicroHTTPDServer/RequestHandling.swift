@@ -131,7 +131,9 @@ extension Daemon {
     /// decided: the engine's refusal of the target or the framing, the application's admission,
     /// or (`cachedRead`) the cached read. The one place a context is made.
     private func open(_ call: RequestCall, facts: HeadFacts, flaw: TargetFlaw?, cachedRead: Bool) -> MHD_Result {
-        let head = requestHead(call.connection, method: String(cString: call.method), path: String(cString: call.url))
+        let head = requestHead(
+            call.connection, method: String(cString: call.method), path: String(cString: call.url),
+            fields: application.headerFieldsRead, parameters: application.queryParametersRead)
         let context = RequestContext(
             method: head.method, path: head.path, chunked: facts.chunked, origin: head.headers["Origin"],
             crossOrigin: application.crossOrigin, limit: server.configuration.maxBodyBytes)

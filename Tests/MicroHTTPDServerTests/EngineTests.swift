@@ -47,6 +47,17 @@ import Testing
         #expect(record.route == .register && record.status == 200 && record.bytes == 10 && record.microseconds != nil)
     }
 
+    @Test("the head handed over: the header fields and query parameters the application reads, no others")
+    func headHandedOver() throws {
+        let live = try FakeServer()
+        let response = try live.request(
+            "POST", "/register?q=a%20b&other=1", body: [],
+            headers: ["X-Echo": "yes", "X-Other": "no", "Content-Type": "text/plain"])
+        #expect(response.headers["x-echo"] == "yes")
+        #expect(response.headers["x-query"] == "q=a%20b", "re-encoded, the other parameter left out")
+        #expect(response.headers["x-fields"] == "1", "X-Other and Content-Type are not read")
+    }
+
     @Test("a chunked body on the cached read's path turns it into an ordinary request, with its limit")
     func chunkedCachedRead() throws {
         let live = try FakeServer { $0.maxBodyBytes = 4 }

@@ -40,6 +40,9 @@ final class FakeApplication: HTTPApplication {
         self.wantsSecondTicks = secondTicks
     }
 
+    let headerFieldsRead = ["If-None-Match", "X-Echo"]
+    let queryParametersRead = ["q"]
+
     func admit(_ head: HTTPRequest) -> HTTPAdmission {
         admitted.increment()
         guard let route = Route(path: head.path) else {
@@ -51,7 +54,12 @@ final class FakeApplication: HTTPApplication {
     func respond(to admitted: AdmittedRequest) -> HTTPReply {
         switch admitted.route {
         case .register:
-            return .response(HTTPResponse(status: 200, body: admitted.request.body))
+            // The body, and what the engine handed over of the head.
+            var headers: HTTPHeaders = [:]
+            if let echo = admitted.request.headers["X-Echo"] { headers.add("X-Echo", echo) }
+            if let query = admitted.request.query { headers.add("X-Query", query) }
+            headers.add("X-Fields", String(admitted.request.headers.fields.count))
+            return .response(HTTPResponse(status: 200, headers: headers, body: admitted.request.body))
         case .fail:
             let pending = PendingResponse()
             DispatchQueue.global().async { pending.fulfil(HTTPResponse(status: 202, body: Array("later".utf8))) }
