@@ -134,8 +134,11 @@ extension Daemon {
         let head = requestHead(
             call.connection, method: String(cString: call.method), path: String(cString: call.url),
             fields: application.headerFieldsRead, parameters: application.queryParametersRead)
+        // The engine's own answers carry the CORS fields too: `Origin` is read whether or not the
+        // application reads it.
         let context = RequestContext(
-            method: head.method, path: head.path, chunked: facts.chunked, origin: head.headers["Origin"],
+            method: head.method, path: head.path, chunked: facts.chunked,
+            origin: head.headers["Origin"] ?? header(call.connection, "Origin"),
             crossOrigin: application.crossOrigin, limit: server.configuration.maxBodyBytes)
         context.headCost = (facts.scan.headBytes, facts.scan.counts.records, facts.scan.counts.cookieValueBytes)
         RequestSlot.context(context).store(in: call.slot)
