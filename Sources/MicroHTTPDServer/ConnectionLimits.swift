@@ -138,19 +138,19 @@ func targetFlaw(_ uri: UnsafePointer<CChar>, limit: Int) -> TargetFlaw? {
     return uri.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
         var index = 0
         var inPath = true
-        var marker: TargetFlaw?
+        var flaw: TargetFlaw?
         while index < length {
             let byte = bytes[index]
             if !RequestFraming.isAllowedInTarget(byte) { return .malformed }
             if byte == UInt8(ascii: "?") { inPath = false }
-            if inPath, marker == nil, byte == UInt8(ascii: "%"), index + 2 < length {
+            if inPath, flaw == nil, byte == UInt8(ascii: "%"), index + 2 < length {
                 let high = bytes[index + 1]
                 let low = bytes[index + 2] | 0x20
-                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { marker = .encodedNUL }
-                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { marker = .encodedSlash }
+                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { flaw = .encodedNUL }
+                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { flaw = .encodedSlash }
             }
             index += 1
         }
-        return marker
+        return flaw
     }
 }

@@ -1,7 +1,8 @@
 import CMicroHTTPD
 
-// libmicrohttpd's values that its header gives as macros Swift does not import, and the
-// fake-pointer markers this adapter keeps in libmicrohttpd's context slots, under Swift names.
+// libmicrohttpd's values that its header gives as macros Swift does not import, under Swift
+// names, and what this engine keeps in libmicrohttpd's context slots: a typed `RequestSlot` per
+// request, and one mark per admitted connection.
 // The values are those of microhttpd.h (libmicrohttpd 0.9.75); the manual's "microhttpd-cb"
 // section describes the callbacks that return or receive them.
 
