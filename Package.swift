@@ -108,12 +108,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings),
 
-        // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown.
+        // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown. The
+        // engine: generic over ForgePushTokenHTTP's `HTTPApplication`, it knows nothing of the
+        // owner (it does not import ForgePushTokenOwner; docs/architecture.md, "Replacing the engine").
         .target(
             name: "MicroHTTPDServer",
-            dependencies: [
-                "CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ServiceLogging",
-            ],
+            dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushToken", "ServiceLogging"],
             swiftSettings: swiftSettings),
 
         // Configuration, signals, start and stop.
@@ -152,12 +152,14 @@ let package = Package(
                 "ForgePushTokenOwnerTestSupport", "ServiceLogging",
             ],
             swiftSettings: swiftSettings),
+        // The engine's own tests: against a small fake application, with no owner.
         .testTarget(
             name: "MicroHTTPDServerTests",
             dependencies: [
-                "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken",
-                "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport", "ServiceLogging",
-            ], swiftSettings: swiftSettings),
+                "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken", "ForgePushTokenTestSupport",
+                "ServiceLogging",
+            ],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "RedisTokenStoreTests",
             dependencies: [
@@ -165,11 +167,14 @@ let package = Package(
                 "PrometheusExposition", "ServiceLogging",
             ],
             swiftSettings: swiftSettings),
+        // The executable's options, and the whole service behind the engine over real sockets
+        // (LiveServer: the executable's wiring on a free port).
         .testTarget(
             name: "ForgePushTokenServerTests",
             dependencies: [
                 "forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore",
-                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport", "ServiceLogging",
+                "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
+                "ServiceLogging",
             ], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

@@ -99,7 +99,7 @@ def main():
                    "probeTimeout"):
         rule(f"Redis timing default {timing}", rf"\b(var|let) {timing}\s*(:\s*Double)?\s*=\s*[0-9]",
              "Sources/RedisTokenStore/RedisLinkStateMachine.swift")
-    rule("strerror wrapper", r"(?<![\w])strerror\(", "Sources/ForgePushTokenOwner/SmallFile.swift")
+    rule("strerror wrapper", r"(?<![\w])strerror\(", "Sources/ForgePushToken/SystemErrorText.swift")
 
     # CLI flags: the names live in CommandLineFlag.swift only.
     server = "Sources/forge-push-token-server/"

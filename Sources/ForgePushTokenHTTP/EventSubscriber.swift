@@ -21,17 +21,8 @@ public final class EventSubscriber: TokenSubscriber {
     /// `.abort` closes the connection at once (the client has gone).
     public typealias Ending = SubscriberEnding
 
-    /// What the reader should do after one `read(into:suspend:)`.
-    public enum ReadResult: Sendable, Equatable {
-        /// `count` bytes were written into the buffer.
-        case bytes(Int)
-        /// Nothing to write: `suspend` was called; the connection waits for a resume.
-        case suspended
-        /// End the response cleanly (chunked terminator).
-        case endOfStream
-        /// Close the connection without a clean end.
-        case abort
-    }
+    /// What the reader should do after one `read(into:suspend:)` (`EventStreamRead`).
+    public typealias ReadResult = EventStreamRead
 
     struct State {
         var pending: TokenSnapshot?
@@ -156,8 +147,12 @@ public final class EventSubscriber: TokenSubscriber {
                 state.offset = 0
             }
             let count = min(buffer.count, state.output.count - state.offset)
+            // `buffer` is not empty (checked above), so it has a base address; `output` has one
+            // whenever `count` is above 0. An empty `output` (count 0) may have none, and then
+            // there is nothing to copy: the guard leaves `offset` right in every case.
             state.output.withUnsafeBytes { source in
-                buffer.baseAddress!.copyMemory(from: source.baseAddress! + state.offset, byteCount: count)
+                guard let target = buffer.baseAddress, let start = source.baseAddress else { return }
+                target.copyMemory(from: start + state.offset, byteCount: count)
             }
             state.offset += count
             return .bytes(count)

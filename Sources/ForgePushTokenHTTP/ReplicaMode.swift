@@ -74,6 +74,23 @@ public struct ReplicaMode: Sendable {
         }
     }
 
+    /// How a stream starts on this replica: its preamble (`retry:` drawn from `retryMilliseconds`,
+    /// so that the subscribers of a replica that stops do not all come back at once) and its floor
+    /// (the numeric `lastEventID`, the request's `Last-Event-ID`: no event below it is sent). A
+    /// floor above `currentVersion`, the replica's, means the replica is behind the subscriber:
+    /// the store is asked to read the state again (`refresh`).
+    func streamStart(lastEventID: String?, currentVersion: UInt64) -> (preamble: [UInt8], floor: UInt64?) {
+        let floor = Self.lastEventID(lastEventID)
+        if let floor, floor > currentVersion { refresh() }
+        return (Self.retryPreamble(in: retryMilliseconds), floor)
+    }
+
+    /// A `retry:` field with a delay drawn from `range` (milliseconds; by default
+    /// `defaultRetryMilliseconds`), to start a stream whose client will come back.
+    static func retryPreamble(in range: ClosedRange<Int> = defaultRetryMilliseconds) -> [UInt8] {
+        ServerSentEvents.retry(milliseconds: Int.random(in: range))
+    }
+
     /// The numeric `Last-Event-ID` of a request, if it has one (decimal digits only).
     static func lastEventID(_ value: String?) -> UInt64? {
         guard let value, !value.isEmpty, value.utf8.count <= 20,

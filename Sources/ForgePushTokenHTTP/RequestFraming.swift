@@ -64,6 +64,10 @@ public enum RequestFraming {
         public init() {}
     }
 
+    /// `Connection: close`, made once: `refusal(_:)` runs for every request, and a literal there
+    /// allocated on every one (the cached read's path must not).
+    private static let closing: HTTPHeaders = ["Connection": "close"]
+
     /// The answer to a request whose framing `facts` refuse, or `nil`. Each refusal carries
     /// `Connection: close`: after a framing error the rest of the connection cannot be trusted to
     /// be the next request.
@@ -81,7 +85,7 @@ public enum RequestFraming {
     ///   as if the framing is faulty ... and close the connection");
     /// - an expectation other than `100-continue`: `417` (RFC 9110 §10.1.1).
     public static func refusal(_ facts: Facts) -> HTTPResponse? {
-        let close: HTTPHeaders = ["Connection": "close"]
+        let close = closing
         if facts.foldedOrNUL > 0 {
             return .error(
                 400,

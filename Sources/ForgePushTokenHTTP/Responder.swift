@@ -2,97 +2,26 @@ import ForgePushToken
 import ForgePushTokenOwner
 import ServiceLogging
 
-/// The HTTP API (docs/http-api.md, `openapi.yaml`) over the `TokenOwner`: what the engine (the
-/// libmicrohttpd adapter) asks, in a few calls, and nothing else.
+/// The HTTP API (docs/http-api.md, `openapi.yaml`) over the `TokenOwner`: the routes. An engine
+/// serves it through `HTTPApplication` (Responder+HTTPApplication.swift), and nothing else.
 ///
-/// The engine calls, per request: `admit(_:)` once the head has arrived (the route is matched and
-/// the head checked here, once: 404, `OPTIONS`, 405, 401, 403), then `respond(to:)` with the admitted
-/// request and its body, which answers at once, asks for an event stream (`openEventStream`), or
-/// answers later (a `PendingResponse`, for a write the store decides on its own thread); at the
-/// end `recordFinished(_:)`. `GET /token` may be answered from a response the engine caches per
-/// version (`owner.version`, `tokenReadResponses()`). The CORS header fields are not added here:
-/// the engine adds them to every answer, its own included, where it completes each answer's
-/// header (`ResponseHeaders.completing(_:crossOrigin:origin:)`, with `crossOrigin`).
+/// Per request: `admit(_:)` once the head has arrived (the route is matched and the head checked
+/// here, once: 404, `OPTIONS`, 405, 401, 403), then `respond(to:)` with the admitted request and
+/// its body, which answers at once, asks for an event stream (`openEventStream`), or answers later
+/// (a `PendingResponse`, for a write the store decides on its own thread); at the end
+/// `recordFinished(_:)`. The CORS header fields are not added here: the engine adds them to every
+/// answer, its own included, where it completes each answer's header
+/// (`ResponseHeaders.completing(_:crossOrigin:origin:)`, with `crossOrigin`).
 ///
 /// Thread-safety: all members may be called from any thread, concurrently.
 public final class Responder: Sendable {
-    /// What to send for one admitted request.
-    public enum Reply: Sendable {
-        /// A complete response.
-        case response(HTTPResponse)
-        /// Start an event stream: call `openEventStream(for:wake:)`.
-        case eventStream
-        /// The response is decided later (a write in flight): see `PendingResponse`.
-        case later(PendingResponse)
-    }
+    /// What to send for one admitted request (`HTTPReply`).
+    public typealias Reply = HTTPReply
+    /// What the head of a request decided (`HTTPAdmission`).
+    public typealias Admission = HTTPAdmission
 
-    /// What the head of a request decided.
-    public enum Admission: Sendable {
-        /// Answer this, without carrying the request out (its body, if any, is not needed);
-        /// `route` is the path's route, `nil` for an unknown path (for the metrics).
-        case answer(HTTPResponse, route: Route?)
-        /// Read the body (if any) and call `respond(to:)`.
-        case proceed(AdmittedRequest)
-    }
-
-    /// A request whose head passed `admit(_:)`: its route, matched once.
-    public struct AdmittedRequest: Sendable {
-        /// The route of the request's path.
-        public let route: Route
-        /// The request; the engine sets `body` before `respond(to:)`.
-        public var request: HTTPRequest
-        /// The token that admitted the request, or `nil` when the route needed none.
-        public var grant: BearerAuthentication.Grant?
-
-        /// An admitted request for `route`, admitted by `grant` (`nil`: no token needed).
-        public init(route: Route, request: HTTPRequest, grant: BearerAuthentication.Grant? = nil) {
-            self.route = route
-            self.request = request
-            self.grant = grant
-        }
-    }
-
-    /// One finished request, for the metrics and the access log.
-    public struct FinishedRequest: Sendable {
-        /// The method, as received.
-        public var method: String
-        /// The path, without the query (which may hold a bearer token).
-        public var path: String
-        /// The route `admit(_:)` matched, or `nil` (an unknown path, or a request the engine
-        /// refused before asking).
-        public var route: Route?
-        /// The status sent, or 0 when none was.
-        public var status: Int
-        /// Body bytes sent.
-        public var bytes: Int
-        /// Microseconds from the head's arrival to the end; `nil` when not timed (the engine's
-        /// allocation-free `GET /token` path), and not observed for event streams.
-        public var microseconds: Int?
-        /// Whether it was an event stream (its duration is not a latency).
-        public var wasStream: Bool
-        /// The peer's address (`host:port`, IPv6 in brackets; behind a proxy, the proxy's), when
-        /// the engine was asked for it (`logsPeerAddresses`).
-        public var remote: String?
-
-        /// A finished request.
-        public init(
-            method: String, path: String, route: Route?, status: Int, bytes: Int, microseconds: Int?,
-            wasStream: Bool, remote: String? = nil
-        ) {
-            self.method = method
-            self.path = path
-            self.route = route
-            self.status = status
-            self.bytes = bytes
-            self.microseconds = microseconds
-            self.wasStream = wasStream
-            self.remote = remote
-        }
-    }
-
-    /// The one owner of the token and its subscribers. The engine calls it directly for what is
-    /// the owner's alone (its version for the `GET /token` cache, the heartbeat, graceful shutdown,
-    /// the number of open streams); an event stream ends through its `StreamSubscription`.
+    /// The one owner of the token and its subscribers. No engine sees it: an engine asks this
+    /// responder (`HTTPApplication`), which asks the owner; `Service` drives its shutdown.
     public let owner: TokenOwner<TokenSnapshot>
     /// The service's counters, served at `GET /metrics`.
     public let metrics = ServiceMetrics()
@@ -318,13 +247,6 @@ public final class Responder: Sendable {
         }
     }
 
-    /// The current token and the `GET /token` responses for it, the 200 and its `304 Not
-    /// Modified` (the engine's cache entry, for reads that `answersTokenReadsBlindly`).
-    public func tokenReadResponses() -> (snapshot: TokenSnapshot, response: HTTPResponse, notModified: HTTPResponse) {
-        let snapshot = owner.current
-        return (snapshot, Self.tokenResponse(snapshot), Self.tokenNotModified(snapshot))
-    }
-
     private static let healthy = HTTPResponse.json(200, encoding: ["status": "ok"])
     /// `/livez`: the process answers; nothing else is asked.
     private static let alive = HTTPResponse.json(200, encoding: ["status": "ok"])
@@ -358,13 +280,11 @@ public final class Responder: Sendable {
             if case .starting = owner.health, !owner.isStopping {
                 return (ReplicaMode.notReadYet, nil)
             }
-            preamble = ServerSentEvents.retry(milliseconds: Int.random(in: replica.retryMilliseconds))
-            floor = ReplicaMode.lastEventID(admitted.request.headers["Last-Event-ID"])
-            // Behind the subscriber: read the state again; it gets nothing below its id meanwhile.
-            if let floor, floor > owner.version { replica.refresh() }
+            (preamble, floor) = replica.streamStart(
+                lastEventID: admitted.request.headers["Last-Event-ID"], currentVersion: owner.version)
         } else if draining {
             // Its client is about to come back: tell it when, as a replica does.
-            preamble = ServerSentEvents.retry(milliseconds: Int.random(in: ReplicaMode.defaultRetryMilliseconds))
+            preamble = ReplicaMode.retryPreamble()
         }
         do {
             let grant = admitted.grant
@@ -490,29 +410,4 @@ public final class Responder: Sendable {
             bytes: finished.bytes, durationMicros: Int64(finished.microseconds ?? 0), remote: finished.remote)
     }
 
-    /// The 408 for a request whose head (or, when `body`, body) was not complete within `seconds`
-    /// (`--header-timeout`; RFC 9110 §15.5.9: `request_timeout`). The engine writes it itself
-    /// (`HTTPResponse.closingMessage`) and closes the connection.
-    public static func requestTimeout(seconds: Int, body: Bool) -> HTTPResponse {
-        .error(
-            408,
-            ServiceError(
-                "request_timeout",
-                "the request \(body ? "body" : "head") was not complete within \(seconds) s (--header-timeout)"))
-    }
-
-    /// Counts a request whose head (or, when `body`, body) took longer than `--header-timeout`.
-    public func recordRequestTimeout(body: Bool) {
-        metrics.increment(body ? .requestTimeoutsBody : .requestTimeoutsHead)
-    }
-
-    /// The 414 for a request target over `limit` bytes (RFC 9110 §15.5.15: `uri_too_long`).
-    public static func uriTooLong(limit: Int) -> HTTPResponse {
-        .error(414, ServiceError("uri_too_long", "the request target is over \(limit) bytes"))
-    }
-
-    /// The 413 for a body over `limit` bytes (docs/http-api.md: `payload_too_large`).
-    public static func payloadTooLarge(limit: Int) -> HTTPResponse {
-        .error(413, ServiceError("payload_too_large", "the request body is over \(limit) bytes"))
-    }
 }

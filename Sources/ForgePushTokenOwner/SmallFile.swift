@@ -1,3 +1,5 @@
+import ForgePushToken
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
@@ -55,10 +57,4 @@ package enum SmallFile {
             guard bytes.count <= maxBytes else { throw .tooLarge }
         }
     }
-}
-
-/// The C library's text for the `errno` value `code` (`strerror(3)`), as every message of the
-/// service that names a failed system call gives it.
-package func systemErrorText(_ code: Int32) -> String {
-    String(cString: strerror(code))
 }

@@ -13,12 +13,13 @@ import ForgePushTokenHTTP
 // a daemon's thread (DaemonLoop); each unwraps its C arguments and hands over to Swift code in
 // RequestHandling.swift, RequestFramingCheck.swift, EventStream.swift or ConnectionLimits.swift.
 // Their contracts are the libmicrohttpd manual's "microhttpd-cb" section. `cls` is always the
-// daemon's `DaemonContext`, unretained (the server outlives its daemons), except for the stream
-// callbacks (an `EventStream`), the logger (a `LogBox`) and the framing and trailer iterators
-// (the caller's `FramingScan` or `TrailerScan`, on its stack for the one call).
+// daemon's `DaemonContext` (a `Daemon<Application>`), unretained (the server outlives its
+// daemons), except for the stream callbacks (a `StreamResponse`, an `EventStream<Application>`),
+// the logger (a `LogBox`) and the framing and trailer iterators (the caller's `FramingScan` or
+// `TrailerScan`, on its stack for the one call).
 
-/// `MHD_AccessHandlerCallback`: called once with the header fields (`*con_cls` `NULL` or a target
-/// marker), once per piece of body, and once more with `*upload_data_size == 0` when the body is
+/// `MHD_AccessHandlerCallback`: called once with the header fields (`*con_cls` empty or a flawed
+/// target, `RequestSlot`), once per piece of body, and once more with `*upload_data_size == 0` when the body is
 /// complete (and again after a suspended connection is resumed).
 func mhdAccessHandler(
     _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
@@ -26,10 +27,9 @@ func mhdAccessHandler(
     _ uploadSize: UnsafeMutablePointer<Int>?, _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
 ) -> MHD_Result {
     guard let cls, let connection, let url, let method, let uploadSize, let contextSlot else { return .NO }
-    let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
-    return handleRequest(
-        daemon: daemon, connection: connection, url: url, method: method, version: version,
-        uploadData: uploadData, uploadSize: uploadSize, contextSlot: contextSlot)
+    return Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().accessHandler(
+        connection: connection, url: url, method: method, version: version, uploadData: uploadData,
+        uploadSize: uploadSize, slot: contextSlot)
 }
 
 /// `MHD_RequestCompletedCallback`: the request is over (answered, or its connection closed).
@@ -40,9 +40,8 @@ func mhdRequestCompleted(
     guard let cls else { return }
     let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
     if let connection { daemon.deadlines.completed(connection, at: .now) }
-    guard let contextSlot, let raw = contextSlot.pointee else { return }
-    contextSlot.pointee = nil
-    finishRequest(server: daemon.server, slot: raw, connection: connection)
+    guard let contextSlot else { return }
+    daemon.requestCompleted(RequestSlot.take(from: contextSlot), connection: connection)
 }
 
 /// `MHD_AcceptPolicyCallback`: admits a new connection or has libmicrohttpd close it at once,
@@ -51,8 +50,8 @@ func mhdAcceptPolicy(_ cls: UnsafeMutableRawPointer?, _ address: UnsafePointer<s
     -> MHD_Result
 {
     guard let cls else { return .NO }
-    let server = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server
-    return server.admitConnection(from: address.flatMap(ClientAddress.init)) ? .YES : .NO
+    let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
+    return daemon.admitConnection(from: address.flatMap(ClientAddress.init)) ? .YES : .NO
 }
 
 /// `MHD_NotifyConnectionCallback`: a connection started or closed.
@@ -65,26 +64,27 @@ func mhdConnectionNotify(
     let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
     switch code.rawValue {
     case ConnectionNotification.started:
-        socketContext.pointee = SlotMarker.admittedConnection
+        socketContext.pointee = admittedConnectionMark
         daemon.deadlines.connected(connection, at: .now)
     case ConnectionNotification.closed:
-        guard socketContext.pointee == SlotMarker.admittedConnection else { return }
+        guard socketContext.pointee == admittedConnectionMark else { return }
         socketContext.pointee = nil
         daemon.deadlines.closed(connection)
-        daemon.server.limiter.release(fpt_connection_address(connection).flatMap(ClientAddress.init))
+        daemon.limiter.release(fpt_connection_address(connection).flatMap(ClientAddress.init))
     default:
         return
     }
 }
 
 /// The URI-log callback (`MHD_OPTION_URI_LOG_CALLBACK`): sees each request target as sent, before
-/// it is parsed. Its result becomes the request's first `*con_cls`: a target marker or `NULL`.
+/// it is parsed. Its result becomes the request's first `*con_cls`: a `RequestSlot`, empty or a
+/// flawed target (`targetFlaw`).
 func mhdURILog(_ cls: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?, _ connection: OpaquePointer?)
     -> UnsafeMutableRawPointer?
 {
     guard let cls, let uri else { return nil }
-    let limit = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().server.configuration.maxURLBytes
-    return targetMarker(uri, limit: limit)
+    let limit = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().maxURLBytes
+    return targetFlaw(uri, limit: limit).map { RequestSlot.flawedTarget($0) }?.word
 }
 
 /// `MHD_ContentReaderCallback` of an event stream: the next bytes, or a suspension while there is
@@ -94,7 +94,7 @@ func mhdStreamReader(
     _ max: Int
 ) -> Int {
     guard let cls, let buffer else { return ContentReaderResult.endWithError }
-    let stream = Unmanaged<EventStream>.fromOpaque(cls).takeUnretainedValue()
+    let stream = Unmanaged<StreamResponse>.fromOpaque(cls).takeUnretainedValue()
     return stream.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: max))
 }
 
@@ -102,7 +102,7 @@ func mhdStreamReader(
 /// closes the socket).
 func mhdStreamFree(_ cls: UnsafeMutableRawPointer?) {
     guard let cls else { return }
-    Unmanaged<EventStream>.fromOpaque(cls).takeRetainedValue().close()
+    Unmanaged<StreamResponse>.fromOpaque(cls).takeRetainedValue().close()
 }
 
 /// `MHD_KeyValueIteratorN` of `scanFraming`: one record of a request's head (a header field, query

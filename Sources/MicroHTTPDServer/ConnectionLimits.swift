@@ -113,39 +113,39 @@ extension MicroHTTPDServer {
         case .admitted:
             return true
         case .refusedTotal:
-            responder.metrics.increment(.connectionsRefusedTotalLimit)
+            application.record(.connectionRefusedTotalLimit)
             warnOfRefusals("\(limiter.maxTotal) connections are open (--max-connections)")
             return false
         case .refusedPerAddress:
-            responder.metrics.increment(.connectionsRefusedPerAddressLimit)
+            application.record(.connectionRefusedPerAddressLimit)
             warnOfRefusals("a client address has \(limiter.maxPerAddress) connections open (--max-connections-per-ip)")
             return false
         }
     }
 }
 
-/// The first `*con_cls` of a request whose target `uri` (path and query, still percent-encoded,
-/// as `mhdURILog` sees it) is over `limit` bytes, holds a space or control character, or holds
-/// `%00` or `%2F` in its path: a `SlotMarker`; else `nil`.
-func targetMarker(_ uri: UnsafePointer<CChar>, limit: Int) -> UnsafeMutableRawPointer? {
+/// What is wrong with a request target `uri` (path and query, still percent-encoded, as
+/// `mhdURILog` sees it): over `limit` bytes, a space or control character, or `%00` or `%2F` in
+/// its path; `nil` when nothing is.
+func targetFlaw(_ uri: UnsafePointer<CChar>, limit: Int) -> TargetFlaw? {
     let length = strnlen(uri, limit + 1)
-    if length > limit { return SlotMarker.uriTooLong }
+    if length > limit { return .tooLong }
     return uri.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
         var index = 0
         var inPath = true
-        var marker: UnsafeMutableRawPointer?
+        var flaw: TargetFlaw?
         while index < length {
             let byte = bytes[index]
-            if !RequestFraming.isAllowedInTarget(byte) { return SlotMarker.malformedTarget }
+            if !RequestFraming.isAllowedInTarget(byte) { return .malformed }
             if byte == UInt8(ascii: "?") { inPath = false }
-            if inPath, marker == nil, byte == UInt8(ascii: "%"), index + 2 < length {
+            if inPath, flaw == nil, byte == UInt8(ascii: "%"), index + 2 < length {
                 let high = bytes[index + 1]
                 let low = bytes[index + 2] | 0x20
-                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { marker = SlotMarker.encodedNUL }
-                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { marker = SlotMarker.encodedSlash }
+                if high == UInt8(ascii: "0") && low == UInt8(ascii: "0") { flaw = .encodedNUL }
+                if high == UInt8(ascii: "2") && low == UInt8(ascii: "f") { flaw = .encodedSlash }
             }
             index += 1
         }
-        return marker
+        return flaw
     }
 }

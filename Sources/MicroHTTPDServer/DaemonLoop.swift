@@ -65,7 +65,8 @@ final class DaemonLoop: Sendable {
     /// `madeProgress` says, after each daemon run, whether a request began or ended in it (see
     /// `run`: such a run is never fruitless). `tick` runs on the loop's thread, between two daemon
     /// runs, about every `tickInterval`.
-    /// - Throws: `ServerError.socket` when the daemon reports no epoll set.
+    /// - Throws: `ServerError.socket` when the daemon reports no epoll set, or the thread cannot
+    ///   be made.
     func start(
         daemon: DaemonHandle, madeProgress: @escaping @Sendable () -> Bool = { false },
         tick: @escaping @Sendable (ContinuousClock.Instant) -> Void = { _ in }
@@ -81,7 +82,9 @@ final class DaemonLoop: Sendable {
             throw .socket(call: "MHD_get_fdset2", address: "libmicrohttpd daemon", errno: EBADF)
         }
         let epollFD = maxFD
-        DispatchQueue(label: "forge-push-token.http").async { [self] in
+        // A thread of its own: the loop blocks in poll(2) for the daemon's lifetime, which a
+        // Dispatch work item must not do (it would hold one of Dispatch's worker threads).
+        try LoopThread.detach(name: "fpt-http") { [self] in
             run(daemon, epollFD: epollFD, madeProgress: madeProgress, tick: tick)
             finished.signal()
         }
@@ -220,19 +223,3 @@ private let currentLoopKey: pthread_key_t = {
     precondition(created == 0, "pthread_key_create failed: \(created)")
     return key
 }()
-
-/// What one daemon's callbacks receive as their `cls`: the server, and the loop that runs that
-/// daemon (which a resumed connection must wake).
-///
-/// Retained by the server's running state until after `MHD_stop_daemon`.
-final class DaemonContext: Sendable {
-    let server: MicroHTTPDServer
-    let loop: DaemonLoop
-    /// The request deadlines of this daemon's connections (used on the loop's thread only).
-    let deadlines = ConnectionDeadlines()
-
-    init(server: MicroHTTPDServer, loop: DaemonLoop) {
-        self.server = server
-        self.loop = loop
-    }
-}

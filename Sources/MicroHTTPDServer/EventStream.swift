@@ -1,34 +1,50 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
-import ForgePushTokenOwner
 
-/// One `GET /token/stream` response: the subscription (the subscriber and the owner's handle
-/// that ends it), its connection and its socket.
+/// An event stream's response as libmicrohttpd's content reader sees it (`mhdStreamReader`,
+/// `mhdStreamFree`): the base of `EventStream<Application>`, whose overrides read the
+/// application's source with its type known (the C callbacks cannot be generic; see
+/// `DaemonContext`). Never made alone.
 ///
 /// Retained by libmicrohttpd's response (the content reader's `cls`) until the free callback;
 /// only the connection's polling thread reads or writes `bytesWritten`.
-final class EventStream {
-    let subscription: Responder.StreamSubscription
-    let connection: ConnectionHandle
-    let fd: Int32
-    unowned let server: MicroHTTPDServer
+class StreamResponse {
+    /// Body bytes sent so far (for the records).
     var bytesWritten = 0
 
-    var subscriber: EventSubscriber { subscription.subscriber }
+    /// The content reader: the next bytes of the stream into `buffer`, a suspension of the
+    /// connection while there is nothing to send, or the end (`ContentReaderResult`).
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        preconditionFailure("StreamResponse is only made as an EventStream")
+    }
 
-    init(subscription: Responder.StreamSubscription, connection: ConnectionHandle, fd: Int32, server: MicroHTTPDServer)
-    {
-        self.subscription = subscription
+    /// The response is gone.
+    func close() {
+        preconditionFailure("StreamResponse is only made as an EventStream")
+    }
+}
+
+/// One event-stream response: the application's source (`HTTPEventSource`), its connection and
+/// its socket.
+final class EventStream<Application: HTTPApplication>: StreamResponse {
+    let source: Application.EventSource
+    let connection: ConnectionHandle
+    let fd: Int32
+    unowned let server: MicroHTTPDServer<Application>
+
+    init(
+        source: Application.EventSource, connection: ConnectionHandle, fd: Int32, server: MicroHTTPDServer<Application>
+    ) {
+        self.source = source
         self.connection = connection
         self.fd = fd
         self.server = server
+        server.openStreams.withLock { $0 += 1 }
     }
 
-    /// The content reader (`mhdStreamReader`): the next bytes of the stream into `buffer`, a
-    /// suspension of the connection while there is nothing to send, or the end.
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        let result = subscriber.read(into: buffer) {
+    override func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        let result = source.read(into: buffer) {
             MHD_suspend_connection(connection.pointer)
         }
         switch result {
@@ -46,23 +62,23 @@ final class EventStream {
         }
     }
 
-    /// The response is gone (`mhdStreamFree`): stops watching the socket, forgets the subscriber and
-    /// counts the stream's end under its reason (`Responder.streamEnded`).
-    func close() {
+    /// The response is gone (`mhdStreamFree`): stops watching the socket, and tells the source
+    /// (`HTTPEventSource.close()`: the application forgets it and counts its end).
+    override func close() {
         if fd >= 0 { server.watcher.unwatch(fd: fd) }
-        subscription.cancel()
-        server.responder.streamEnded(subscriber)
+        source.close()
+        server.openStreams.withLock { $0 -= 1 }
     }
 }
 
-/// A libmicrohttpd connection pointer that the token's owner may resume from the publishing
-/// thread (a subscriber's wake-up, a write's answer), with the loop that runs its daemon.
+/// A libmicrohttpd connection pointer that the application may resume from any thread (a
+/// stream's wake-up, a write's answer), with the loop that runs its daemon.
 ///
 /// `@unchecked Sendable` is sound because the pointer is only ever passed to
 /// `MHD_resume_connection`, which locks the daemon's connection lists and may be called from any
-/// thread, and `EventSubscriber`'s and `PendingResponse`'s protocols call it only while the
-/// connection is suspended and exactly once per suspension; a suspended connection is never closed, so the pointer is valid
-/// whenever it is used. (The loop is `Sendable` itself.)
+/// thread, and `HTTPEventSource`'s and `PendingResponse`'s protocols call it only while the
+/// connection is suspended and exactly once per suspension; a suspended connection is never
+/// closed, so the pointer is valid whenever it is used. (The loop is `Sendable` itself.)
 struct ConnectionHandle: @unchecked Sendable {
     let pointer: OpaquePointer
     let loop: DaemonLoop
@@ -80,46 +96,47 @@ struct ConnectionHandle: @unchecked Sendable {
     }
 }
 
-/// Answers `GET /token/stream`: registers a subscriber (or answers 503) and queues a chunked
-/// response whose content reader is `mhdStreamReader`.
-func openStream(
-    _ admitted: Responder.AdmittedRequest, on connection: OpaquePointer, context: RequestContext,
-    daemon: DaemonContext
-) -> MHD_Result {
-    let server = daemon.server
-    let handle = ConnectionHandle(pointer: connection, loop: daemon.loop)
-    let (head, subscription) = server.responder.openEventStream(for: admitted, wake: { handle.resume() })
-    guard let subscription else { return respond(head, on: connection, context: context) }
-    let fd = fpt_connection_fd(connection)
-    let stream = EventStream(subscription: subscription, connection: handle, fd: fd, server: server)
-    let cls = Unmanaged.passRetained(stream).toOpaque()
-    guard
-        let response = MHD_create_response_from_callback(
-            responseSizeUnknown, streamResponseBlockBytes, mhdStreamReader, cls,
-            mhdStreamFree)
-    else {
-        Unmanaged<EventStream>.fromOpaque(cls).release()
-        subscription.cancel()
-        return .NO
+extension Daemon {
+    /// Opens the event stream `admitted` asked for (`HTTPApplication.openStream(for:wake:)`), or
+    /// answers its refusal, and queues a chunked response whose content reader is
+    /// `mhdStreamReader`.
+    func openStream(_ admitted: AdmittedRequest, on connection: OpaquePointer, context: RequestContext)
+        -> MHD_Result
+    {
+        let handle = ConnectionHandle(pointer: connection, loop: loop)
+        let (head, source) = application.openStream(for: admitted, wake: { handle.resume() })
+        guard let source else { return respond(head, on: connection, context: context) }
+        let fd = fpt_connection_fd(connection)
+        let stream = EventStream(source: source, connection: handle, fd: fd, server: server)
+        let cls = Unmanaged<StreamResponse>.passRetained(stream).toOpaque()
+        guard
+            let response = MHD_create_response_from_callback(
+                responseSizeUnknown, streamResponseBlockBytes, mhdStreamReader, cls,
+                mhdStreamFree)
+        else {
+            Unmanaged<StreamResponse>.fromOpaque(cls).release()
+            stream.close()
+            return .NO
+        }
+        addHeaders(head.headers, to: response, crossOrigin: context.crossOrigin, origin: context.origin)
+        if fd >= 0 { server.watcher.watch(fd: fd, id: source.id) }
+        deadlines.forget(connection)  // an established stream has no deadline
+        // A timeout of its own puts the connection on libmicrohttpd's list of connections with custom
+        // timeouts, which every run of the daemon walks in full. That walk is what finishes a stream
+        // ended with an error (a departed client): libmicrohttpd 0.9.75 marks such a connection closed
+        // but leaves its cleanup to a later walk of a timeout list, and the list of connections with
+        // the default timeout is walked only from its oldest entry up to the first one still open, so
+        // one idle keep-alive connection from before kept every departed subscriber's socket open.
+        // The timeout itself only counts while the stream has something to send and the client does
+        // not take it (a suspended connection has none).
+        _ = fpt_set_connection_timeout(connection, eventStreamStallSeconds)
+        let result = MHD_queue_response(connection, UInt32(head.status), response)
+        MHD_destroy_response(response)
+        context.machine.sent()
+        context.status = head.status
+        context.stream = stream
+        return result
     }
-    addHeaders(head.headers, to: response, crossOrigin: context.crossOrigin, origin: context.origin)
-    if fd >= 0 { server.watcher.watch(fd: fd, id: subscription.id) }
-    daemon.deadlines.forget(connection)  // an established stream has no deadline
-    // A timeout of its own puts the connection on libmicrohttpd's list of connections with custom
-    // timeouts, which every run of the daemon walks in full. That walk is what finishes a stream
-    // ended with an error (a departed client): libmicrohttpd 0.9.75 marks such a connection closed
-    // but leaves its cleanup to a later walk of a timeout list, and the list of connections with
-    // the default timeout is walked only from its oldest entry up to the first one still open, so
-    // one idle keep-alive connection from before kept every departed subscriber's socket open.
-    // The timeout itself only counts while the stream has something to send and the client does
-    // not take it (a suspended connection has none).
-    _ = fpt_set_connection_timeout(connection, eventStreamStallSeconds)
-    let result = MHD_queue_response(connection, UInt32(head.status), response)
-    MHD_destroy_response(response)
-    context.machine.sent()
-    context.status = head.status
-    context.stream = stream
-    return result
 }
 
 /// The block size given to `MHD_create_response_from_callback` for an event stream: libmicrohttpd

@@ -1,7 +1,6 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
-import ForgePushTokenOwner
 import ServiceLogging
 
 #if canImport(Glibc)
@@ -10,14 +9,17 @@ import ServiceLogging
     import Musl
 #endif
 
-/// The HTTP/1.1 server: one libmicrohttpd daemon in front of a `Responder`.
+/// The HTTP/1.1 engine: libmicrohttpd daemons in front of an `HTTPApplication`.
 ///
 /// `configuration.threads` libmicrohttpd daemons in epoll mode with `MHD_ALLOW_SUSPEND_RESUME`
 /// share the listening socket, each run by its own `DaemonLoop` thread: an event-stream connection
 /// with nothing to send is suspended and costs no CPU until a new event, a heartbeat or its
 /// client's departure resumes it. Data walks one way: libmicrohttpd's thread → this adapter →
-/// `Responder` → `TokenOwner` → its `TokenStore` → `TokenOwner` → each subscriber's connection,
-/// resumed by this adapter (docs/architecture.md).
+/// `Application` (the service's `Responder`, and what lies behind it) → each stream's connection,
+/// resumed by this adapter (docs/architecture.md, "The path of a request").
+///
+/// Generic over its application, so every call into it is specialised, with no existential; the
+/// engine knows only `HTTPApplication` (docs/architecture.md, "Replacing the engine").
 ///
 /// Lifecycle: `start()` once, then `Service.shutdown(engine:)` once, which calls this server's
 /// `ServiceEngine` steps (`quiesce()`, `awaitIdle()`, `stop()`) in its order; the server must stay
@@ -25,17 +27,21 @@ import ServiceLogging
 ///
 /// Thread-safety: `start()` and the shutdown steps may be called from any thread, one after the
 /// other.
-public final class MicroHTTPDServer: ServiceEngine {
+public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine {
     /// The configuration the server was created with.
     public let configuration: ServerConfiguration
-    /// The routes' logic.
-    public let responder: Responder
+    /// What the engine serves.
+    public let application: Application
     let log: ServerLog
-    let watcher: SubscriberWatcher
-    /// The `GET /token` response of the current token version.
-    let tokenResponses = TokenResponseCache()
+    let watcher: SubscriberWatcher<Application>
+    /// The cached read's response for the current version (`HTTPApplication.cachedRead()`).
+    let cachedReads = CachedReadCache()
+    /// The route of the cached read's path, for its records (`nil` when the path names none).
+    let cachedReadRoute: Route?
     /// Requests that reached the access handler and have not completed, streams included.
     let inFlight = Locked(0)
+    /// Event streams whose response has not been freed yet (`EventStream`).
+    let openStreams = Locked(0)
     /// Open connections, in all and per client address, against the configured limits.
     let limiter: ConnectionLimiter
     /// When a refused connection was last logged, so that a flood of them logs one line per 10 s.
@@ -47,42 +53,37 @@ public final class MicroHTTPDServer: ServiceEngine {
     /// What exists between `start()` and `shutdown()`.
     struct Running: Sendable {
         let daemons: [DaemonHandle]
-        let contexts: [DaemonContext]
+        let contexts: [Daemon<Application>]
         let logger: LoggerHandle
         let credentials: TLSMemory?
         let authority: String
     }
 
-    /// Creates a server for `responder`. Nothing listens before `start()`.
+    /// Creates a server for `application`. Nothing listens before `start()`.
     /// - Throws: `ServerError.socket` when the subscriber watcher's epoll set cannot be made.
-    public init(configuration: ServerConfiguration, responder: Responder, log: ServerLog) throws(ServerError) {
+    public init(configuration: ServerConfiguration, application: Application, log: ServerLog) throws(ServerError) {
         self.configuration = configuration
-        self.responder = responder
+        self.application = application
         self.log = log
-        var everySecond: (@Sendable () -> Void)?
-        if responder.limitsStreamAge {
-            everySecond = { [responder] in responder.endStreamsPastTheirAge() }
-        }
+        self.cachedReadRoute = Route(path: application.cachedReadPath.description)
         self.watcher = try SubscriberWatcher(
-            owner: responder.owner, heartbeatSeconds: configuration.heartbeatSeconds, everySecond: everySecond)
+            application: application, heartbeatSeconds: configuration.heartbeatSeconds,
+            secondTicks: application.wantsSecondTicks)
         let files = Self.raiseFileLimit(log: log)
         // Each connection holds a descriptor; some are the service's own (listening socket, epoll
         // sets, eventfds, the state file, standard streams). Over the file limit, libmicrohttpd
         // would stop accepting altogether instead of refusing the surplus.
-        let usable = files.map { max(1, Int(clamping: $0) - Self.reservedDescriptors) }
+        let usable = files.map { max(1, Int(clamping: $0) - reservedDescriptors) }
         var limit = configuration.connectionLimit
-        if let usable, limit > usable {
+        if let usable, let files, limit > usable {
             log.log(
                 .warning,
-                "--max-connections \(limit) is over what the open-file limit (\(files!)) allows;"
+                "--max-connections \(limit) is over what the open-file limit (\(files)) allows;"
                     + " using \(usable) (raise it with ulimit -n or the container's nofile limit)")
             limit = usable
         }
         self.limiter = ConnectionLimiter(maxTotal: limit, maxPerAddress: configuration.maxConnectionsPerAddress)
     }
-
-    /// Descriptors kept back from the connection limit for the service's own files and sockets.
-    static let reservedDescriptors = 64
 
     /// Logs that connections are being refused because `reason`, at most once per 10 seconds.
     func warnOfRefusals(_ reason: String) {
@@ -139,10 +140,10 @@ public final class MicroHTTPDServer: ServiceEngine {
         // One daemon per thread, all taking connections from the one listening socket (which
         // libmicrohttpd makes non-blocking), as libmicrohttpd's own thread pool does.
         var daemons: [DaemonHandle] = []
-        var contexts: [DaemonContext] = []
+        var contexts: [Daemon<Application>] = []
         do throws(ServerError) {
             for _ in 0..<max(1, configuration.threads) {
-                let context = DaemonContext(server: self, loop: try DaemonLoop())
+                let context = Daemon(server: self, loop: try DaemonLoop())
                 let cls = Unmanaged.passUnretained(context).toOpaque()
                 guard
                     let daemon = fpt_start_daemon(
@@ -154,12 +155,13 @@ public final class MicroHTTPDServer: ServiceEngine {
                         ? .daemonStartFailed(socket.authority) : .tlsCredentialsRejected(socket.authority)
                 }
                 daemons.append(DaemonHandle(pointer: daemon))
-                contexts.append(context)
                 try context.loop.start(
                     daemon: daemons[daemons.count - 1],
                     madeProgress: { context.deadlines.takeProgress() },
                     tick: { [self] now in enforce(context.deadlines, at: now) })
+                contexts.append(context)  // only a started loop is stopped below
             }
+            try watcher.start()
         } catch {
             for (index, daemon) in daemons.enumerated() {
                 _ = MHD_quiesce_daemon(daemon.pointer)  // so that stopping it leaves the shared socket open
@@ -171,7 +173,6 @@ public final class MicroHTTPDServer: ServiceEngine {
             credentials?.deallocate()
             throw error
         }
-        watcher.start()
         running.withLock {
             $0 = Running(
                 daemons: daemons, contexts: contexts, logger: logger, credentials: credentials,
@@ -208,11 +209,11 @@ public final class MicroHTTPDServer: ServiceEngine {
         }
     }
 
-    /// Graceful shutdown's last engine step, after the owner has ended every remaining subscriber
-    /// (`TokenOwner.abortAll()`, which resumes their connections): waits up to 1 s for the daemons
-    /// to close those connections (libmicrohttpd must not be stopped with a suspended one), then
-    /// stops the daemons. Returns when they have stopped. Does nothing when the server is not
-    /// running.
+    /// Graceful shutdown's last engine step, after the application has ended every remaining
+    /// stream (`Service.shutdown(engine:)`, which resumes their connections): waits up to 1 s for
+    /// the daemons to close those connections and free their streams (libmicrohttpd must not be
+    /// stopped with a suspended one), then stops the daemons. Returns when they have stopped. Does
+    /// nothing when the server is not running.
     public func stop() {
         quiesce()
         guard
@@ -221,18 +222,18 @@ public final class MicroHTTPDServer: ServiceEngine {
                 return state
             })
         else { return }
-        _ = waitUntil(seconds: 1) { responder.owner.subscriberCount == 0 }
+        _ = waitUntil(seconds: 1) { openStreams.withLock { $0 } == 0 }
         watcher.stop()
         for context in run.contexts { context.loop.stop() }
         for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }
-        tokenResponses.clear()
+        cachedReads.clear()
         run.logger.deallocate()
         run.credentials?.deallocate()
         log.log(.info, "stopped")
     }
 
     private func waitUntilIdle(seconds: Double) -> Bool {
-        waitUntil(seconds: seconds) { inFlight.withLock { $0 } == 0 && responder.owner.subscriberCount == 0 }
+        waitUntil(seconds: seconds) { inFlight.withLock { $0 } == 0 && openStreams.withLock { $0 } == 0 }
     }
 
     private func waitUntil(seconds: Double, _ condition: () -> Bool) -> Bool {
@@ -380,3 +381,6 @@ func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog, limit
     }
     log.log(level, "libmicrohttpd: \(text)")
 }
+
+/// Descriptors kept back from the connection limit for the service's own files and sockets.
+let reservedDescriptors = 64

@@ -18,7 +18,7 @@ final class RequestContext {
     let started = ContinuousClock.now
     /// Where the request stands, and the body bytes received.
     var machine: RequestStateMachine
-    /// The route `Responder.admit` matched (kept for the metrics once the request is over).
+    /// The route `HTTPApplication.admit` matched (kept for the metrics once the request is over).
     var route: Route?
     /// The body bytes kept (`RequestStateMachine.Action.keep`).
     var body: [UInt8] = []
@@ -26,16 +26,16 @@ final class RequestContext {
     let chunked: Bool
     var status = 0
     var bytes = 0
-    var stream: EventStream?
+    /// The event stream opened for it, if any.
+    var stream: StreamResponse?
     /// The request's `Origin` field value, kept from its head on so that every answer to it, the
     /// engine's own included, gets the same CORS fields (`ResponseHeaders.completing`).
     let origin: String?
-    /// The service's CORS policy (`Responder.crossOrigin`).
+    /// The service's CORS policy (`HTTPApplication.crossOrigin`).
     let crossOrigin: CrossOriginPolicy
     /// What the head costs in libmicrohttpd's pool (`RequestHeadBudget`): its bytes, its records
     /// (fields, query arguments, cookies) and its first `Cookie` value's length; what a chunked
     /// body's trailer fields add to it is checked against the same budget (`trailerRefusal`).
-    /// Zero for a request that the `GET /token` fast path turned into one.
     var headCost = (bytes: 0, records: 0, cookieValueBytes: Int?.none)
     /// Whether the trailer fields were checked (once, in the call where the body is complete).
     var trailerChecked = false

@@ -20,23 +20,36 @@ import ServiceLogging
 /// one lock makes either safe. Side effects on sockets happen after it is released
 /// (`MicroHTTPDServer.enforce`).
 final class ConnectionDeadlines: Sendable {
-    private struct Entry: Sendable {
+    /// One connection's deadline, in a box of its own made when the connection is accepted, so
+    /// that a request's events change it in place: a `Dictionary`'s in-place mutation
+    /// (`entries[key]?.field = …`) runs its `_modify` coroutines, whose frames are allocated on the
+    /// heap, some 16 allocations a request on the cached read's path.
+    ///
+    /// `@unchecked Sendable` is sound because every access to its fields is made under
+    /// `ConnectionDeadlines`' lock (the box never leaves `State`).
+    private final class Entry: @unchecked Sendable {
         var deadline: RequestDeadline
         let fd: Int32
         /// The `Origin` of the request whose body is arriving (kept only while CORS is on), for
         /// the CORS fields of its 408.
         var origin: String?
 
+        init(deadline: RequestDeadline, fd: Int32) {
+            self.deadline = deadline
+            self.fd = fd
+        }
+
         /// Its request is over: the deadline moves on, and the next request's `Origin` is not
         /// known yet.
-        mutating func completed(at now: ContinuousClock.Instant) {
+        func completed(at now: ContinuousClock.Instant) {
             deadline.completed(at: now)
             origin = nil
         }
     }
 
     private struct State: Sendable {
-        /// By connection pointer (its bit pattern).
+        /// By connection pointer (its bit pattern): inserted when a connection is accepted,
+        /// removed when it closes; between the two, only read (the boxes change in place).
         var entries: [UInt: Entry] = [:]
         /// Whether a request began or ended since `takeProgress()` last looked.
         var progressed = false
@@ -79,9 +92,9 @@ final class ConnectionDeadlines: Sendable {
     ) -> Bool {
         state.withLock { state in
             state.progressed = true
-            let key = UInt(bitPattern: connection)
-            if origin != nil { state.entries[key]?.origin = origin }
-            return state.entries[key]?.deadline.headReceived(at: now, bodyExpected: bodyExpected) ?? true
+            guard let entry = state.entries[UInt(bitPattern: connection)] else { return true }
+            if origin != nil { entry.origin = origin }
+            return entry.deadline.headReceived(at: now, bodyExpected: bodyExpected)
         }
     }
 
@@ -107,13 +120,13 @@ final class ConnectionDeadlines: Sendable {
     )] {
         state.withLock { state in
             var due: [(fd: Int32, action: RequestDeadline.Action, origin: String?)] = []
-            for index in state.entries.indices {
-                let fd = state.entries.values[index].fd
-                let action = state.entries.values[index].deadline.check(at: now, timeout: timeout) { since in
+            for entry in state.entries.values {
+                let fd = entry.fd
+                let action = entry.deadline.check(at: now, timeout: timeout) { since in
                     guard let silent = millisecondsSinceDataReceived(fd) else { return false }
                     return .milliseconds(silent) < now - since
                 }
-                if action != .none { due.append((fd, action, state.entries.values[index].origin)) }
+                if action != .none { due.append((fd, action, entry.origin)) }
             }
             return due
         }
@@ -134,16 +147,16 @@ extension MicroHTTPDServer {
             switch action {
             case .expire(let body):
                 if configuration.tls == nil {
-                    let message = Responder.requestTimeout(seconds: seconds, body: body)
+                    let message = EngineAnswers.requestTimeout(seconds: seconds, body: body)
                         .closingMessage(
-                            reason: "Request Timeout", date: httpDate(), crossOrigin: responder.crossOrigin,
+                            reason: "Request Timeout", date: httpDate(), crossOrigin: application.crossOrigin,
                             origin: origin)
                     _ = message.withUnsafeBytes {
                         send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
                     }
                 }
                 closeSide(of: fd, Int32(SHUT_WR))
-                responder.recordRequestTimeout(body: body)
+                application.record(.requestTimedOut(body: body))
                 log.log(.debug, "closing a connection whose request \(body ? "body" : "head") took over \(seconds) s")
             case .close:
                 closeSide(of: fd, Int32(SHUT_RD))

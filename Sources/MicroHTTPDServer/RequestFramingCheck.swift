@@ -85,24 +85,24 @@ func scanFraming(_ connection: OpaquePointer, method: UnsafePointer<CChar>) -> F
     return scan
 }
 
-/// The answer to a request whose target `mhdURILog` marked: 414, 400 (`%00`) or 404 (`%2F`).
-func targetRefusal(_ marker: UnsafeMutableRawPointer?, path: String, limit: Int) -> HTTPResponse? {
-    switch marker {
-    case SlotMarker.uriTooLong:
-        Responder.uriTooLong(limit: limit)
-    case SlotMarker.encodedNUL:
-        .error(400, ServiceError("invalid_request", "the request target's path holds %00, a NUL byte"))
-    case SlotMarker.encodedSlash:
-        .error(404, ServiceError("not_found", "no route for a path with an encoded slash (%2F)"))
-    case SlotMarker.malformedTarget:
+/// The answer to a request whose target `mhdURILog` found `flaw` in: 414, 400 (`%00`, a space or
+/// control character) or 404 (`%2F`). Never `nil` in fact (`RequestFraming.refusal` refuses a
+/// malformed target); optional because that function's answer is.
+func targetRefusal(_ flaw: TargetFlaw, limit: Int) -> HTTPResponse? {
+    switch flaw {
+    case .tooLong:
+        EngineAnswers.uriTooLong(limit: limit)
+    case .encodedNUL:
+        EngineAnswers.encodedNUL
+    case .encodedSlash:
+        EngineAnswers.encodedSlash
+    case .malformed:
         RequestFraming.refusal(
             {
                 var facts = RequestFraming.Facts()
                 facts.malformedTarget = true
                 return facts
             }())
-    default:
-        nil
     }
 }
 

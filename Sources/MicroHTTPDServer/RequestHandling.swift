@@ -8,238 +8,303 @@ import ForgePushTokenHTTP
     import Musl
 #endif
 
-// What the access handler and the request-completed callback (Callbacks.swift) do, in Swift.
+// What the access handler and the request-completed callback (Callbacks.swift) do, in Swift, one
+// function per event of a request's life (docs/architecture.md, "The path of a request"):
+//
+//   handle ─┬─ headArrived ── (cached read: mark the slot) or open ── perform(machine.head)
+//           ├─ cachedRead ─── queue the cached response, or open (a chunked body after all)
+//           └─ carryOn ────── bodyChunk (machine.bodyChunk) or bodyComplete ── perform(machine.complete)
+//   finish ─── record the finished request, release its context
+//
+// Each step asks the request's `RequestStateMachine` and carries out what it returns (`perform`).
 
-/// The access handler (`mhdAccessHandler`). Answers go out in a later call than the first, which
-/// keeps the connection alive; the exceptions are a `Content-Length` over the limit and a refused
-/// request with a body, answered at once (the body is never read and libmicrohttpd closes the
-/// connection).
-func handleRequest(
-    daemon: DaemonContext, connection: OpaquePointer, url: UnsafePointer<CChar>, method: UnsafePointer<CChar>,
-    version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
-    contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>
-) -> MHD_Result {
-    let server = daemon.server
-    let responder = server.responder
-    let limit = server.configuration.maxBodyBytes
+/// The facts of a request's head that the engine reads from libmicrohttpd in the first call.
+struct HeadFacts {
+    /// One pass over its records (`scanFraming`): the framing counts, the head's size.
+    let scan: FramingScan
+    /// Its `Content-Length`, or `nil` without one.
+    let contentLength: UInt64?
+    /// Whether its body comes chunked.
+    let chunked: Bool
+    /// The answer refusing its framing (`framingRefusal`), or `nil`.
+    let framingRefusal: HTTPResponse?
 
-    // Not a call of ours to answer: libmicrohttpd 0.9.75 calls with its read buffer and no bytes
-    // after it has sent `100 Continue` to a request without a body when more bytes are buffered
-    // behind it (`process_request_body` in `MHD_CONNECTION_CONTINUE_SENT`), where no answer can
-    // be queued: a write answered here was carried out and never answered (issue 21), and one
-    // answered in the first call instead closed the connection on the requests pipelined behind
-    // it (issue 27 §6). The body's end comes in the next call, with no upload data at all.
-    if uploadData != nil, uploadSize.pointee == 0 { return .YES }
+    /// Whether it announces a body.
+    var expectsBody: Bool { chunked || (contentLength ?? 0) > 0 }
+    /// Whether it asks for `100 Continue`.
+    var expectsContinue: Bool { scan.counts.continueExpectations > 0 }
+}
 
-    let existing: UnsafeMutableRawPointer
-    switch RequestSlot(contextSlot.pointee) {
-    case .firstCall(let target):
-        // The first call: the header fields have arrived, the body (if any) has not.
-        let marker = responder.answersTokenReadsBlindly ? tokenRead(method, url) : nil
-        let length = header(connection, "Content-Length").flatMap { UInt64($0) }
-        // One pass over the header fields serves the framing checks and tells a chunked body.
-        let scan = scanFraming(connection, method: method)
-        let chunked = scan.counts.transferEncoding > 0
-        // Asks for `100 Continue`: kept off the `GET /token` fast path, which answers in the
-        // second call (with `100 Continue` and more bytes buffered, one where no answer can be
-        // queued; see below).
-        let expectsContinue = scan.counts.continueExpectations > 0
-        let framing = framingRefusal(
-            connection, scan: scan, method: method, url: url, version: version,
-            budget: server.configuration.headBudget)
-        if framing == nil, chunked {
+extension Daemon {
+    /// The access handler: called once with the head (`*con_cls` empty or a flawed target), once
+    /// per piece of body, and once more with `*upload_data_size == 0` when the body is complete
+    /// (and again after a suspended connection is resumed). Answers go out in a later call than
+    /// the first, which keeps the connection alive; the exceptions are a `Content-Length` over the
+    /// limit and a refused request with a body, answered at once (the body is never read and
+    /// libmicrohttpd closes the connection).
+    func handle(_ call: RequestCall) -> MHD_Result {
+        // Not a call of ours to answer: libmicrohttpd 0.9.75 calls with its read buffer and no bytes
+        // after it has sent `100 Continue` to a request without a body when more bytes are buffered
+        // behind it (`process_request_body` in `MHD_CONNECTION_CONTINUE_SENT`), where no answer can
+        // be queued: a write answered here was carried out and never answered (issue 21), and one
+        // answered in the first call instead closed the connection on the requests pipelined behind
+        // it (issue 27 §6). The body's end comes in the next call, with no upload data at all.
+        if call.uploadData != nil, call.uploadSize.pointee == 0 { return .YES }
+        switch RequestSlot(word: call.slot.pointee) {
+        case .empty:
+            return headArrived(call, flaw: nil)
+        case .flawedTarget(let flaw):
+            return headArrived(call, flaw: flaw)
+        case .cachedRead(let mark):
+            return cachedRead(call, mark)
+        case .context(let context):
+            return carryOn(call, context)
+        }
+    }
+
+    /// The first call: the header fields have arrived, the body (if any) has not. Counts the
+    /// request in, then marks a cached read in the slot (allocating nothing), or opens a context.
+    private func headArrived(_ call: RequestCall, flaw: TargetFlaw?) -> MHD_Result {
+        let connection = call.connection
+        let configuration = server.configuration
+        let mark = application.answersCachedReadsBlindly ? cachedReadMark(call) : nil
+        let facts = readHead(call)
+        if facts.framingRefusal == nil, facts.chunked {
             // A chunked body whose chunk-size line cannot fit in the pool leaves libmicrohttpd
             // unable to advance the connection (see DaemonLoop): a short idle timeout while a
             // chunked body arrives bounds how long such a connection lives. The connection's
             // own timeout is restored once the body is complete.
             _ = fpt_set_connection_timeout(
-                connection,
-                UInt32(
-                    min(
-                        server.configuration.idleTimeoutSeconds,
-                        chunkedBodyIdleSeconds)))
+                connection, UInt32(min(configuration.idleTimeoutSeconds, chunkedBodyIdleSeconds)))
         }
         // A head that completes past --header-timeout is not carried out: its connection is
         // being closed (RequestDeadline).
         // With CORS on, its 408 (should the body be late) carries the CORS fields for its Origin.
-        let expectsBody = chunked || (length ?? 0) > 0
+        let crossOrigin = application.crossOrigin
         guard
-            daemon.deadlines.headReceived(
-                connection, at: .now, bodyExpected: expectsBody,
-                origin: expectsBody && responder.crossOrigin.isEnabled ? header(connection, "Origin") : nil)
+            deadlines.headReceived(
+                connection, at: .now, bodyExpected: facts.expectsBody,
+                origin: facts.expectsBody && crossOrigin.isEnabled ? header(connection, "Origin") : nil)
         else { return .NO }
         server.inFlight.withLock { $0 += 1 }
-        if let marker, target == nil, framing == nil, length == nil, !responder.accessLog, !expectsContinue {
-            contextSlot.pointee = marker
+        // The cached read answers in the second call. Kept off it: a body announced by
+        // Content-Length, a refused target or framing, the access log (which needs what only a
+        // context keeps), and `100 Continue` (with more bytes buffered behind it, the second call
+        // would be one where no answer can be queued; see `handle`).
+        if let mark, flaw == nil, facts.framingRefusal == nil, facts.contentLength == nil,
+            !application.recordsEveryRequest, !facts.expectsContinue
+        {
+            RequestSlot.cachedRead(mark).store(in: call.slot)
             return .YES
         }
-        let head = requestHead(connection, method: String(cString: method), path: String(cString: url))
+        return open(call, facts: facts, flaw: flaw, cachedRead: mark != nil)
+    }
+
+    /// A `CachedReadMark` when the request is a `GET` or `HEAD` of the cached read's path
+    /// (`HTTPApplication.cachedReadPath`), compared in place: no `String` is made.
+    private func cachedReadMark(_ call: RequestCall) -> CachedReadMark? {
+        let path = application.cachedReadPath
+        let matches = path.withUTF8Buffer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { path in
+                // A static string's bytes end with a NUL.
+                path.baseAddress.map { strcmp(call.url, $0) == 0 } ?? false
+            }
+        }
+        guard matches else { return nil }
+        if strcmp(call.method, "GET") == 0 { return CachedReadMark(isHead: false) }
+        if strcmp(call.method, "HEAD") == 0 { return CachedReadMark(isHead: true) }
+        return nil
+    }
+
+    /// Reads the head's framing facts from libmicrohttpd (one pass over its records).
+    private func readHead(_ call: RequestCall) -> HeadFacts {
+        let scan = scanFraming(call.connection, method: call.method)
+        return HeadFacts(
+            scan: scan, contentLength: header(call.connection, "Content-Length").flatMap { UInt64($0) },
+            chunked: scan.counts.transferEncoding > 0,
+            framingRefusal: framingRefusal(
+                call.connection, scan: scan, method: call.method, url: call.url, version: call.version,
+                budget: server.configuration.headBudget))
+    }
+
+    /// Opens the request's context, stores it in the slot, and tells its machine what the head
+    /// decided: the engine's refusal of the target or the framing, the application's admission,
+    /// or (`cachedRead`) the cached read. The one place a context is made.
+    private func open(_ call: RequestCall, facts: HeadFacts, flaw: TargetFlaw?, cachedRead: Bool) -> MHD_Result {
+        let head = requestHead(
+            call.connection, method: String(cString: call.method), path: String(cString: call.url),
+            fields: application.headerFieldsRead, parameters: application.queryParametersRead)
+        // The engine's own answers carry the CORS fields too: `Origin` is read whether or not the
+        // application reads it.
         let context = RequestContext(
-            method: head.method, path: head.path, chunked: chunked, origin: head.headers["Origin"],
-            crossOrigin: responder.crossOrigin, limit: limit)
-        context.headCost = (scan.headBytes, scan.counts.records, scan.counts.cookieValueBytes)
-        contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
+            method: head.method, path: head.path, chunked: facts.chunked,
+            origin: head.headers["Origin"] ?? header(call.connection, "Origin"),
+            crossOrigin: application.crossOrigin, limit: server.configuration.maxBodyBytes)
+        context.headCost = (facts.scan.headBytes, facts.scan.counts.records, facts.scan.counts.cookieValueBytes)
+        RequestSlot.context(context).store(in: call.slot)
         let decided: RequestStateMachine.Head
-        if let refusal = targetRefusal(target, path: head.path, limit: server.configuration.maxURLBytes) ?? framing {
-            context.route = Route(path: head.path)  // for the metrics' label only: the head is not admitted
+        if let refusal = flaw.flatMap({ targetRefusal($0, limit: maxURLBytes) }) ?? facts.framingRefusal {
+            context.route = Route(path: head.path)  // for the records only: the head is not admitted
             decided = .refused(refusal)
         } else {
-            switch responder.admit(head) {
+            switch application.admit(head) {
             case .answer(let response, let route):
                 context.route = route
                 decided = .refused(response)
             case .proceed(let admitted):
                 context.route = admitted.route
-                decided = marker != nil ? .tokenRead : .admitted(admitted)
+                decided = cachedRead ? .cachedRead : .admitted(admitted)
             }
         }
         return perform(
-            context.machine.head(decided, contentLength: length, chunked: chunked),
-            on: connection, context: context, daemon: daemon)
-    case .tokenRead(_, notModified: true):
-        return .YES  // answered
-    case .tokenRead(let isHead, notModified: false):
-        // The fast path: answered from the cache in this second call (which keeps the connection
-        // alive), a 304 when If-None-Match names the current ETag. A chunked body, the one kind
-        // not announced by Content-Length, turns it back into an ordinary request so that its
-        // size is checked as for any other.
-        if uploadSize.pointee == 0 {
-            let queued = server.tokenResponses.queue(
-                on: connection, responder: responder,
-                ifNoneMatch: ifNoneMatch(connection))
-            if queued.status == 304 {
-                contextSlot.pointee = RequestSlot.tokenReadMarker(isHead: isHead, notModified: true)
-            }
-            return queued.result
-        }
-        let context = RequestContext(
-            method: isHead ? "HEAD" : "GET", path: "/token",
-            chunked: true,  // the one kind of body this path lets through
-            origin: nil, crossOrigin: CrossOriginPolicy(),  // taken only with CORS off
-            limit: limit)
-        _ = context.machine.head(.tokenRead, contentLength: nil, chunked: true)
-        context.route = .token
-        existing = Unmanaged.passRetained(context).toOpaque()
-        contextSlot.pointee = existing
-    case .context(let raw):
-        existing = raw
+            context.machine.head(decided, contentLength: facts.contentLength, chunked: facts.chunked), call, context)
     }
-    let context = Unmanaged<RequestContext>.fromOpaque(existing).takeUnretainedValue()
 
-    if uploadSize.pointee > 0 {
-        let count = uploadSize.pointee
-        uploadSize.pointee = 0
+    /// The cached read's second call: answered from the cache (which keeps the connection alive),
+    /// a 304 when `If-None-Match` names the current `ETag`. A chunked body, the one kind not
+    /// announced by `Content-Length`, turns it back into an ordinary request (`open`) so that its
+    /// size is checked as for any other.
+    private func cachedRead(_ call: RequestCall, _ mark: CachedReadMark) -> MHD_Result {
+        guard mark.status == .unanswered else { return .YES }  // answered
+        guard call.uploadSize.pointee == 0 else {
+            let result = open(call, facts: readHead(call), flaw: nil, cachedRead: true)
+            guard case .context(let context) = RequestSlot(word: call.slot.pointee), result == .YES else {
+                return result
+            }
+            return carryOn(call, context)
+        }
+        let queued = server.cachedReads.queue(
+            on: call.connection, application: application, ifNoneMatch: ifNoneMatch(call.connection))
+        var answered = mark
+        answered.status = queued.status == 304 ? .notModified : .ok
+        RequestSlot.cachedRead(answered).store(in: call.slot)
+        return queued.result
+    }
+
+    /// A later call of an ordinary request: a piece of body, or its end.
+    private func carryOn(_ call: RequestCall, _ context: RequestContext) -> MHD_Result {
+        let count = call.uploadSize.pointee
+        guard count == 0 else {
+            call.uploadSize.pointee = 0
+            return bodyChunk(call.uploadData, count: count, context)
+        }
+        return bodyComplete(call, context)
+    }
+
+    /// A piece of body of `count` bytes: kept, dropped, or the connection closed, as the machine
+    /// says.
+    private func bodyChunk(_ data: UnsafePointer<CChar>?, count: Int, _ context: RequestContext) -> MHD_Result {
         switch context.machine.bodyChunk(count: count) {
         case .keep:
-            uploadData?.withMemoryRebound(to: UInt8.self, capacity: count) {
+            data?.withMemoryRebound(to: UInt8.self, capacity: count) {
                 context.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
             }
         case .discardAll:
             context.body = []
+        case .drop:
+            break
         case .close:
             return .NO
-        default:
-            break
         }
         return .YES
     }
-    if context.chunked {
-        _ = fpt_set_connection_timeout(connection, UInt32(server.configuration.idleTimeoutSeconds))
-    }
-    // A body that completes past --header-timeout is not carried out (RequestDeadline).
-    if context.machine.received > 0 || context.chunked, !daemon.deadlines.bodyReceived(connection) { return .NO }
-    // A chunked body's trailer fields arrive with its end: refused before anything is carried out
-    // when the answer would not fit beside them (RequestTrailerCheck).
-    if context.chunked, !context.trailerChecked {
-        context.trailerChecked = true
-        if let refusal = trailerRefusal(connection, headCost: context.headCost, budget: server.configuration.headBudget)
-        {
-            return perform(context.machine.trailerRefused(refusal), on: connection, context: context, daemon: daemon)
-        }
-    }
-    return perform(context.machine.complete(), on: connection, context: context, daemon: daemon)
-}
 
-/// Carries out what the request's `RequestStateMachine` decided: the libmicrohttpd calls, and the
-/// responder's, whose reply goes back to the machine.
-private func perform(
-    _ action: RequestStateMachine.Action, on connection: OpaquePointer, context: RequestContext,
-    daemon: DaemonContext
-) -> MHD_Result {
-    switch action {
-    case .readOn, .none, .keep, .drop, .discardAll:
-        return .YES
-    case .close:
-        return .NO
-    case .queue(let response):
+    /// The body is complete (or there was none), or a suspended connection was resumed: its
+    /// deadline and trailer checked, the machine's next step carried out.
+    private func bodyComplete(_ call: RequestCall, _ context: RequestContext) -> MHD_Result {
+        let connection = call.connection
+        let configuration = server.configuration
+        if context.chunked {
+            _ = fpt_set_connection_timeout(connection, UInt32(configuration.idleTimeoutSeconds))
+        }
+        // A body that completes past --header-timeout is not carried out (RequestDeadline).
+        if context.machine.received > 0 || context.chunked, !deadlines.bodyReceived(connection) { return .NO }
+        // A chunked body's trailer fields arrive with its end: refused before anything is carried out
+        // when the answer would not fit beside them (RequestTrailerCheck).
+        if context.chunked, !context.trailerChecked {
+            context.trailerChecked = true
+            if let refusal = trailerRefusal(connection, headCost: context.headCost, budget: configuration.headBudget) {
+                return perform(context.machine.trailerRefused(refusal), call, context)
+            }
+        }
+        return perform(context.machine.complete(), call, context)
+    }
+
+    /// Carries out a step of the request's `RequestStateMachine`: the libmicrohttpd calls, and the
+    /// application's, whose reply goes back to the machine.
+    private func perform(_ step: RequestStateMachine.Step, _ call: RequestCall, _ context: RequestContext)
+        -> MHD_Result
+    {
+        let connection = call.connection
+        switch step {
+        case .readOn, .none:
+            return .YES
+        case .queue(let response):
+            return respond(response, on: connection, context: context)
+        case .queueCachedRead:
+            context.body = []
+            let queued = server.cachedReads.queue(
+                on: connection, application: application, ifNoneMatch: ifNoneMatch(connection))
+            context.status = queued.status
+            context.bytes = queued.bytes
+            return queued.result
+        case .respond(var admitted):
+            admitted.request.body = context.body
+            context.body = []
+            let reply = application.respond(to: admitted)
+            return perform(context.machine.replied(reply), call, context)
+        case .openStream(let admitted):
+            return openStream(admitted, on: connection, context: context)
+        case .takeOrSuspend(let pending):
+            return answer(pending, on: connection, context: context)
+        }
+    }
+
+    /// Sends `pending`'s response when it is decided; otherwise suspends the connection until it is
+    /// (libmicrohttpd calls the access handler again once the connection is resumed).
+    private func answer(_ pending: PendingResponse, on connection: OpaquePointer, context: RequestContext)
+        -> MHD_Result
+    {
+        let handle = ConnectionHandle(pointer: connection, loop: loop)
+        guard
+            let response = pending.take(
+                orPark: { MHD_suspend_connection(connection) },
+                resume: { handle.resume() })
+        else { return .YES }
+        context.machine.sent()
         return respond(response, on: connection, context: context)
-    case .queueTokenRead:
-        context.body = []
-        let queued = daemon.server.tokenResponses.queue(
-            on: connection, responder: daemon.server.responder, ifNoneMatch: ifNoneMatch(connection))
-        context.status = queued.status
-        context.bytes = queued.bytes
-        return queued.result
-    case .respond(var admitted):
-        admitted.request.body = context.body
-        context.body = []
-        let reply = daemon.server.responder.respond(to: admitted)
-        return perform(context.machine.replied(reply), on: connection, context: context, daemon: daemon)
-    case .openStream(let admitted):
-        return openStream(admitted, on: connection, context: context, daemon: daemon)
-    case .takeOrSuspend(let pending):
-        return answer(pending, on: connection, context: context, daemon: daemon)
     }
-}
 
-/// Sends `pending`'s response when it is decided; otherwise suspends the connection until it is
-/// (libmicrohttpd calls the access handler again once the connection is resumed).
-private func answer(
-    _ pending: PendingResponse, on connection: OpaquePointer, context: RequestContext,
-    daemon: DaemonContext
-) -> MHD_Result {
-    let handle = ConnectionHandle(pointer: connection, loop: daemon.loop)
-    guard
-        let response = pending.take(
-            orPark: { MHD_suspend_connection(connection) },
-            resume: { handle.resume() })
-    else { return .YES }
-    context.machine.sent()
-    return respond(response, on: connection, context: context)
-}
-
-/// The request-completed callback (`mhdRequestCompleted`): counts the request out, records it
-/// (metrics, access log) and releases its context. `slot` is what `*con_cls` held.
-func finishRequest(server: MicroHTTPDServer, slot: UnsafeMutableRawPointer, connection: OpaquePointer?) {
-    let raw: UnsafeMutableRawPointer
-    switch RequestSlot(slot) {
-    case .firstCall:
-        // A target marker still in the slot: libmicrohttpd ended the request (431, a bad
-        // Content-Length, a reset, a timeout, shutdown) before the access handler ever ran, so
-        // there is no context and nothing was counted in.
-        return
-    case .tokenRead(let isHead, let notModified):
-        // The fast path keeps no context, so no start time: counted, not timed.
-        server.inFlight.withLock { $0 -= 1 }
-        server.responder.recordFinished(
-            .init(
-                method: isHead ? "HEAD" : "GET", path: "/token", route: .token,
-                status: notModified ? 304 : 200, bytes: 0, microseconds: nil, wasStream: false))
-        return
-    case .context(let context):
-        raw = context
+    /// The request-completed callback (`mhdRequestCompleted`): counts the request out, records it
+    /// (`HTTPApplication.recordFinished`) and releases its context. `slot` is what `*con_cls` held.
+    func finish(_ slot: RequestSlot, connection: OpaquePointer?) {
+        switch slot {
+        case .empty, .flawedTarget:
+            // libmicrohttpd ended the request (431, a bad Content-Length, a reset, a timeout,
+            // shutdown) before the access handler ever ran: nothing was counted in.
+            return
+        case .cachedRead(let mark):
+            // The cached read keeps no context, so no start time: counted, not timed.
+            server.inFlight.withLock { $0 -= 1 }
+            application.recordFinished(
+                FinishedRequest(
+                    method: mark.isHead ? "HEAD" : "GET", path: application.cachedReadPath.description,
+                    route: server.cachedReadRoute, status: mark.status.code, bytes: 0, microseconds: nil,
+                    wasStream: false))
+        case .context(let context):
+            server.inFlight.withLock { $0 -= 1 }
+            let elapsed = ContinuousClock.now - context.started
+            let micros =
+                Int(elapsed.components.seconds) * 1_000_000
+                + Int(elapsed.components.attoseconds / 1_000_000_000_000)
+            application.recordFinished(
+                FinishedRequest(
+                    method: context.method, path: context.path, route: context.route, status: context.status,
+                    bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
+                    wasStream: context.stream != nil,
+                    remote: application.wantsPeerAddresses ? peerAddress(of: connection) : nil))
+        }
     }
-    server.inFlight.withLock { $0 -= 1 }
-    let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
-    let elapsed = ContinuousClock.now - context.started
-    let micros = Int(elapsed.components.seconds) * 1_000_000 + Int(elapsed.components.attoseconds / 1_000_000_000_000)
-    server.responder.recordFinished(
-        .init(
-            method: context.method, path: context.path, route: context.route,
-            status: context.status,
-            bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
-            wasStream: context.stream != nil,
-            remote: server.responder.logsPeerAddresses ? peerAddress(of: connection) : nil))
 }
 
 /// Queues a complete response (libmicrohttpd copies the body).
@@ -263,6 +328,11 @@ func addHeaders(
     for field in ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin) {
         _ = MHD_add_response_header(response, field.name, field.value)
     }
+}
+
+/// The request's `If-None-Match` field value, as libmicrohttpd keeps it (no copy).
+func ifNoneMatch(_ connection: OpaquePointer) -> UnsafePointer<CChar>? {
+    MHD_lookup_connection_value(connection, .HEADER_KIND, "If-None-Match")
 }
 
 /// Seconds a chunked request body may pause before libmicrohttpd closes its connection (the

@@ -8,26 +8,25 @@ import ForgePushTokenHTTP
     import Musl
 #endif
 
-// What the responder sees of a request's head, read from libmicrohttpd: the method, the path, the
-// header fields it reads and the `access_token` query parameter.
+// What the application sees of a request's head, read from libmicrohttpd: the method, the path,
+// the header fields and query parameters it reads (`HTTPApplication.headerFieldsRead`,
+// `queryParametersRead`).
 
-/// The header fields the responder reads, in the order it may need them.
-private let headFields = [
-    "Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match",
-    "Last-Event-ID",
-]
-
-/// The head of a request as the responder sees it: `method`, `path` (libmicrohttpd has split off
-/// the query), the header fields the responder reads, and as the query the `access_token`
-/// parameter alone (re-encoded from libmicrohttpd's decoded value), as no other one matters.
-func requestHead(_ connection: OpaquePointer, method: String, path: String) -> HTTPRequest {
+/// The head of a request as the application sees it: `method`, `path` (libmicrohttpd has split off
+/// the query), the header fields named in `fields` that the request has, and as the query the
+/// parameters named in `parameters` alone (re-encoded from libmicrohttpd's decoded values).
+func requestHead(
+    _ connection: OpaquePointer, method: String, path: String, fields: [String], parameters: [String]
+) -> HTTPRequest {
     var headers = HTTPHeaders()
-    for name in headFields {
+    for name in fields {
         if let value = header(connection, name) { headers.add(name, value) }
     }
     var query: String?
-    if let token = MHD_lookup_connection_value(connection, .GET_ARGUMENT_KIND, "access_token") {
-        query = "access_token=" + percentEncoded(UnsafeRawBufferPointer(start: token, count: strlen(token)))
+    for name in parameters {
+        guard let value = MHD_lookup_connection_value(connection, .GET_ARGUMENT_KIND, name) else { continue }
+        let pair = name + "=" + percentEncoded(UnsafeRawBufferPointer(start: value, count: strlen(value)))
+        query = query.map { $0 + "&" + pair } ?? pair
     }
     // libmicrohttpd has decoded the path: a "?" in it came from %3F and is part of the path.
     return HTTPRequest(method: method, path: path, query: query, headers: headers)

@@ -1,4 +1,4 @@
-import ForgePushTokenOwner
+import ForgePushToken
 
 /// Why a `MicroHTTPDServer` could not start.
 public enum ServerError: Error, Sendable, Equatable, CustomStringConvertible {

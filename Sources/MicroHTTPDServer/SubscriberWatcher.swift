@@ -1,7 +1,6 @@
 import CLinuxEvents
 import Dispatch
 import ForgePushTokenHTTP
-import ForgePushTokenOwner
 
 #if canImport(Glibc)
     import Glibc
@@ -15,32 +14,32 @@ import ForgePushTokenOwner
 /// connection is suspended (its manual, "Flow control"), and a subscriber is suspended whenever it
 /// has nothing to send. So each subscriber's socket is also registered, edge-triggered, for
 /// `EPOLLRDHUP` (peer closed), `EPOLLHUP` and `EPOLLERR` in an epoll set of our own; when one fires
-/// the owner aborts that subscriber, which resumes its connection, and libmicrohttpd closes it. A
-/// departed client is thus released within milliseconds, heartbeat or not.
+/// the application ends that stream (`HTTPApplication.clientLeft(stream:)`), which resumes its
+/// connection, and libmicrohttpd closes it. A departed client is thus released within
+/// milliseconds, heartbeat or not.
 ///
-/// The same thread calls the owner's `heartbeat()` every `heartbeatSeconds`, and `everySecond`
-/// (the streams' age limits, `--max-stream-age`) once a second when there is one, from its
-/// `epoll_wait` timeout: no busy loop, one thread for every subscriber.
+/// The same thread calls the application's `heartbeat()` every `heartbeatSeconds`, and
+/// `secondPassed()` (the streams' age limits, `--max-stream-age`) once a second when it wants
+/// them, from its `epoll_wait` timeout: no busy loop, one thread (of its own) for every subscriber.
 ///
 /// Thread-safety: `watch`/`unwatch` may be called from any thread (epoll_ctl is thread-safe);
 /// `stop()` once, from any thread. The epoll event's data is the subscriber id, not the fd, so an
-/// event that races with a removal names an id the owner no longer knows and is ignored.
-final class SubscriberWatcher: Sendable {
+/// event that races with a removal names an id the application no longer knows and is ignored.
+final class SubscriberWatcher<Application: HTTPApplication>: Sendable {
     private let epoll: Int32
     private let stopSignal: Int32
-    private let owner: TokenOwner<TokenSnapshot>
+    private let application: Application
     private let heartbeatSeconds: Int
-    private let everySecond: (@Sendable () -> Void)?
+    private let secondTicks: Bool
     private let finished = DispatchSemaphore(value: 0)
-    private static let stopID = UInt64.max
+    private var stopID: UInt64 { UInt64.max }
 
-    init(
-        owner: TokenOwner<TokenSnapshot>, heartbeatSeconds: Int, everySecond: (@Sendable () -> Void)? = nil
-    ) throws(ServerError) {
+    /// - Throws: `ServerError.socket` when the epoll set or the eventfd cannot be made.
+    init(application: Application, heartbeatSeconds: Int, secondTicks: Bool) throws(ServerError) {
         precondition(heartbeatSeconds >= 1, "heartbeat must be at least 1 second")
-        self.owner = owner
+        self.application = application
         self.heartbeatSeconds = heartbeatSeconds
-        self.everySecond = everySecond
+        self.secondTicks = secondTicks
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else { throw .socket(call: "epoll_create1", address: "subscriber watcher", errno: errno) }
         stopSignal = eventfd(0, Int32(EFD_CLOEXEC))
@@ -49,7 +48,7 @@ final class SubscriberWatcher: Sendable {
             close(epoll)
             throw .socket(call: "eventfd", address: "subscriber watcher", errno: code)
         }
-        var event = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.stopID))
+        var event = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: stopID))
         epoll_ctl(epoll, EPOLL_CTL_ADD, stopSignal, &event)
     }
 
@@ -58,9 +57,11 @@ final class SubscriberWatcher: Sendable {
         close(epoll)
     }
 
-    /// Starts the watching thread.
-    func start() {
-        DispatchQueue(label: "forge-push-token.subscriber-watcher").async { [self] in
+    /// Starts the watching thread (a thread of its own: it blocks in epoll_wait(2) for the
+    /// server's lifetime, which a Dispatch work item must not do).
+    /// - Throws: `ServerError.socket` when the thread cannot be made.
+    func start() throws(ServerError) {
+        try LoopThread.detach(name: "fpt-watcher") { [self] in
             loop()
             finished.signal()
         }
@@ -92,15 +93,15 @@ final class SubscriberWatcher: Sendable {
         let clock = ContinuousClock()
         let period = Duration.seconds(heartbeatSeconds)
         var nextTick = clock.now + period
-        var nextSecond = everySecond == nil ? nil : clock.now + .seconds(1)
+        var nextSecond = secondTicks ? clock.now + .seconds(1) : nil
         while true {
             let now = clock.now
             if now >= nextTick {
-                owner.heartbeat()
+                application.heartbeat()
                 nextTick = now + period
             }
-            if let second = nextSecond, now >= second, let everySecond {
-                everySecond()
+            if let second = nextSecond, now >= second {
+                application.secondPassed()
                 nextSecond = now + .seconds(1)
             }
             let wait = (nextSecond.map { min(nextTick, $0) } ?? nextTick) - now
@@ -109,8 +110,8 @@ final class SubscriberWatcher: Sendable {
             let count = epoll_wait(epoll, &events, Int32(events.count), timeout)
             if count < 0 { continue }  // EINTR
             for event in events.prefix(Int(count)) {
-                if event.data.u64 == Self.stopID { return }
-                owner.abort(event.data.u64)
+                if event.data.u64 == stopID { return }
+                application.clientLeft(stream: event.data.u64)
             }
         }
     }

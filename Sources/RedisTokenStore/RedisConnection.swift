@@ -1,4 +1,5 @@
 import CHiredis
+import ForgePushToken
 import ForgePushTokenOwner
 import GnuTLSClient
 

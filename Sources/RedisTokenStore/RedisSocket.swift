@@ -1,3 +1,4 @@
+import ForgePushToken
 import ForgePushTokenOwner
 
 #if canImport(Glibc)

@@ -131,9 +131,9 @@ let reloader = options.writeTokenFile.map { path in
         writePath: path, readPath: options.readTokenFile, responder: responder, log: log,
         signatures: options.tokenFileSignatures)
 }
-let server: MicroHTTPDServer
+let server: MicroHTTPDServer<Responder>
 do {
-    server = try MicroHTTPDServer(configuration: options.server, responder: responder, log: log)
+    server = try MicroHTTPDServer(configuration: options.server, application: responder, log: log)
     try server.start()
 } catch {
     printError("forge-push-token-server: \(error)", format: options.logFormat)

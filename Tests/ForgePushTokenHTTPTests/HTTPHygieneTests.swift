@@ -72,7 +72,7 @@ struct HTTPHygieneTests {
 
     @Test("the engine's own answers (413, 414, a framing refusal) are completed the same way")
     func engineAnswers() {
-        for response in [Responder.payloadTooLarge(limit: 10), Responder.uriTooLong(limit: 10)] {
+        for response in [EngineAnswers.payloadTooLarge(limit: 10), EngineAnswers.uriTooLong(limit: 10)] {
             let sent = ResponseHeaders.completing(response.headers)
             #expect(sent["Cache-Control"] == "no-store" && sent["X-Content-Type-Options"] == "nosniff")
         }
@@ -82,8 +82,8 @@ struct HTTPHygieneTests {
     func completingWithCrossOrigin() throws {
         let policy = try CrossOriginPolicy(origins: ["https://app.example"])
         let answers = [
-            Responder.payloadTooLarge(limit: 10), Responder.uriTooLong(limit: 10),
-            Responder.requestTimeout(seconds: 1, body: true), HTTPResponse.json(200, encoding: ["status": "ok"]),
+            EngineAnswers.payloadTooLarge(limit: 10), EngineAnswers.uriTooLong(limit: 10),
+            EngineAnswers.requestTimeout(seconds: 1, body: true), HTTPResponse.json(200, encoding: ["status": "ok"]),
         ]
         for response in answers {
             let allowed = ResponseHeaders.completing(
@@ -109,7 +109,7 @@ struct HTTPHygieneTests {
         #expect(sent.filter { $0.name == "Vary" }.count == 1)
         // The 408 the engine writes itself is completed the same way.
         let timeout = String(
-            decoding: Responder.requestTimeout(seconds: 1, body: true).closingMessage(
+            decoding: EngineAnswers.requestTimeout(seconds: 1, body: true).closingMessage(
                 reason: "Request Timeout", date: "Wed, 02 Dec 2026 13:00:00 GMT", crossOrigin: policy,
                 origin: "https://app.example"), as: UTF8.self)
         #expect(timeout.contains("\r\nAccess-Control-Allow-Origin: https://app.example\r\n"))

@@ -56,7 +56,7 @@ import Testing
         #expect(Self.json(early)["error"] == "store_unavailable")
         #expect(!responder.answersTokenReadsBlindly)
         let (refused, subscriber) = responder.openEventStream(
-            for: Responder.AdmittedRequest(
+            for: AdmittedRequest(
                 route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
             wake: {})
         #expect(refused.status == 503 && subscriber == nil)
@@ -87,7 +87,7 @@ import Testing
         var retries = Set<Int>()
         for _ in 0..<20 {
             let (_, subscriber) = responder.openEventStream(
-                for: Responder.AdmittedRequest(
+                for: AdmittedRequest(
                     route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
                 wake: {})
             let text = String(decoding: drain(try #require(subscriber).subscriber).bytes, as: UTF8.self)
@@ -103,7 +103,7 @@ import Testing
         var headers = HTTPHeaders()
         headers.add("Last-Event-ID", "5")
         let (_, aheadSubscriber) = responder.openEventStream(
-            for: Responder.AdmittedRequest(
+            for: AdmittedRequest(
                 route: .stream,
                 request: HTTPRequest(
                     method: "GET", path: "/token/stream", query: nil,

@@ -134,7 +134,7 @@ struct RequestDeadlineTests {
 
     @Test("the 408 the engine writes itself is a whole HTTP/1.1 message with every field of an answer")
     func closingMessage() {
-        let response = Responder.requestTimeout(seconds: 10, body: false)
+        let response = EngineAnswers.requestTimeout(seconds: 10, body: false)
         let bytes = response.closingMessage(reason: "Request Timeout", date: "Wed, 02 Dec 2026 13:00:00 GMT")
         let text = String(decoding: bytes, as: UTF8.self)
         let parts = text.components(separatedBy: "\r\n\r\n")

@@ -358,7 +358,7 @@ struct ResponderRouteTests {
 
     @Test("payloadTooLarge: 413 payload_too_large")
     func payloadTooLarge() throws {
-        let response = Responder.payloadTooLarge(limit: 4096)
+        let response = EngineAnswers.payloadTooLarge(limit: 4096)
         let message = try expectError(response, status: 413, code: "payload_too_large")
         #expect(message.contains("4096"))
     }

@@ -407,14 +407,14 @@ final class Session {
     /// A `GET /token/stream` of the harness's own (with the bearer token where one is needed).
     func openStream() -> (HTTPResponse, EventSubscriber?) {
         let request = HTTPRequest(method: "GET", target: "/token/stream", headers: Configuration.observerHeaders(configuration))
-        let (head, subscription) = responder.openEventStream(for: Responder.AdmittedRequest(route: .stream, request: request),
+        let (head, subscription) = responder.openEventStream(for: AdmittedRequest(route: .stream, request: request),
                                                              wake: {})
         return (head, subscription?.subscriber)
     }
 
     /// `GET /token/stream`: subscribe, read the first event, cancel. Returns the status sent.
     func stream(_ request: HTTPRequest) -> Int {
-        let (head, subscription) = responder.openEventStream(for: Responder.AdmittedRequest(route: .stream, request: request),
+        let (head, subscription) = responder.openEventStream(for: AdmittedRequest(route: .stream, request: request),
                                                              wake: {})
         checkCrossOrigin(head, request: request)
         guard let subscription else {
@@ -527,7 +527,7 @@ final class Session {
         current = nil
         checkCounters()
         // The answers the engine builds itself, before the responder sees a request.
-        for response in [Responder.payloadTooLarge(limit: 4096), Responder.uriTooLong(limit: 2048)] {
+        for response in [EngineAnswers.payloadTooLarge(limit: 4096), EngineAnswers.uriTooLong(limit: 2048)] {
             require([413, 414].contains(response.status), "an engine refusal has status \(response.status)", context: context)
             checkErrorBody(response)
         }

@@ -135,7 +135,7 @@ extension LiveServerTests {
             var configuration = ServerConfiguration()
             configuration.port = live.port
             let other = try MicroHTTPDServer(
-                configuration: configuration, responder: live.responder, log: ServerLog { _ in })
+                configuration: configuration, application: live.responder, log: ServerLog { _ in })
             #expect(throws: ServerError.addressInUse("127.0.0.1:\(live.port)")) { try other.start() }
         }
 

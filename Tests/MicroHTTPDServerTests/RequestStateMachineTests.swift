@@ -1,32 +1,39 @@
+import ForgePushTokenHTTP
 import Testing
 
-@testable import ForgePushTokenHTTP
+@testable import MicroHTTPDServer
 
-/// Issue 19 §3: the engine's per-request state machine, as plain values: every event in, every
-/// action out, no sockets.
+/// Issue 19 §3, issue 31: the engine's per-request state machine, as plain values: every event in,
+/// every step or body verdict out, no sockets.
 @Suite("Request state machine")
 struct RequestStateMachineTests {
     static let limit = 16
 
-    /// `action` in a few words, so that sequences compare as text.
-    func describe(_ action: RequestStateMachine.Action) -> String {
-        switch action {
+    /// `step` in a few words, so that sequences compare as text.
+    func describe(_ step: RequestStateMachine.Step) -> String {
+        switch step {
         case .readOn: "readOn"
-        case .keep: "keep"
-        case .drop: "drop"
-        case .discardAll: "discardAll"
         case .queue(let response): "queue \(response.status)"
-        case .queueTokenRead: "queueTokenRead"
+        case .queueCachedRead: "queueCachedRead"
         case .respond(let admitted): "respond \(admitted.request.method) \(admitted.route.rawValue)"
         case .openStream(let admitted): "openStream \(admitted.route.rawValue)"
         case .takeOrSuspend: "takeOrSuspend"
-        case .close: "close"
         case .none: "none"
         }
     }
 
-    func admitted(_ method: String = "POST", _ route: Route = .register) -> Responder.AdmittedRequest {
-        Responder.AdmittedRequest(route: route, request: HTTPRequest(method: method, path: route.rawValue, query: nil))
+    /// `verdict` in a word.
+    func describe(_ verdict: RequestStateMachine.BodyVerdict) -> String {
+        switch verdict {
+        case .keep: "keep"
+        case .drop: "drop"
+        case .discardAll: "discardAll"
+        case .close: "close"
+        }
+    }
+
+    func admitted(_ method: String = "POST", _ route: Route = .register) -> AdmittedRequest {
+        AdmittedRequest(route: route, request: HTTPRequest(method: method, path: route.rawValue, query: nil))
     }
 
     func refusal(_ status: Int) -> HTTPResponse {
@@ -43,8 +50,8 @@ struct RequestStateMachineTests {
         #expect(describe(write.replied(.response(.json(200, [])))) == "queue 200")
         #expect(describe(write.complete()) == "none")
         var read = RequestStateMachine(limit: Self.limit)
-        #expect(describe(read.head(.tokenRead, contentLength: nil, chunked: false)) == "readOn")
-        #expect(describe(read.complete()) == "queueTokenRead")
+        #expect(describe(read.head(.cachedRead, contentLength: nil, chunked: false)) == "readOn")
+        #expect(describe(read.complete()) == "queueCachedRead")
     }
 
     @Test("a refusal without a body waits for the next call, which answers it; then nothing more")
@@ -71,7 +78,7 @@ struct RequestStateMachineTests {
 
     @Test("a Content-Length over the limit: 413 at once, for the responder's routes and the token read alike")
     func contentLengthOverLimit() {
-        for head in [RequestStateMachine.Head.admitted(admitted()), .tokenRead] {
+        for head in [RequestStateMachine.Head.admitted(admitted()), .cachedRead] {
             var machine = RequestStateMachine(limit: Self.limit)
             #expect(describe(machine.head(head, contentLength: UInt64(Self.limit + 1), chunked: false)) == "queue 413")
             #expect(describe(machine.complete()) == "none")
@@ -126,7 +133,7 @@ struct RequestStateMachineTests {
         _ = tooLarge.bodyChunk(count: 100)
         #expect(describe(tooLarge.trailerRefused(refusal(431))) == "queue 431")
         var read = RequestStateMachine(limit: Self.limit)
-        _ = read.head(.tokenRead, contentLength: nil, chunked: true)
+        _ = read.head(.cachedRead, contentLength: nil, chunked: true)
         #expect(describe(read.trailerRefused(refusal(400))) == "queue 400")
         // Already asked of the responder: no second answer.
         var asked = RequestStateMachine(limit: Self.limit)
@@ -174,12 +181,12 @@ struct RequestStateMachineTests {
     @Test("GET /token from the cache: after its body (if any, within the limit), the cached answer")
     func tokenRead() {
         var plain = RequestStateMachine(limit: Self.limit)
-        #expect(describe(plain.head(.tokenRead, contentLength: nil, chunked: false)) == "readOn")
-        #expect(describe(plain.complete()) == "queueTokenRead")
+        #expect(describe(plain.head(.cachedRead, contentLength: nil, chunked: false)) == "readOn")
+        #expect(describe(plain.complete()) == "queueCachedRead")
         #expect(describe(plain.complete()) == "none")
 
         var chunked = RequestStateMachine(limit: Self.limit)
-        _ = chunked.head(.tokenRead, contentLength: nil, chunked: true)
+        _ = chunked.head(.cachedRead, contentLength: nil, chunked: true)
         #expect(describe(chunked.bodyChunk(count: Self.limit + 1)) == "discardAll")
         #expect(describe(chunked.complete()) == "queue 413")
     }

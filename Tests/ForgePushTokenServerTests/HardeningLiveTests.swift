@@ -3,9 +3,8 @@ import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
+import MicroHTTPDServer
 import Testing
-
-@testable import MicroHTTPDServer
 
 #if canImport(Glibc)
     import Glibc

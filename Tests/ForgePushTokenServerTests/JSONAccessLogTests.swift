@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenHTTP
+import ForgePushTokenTestSupport
 import Foundation
 import MicroHTTPDServer
 import Testing

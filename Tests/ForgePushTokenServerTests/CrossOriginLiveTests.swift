@@ -1,10 +1,10 @@
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import Foundation
+import MicroHTTPDServer
 import Testing
-
-@testable import MicroHTTPDServer
 
 #if canImport(Glibc)
     import Glibc

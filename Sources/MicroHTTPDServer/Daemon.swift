@@ -1,0 +1,100 @@
+import CMicroHTTPD
+import ForgePushToken
+import ForgePushTokenHTTP
+
+/// What one daemon's callbacks receive as their `cls`: the loop that runs that daemon (which a
+/// resumed connection must wake), its connections' deadlines, and the server's limits; the
+/// callbacks that need the application are overridden by `Daemon<Application>`.
+///
+/// Why a class with overrides: libmicrohttpd's callbacks are C function pointers, which cannot be
+/// generic, and the engine is generic over its application. A C callback calls this class's
+/// method (one virtual call), and `Daemon<Application>`'s override runs the engine's code with the
+/// application's type known: no existential, no allocation. The base class is never made alone.
+///
+/// `@unchecked Sendable` (a class open to a subclass cannot be checked): every stored property is
+/// a `let` of a `Sendable` type, and `Daemon` adds only such properties too.
+///
+/// Retained by the server's running state until after `MHD_stop_daemon`.
+class DaemonContext: @unchecked Sendable {
+    let loop: DaemonLoop
+    /// The request deadlines of this daemon's connections (used on the loop's thread only).
+    let deadlines = ConnectionDeadlines()
+    /// The server's connection limits, shared by every daemon.
+    let limiter: ConnectionLimiter
+    /// `ServerConfiguration.maxURLBytes`.
+    let maxURLBytes: Int
+
+    init(loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int) {
+        self.loop = loop
+        self.limiter = limiter
+        self.maxURLBytes = maxURLBytes
+    }
+
+    /// The access handler (`mhdAccessHandler`): see `Daemon.accessHandler`.
+    func accessHandler(
+        connection: OpaquePointer, url: UnsafePointer<CChar>, method: UnsafePointer<CChar>,
+        version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
+        slot: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    ) -> MHD_Result {
+        preconditionFailure("DaemonContext is only made as a Daemon")
+    }
+
+    /// The request-completed callback (`mhdRequestCompleted`): see `Daemon.requestCompleted`.
+    func requestCompleted(_ slot: RequestSlot, connection: OpaquePointer?) {
+        preconditionFailure("DaemonContext is only made as a Daemon")
+    }
+
+    /// The accept policy (`mhdAcceptPolicy`): see `Daemon.admitConnection`.
+    func admitConnection(from client: ClientAddress?) -> Bool {
+        preconditionFailure("DaemonContext is only made as a Daemon")
+    }
+}
+
+/// One daemon of a `MicroHTTPDServer<Application>`: the callbacks that ask the application
+/// (RequestHandling.swift, EventStream.swift, ConnectionLimits.swift).
+final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Sendable {
+    /// The server (retained: the server's running state holds this daemon until `stop()`).
+    let server: MicroHTTPDServer<Application>
+
+    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) {
+        self.server = server
+        super.init(loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes)
+    }
+
+    /// The application the server serves.
+    var application: Application { server.application }
+
+    override func accessHandler(
+        connection: OpaquePointer, url: UnsafePointer<CChar>, method: UnsafePointer<CChar>,
+        version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
+        slot: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    ) -> MHD_Result {
+        handle(
+            RequestCall(
+                connection: connection, url: url, method: method, version: version, uploadData: uploadData,
+                uploadSize: uploadSize, slot: slot))
+    }
+
+    override func requestCompleted(_ slot: RequestSlot, connection: OpaquePointer?) {
+        finish(slot, connection: connection)
+    }
+
+    override func admitConnection(from client: ClientAddress?) -> Bool {
+        server.admitConnection(from: client)
+    }
+}
+
+/// One call of the access handler, its C arguments as libmicrohttpd gave them (valid for the call).
+struct RequestCall {
+    let connection: OpaquePointer
+    /// The path, percent-decoded, without the query.
+    let url: UnsafePointer<CChar>
+    let method: UnsafePointer<CChar>
+    let version: UnsafePointer<CChar>?
+    /// This call's piece of body, or `nil`.
+    let uploadData: UnsafePointer<CChar>?
+    /// Its size; set to 0 once the piece is taken.
+    let uploadSize: UnsafeMutablePointer<Int>
+    /// The request's slot (`*con_cls`, `RequestSlot`).
+    let slot: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+}

@@ -1,0 +1,142 @@
+import ForgePushToken
+import ForgePushTokenHTTP
+import ForgePushTokenTestSupport
+import MicroHTTPDServer
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The engine against a fake application (issue 31): each part of `HTTPApplication` carried over
+/// real sockets, with no owner behind it. One at a time: they block their thread on sockets.
+@Suite(.serialized) struct EngineTests {
+    @Test("the cached read: answered from the cache per version, 304 for its ETag, recorded untimed")
+    func cachedRead() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        defer { client.close() }
+        let first = try client.request("GET", "/token")
+        #expect(first.status == 200 && first.text == "v0")
+        let again = try client.request("GET", "/token")
+        #expect(again.text == "v0")
+        #expect(live.application.cachedReads.value == 1, "one rendering per version")
+        #expect(live.application.admitted.value == 0, "the cached read never asks admit")
+        let tag = try #require(first.headers["etag"])
+        #expect(try client.request("GET", "/token", headers: ["If-None-Match": tag]).status == 304)
+        live.application.bump()
+        let next = try client.request("GET", "/token", headers: ["If-None-Match": tag])
+        #expect(next.status == 200 && next.text == "v1")
+        #expect(try client.request("HEAD", "/token").status == 200)
+        #expect(eventually { live.finished.count == 5 })
+        let records = live.finished
+        #expect(records.map(\.status) == [200, 200, 304, 200, 200])
+        #expect(records.map(\.method) == ["GET", "GET", "GET", "GET", "HEAD"])
+        #expect(records.allSatisfy { $0.route == .token && $0.path == "/token" && $0.microseconds == nil })
+    }
+
+    @Test("an ordinary request: admitted once, its body handed over whole, recorded with its duration")
+    func ordinaryRequest() throws {
+        let live = try FakeServer()
+        let body = Array("0123456789".utf8)
+        let response = try live.request("POST", "/register", body: body)
+        #expect(response.status == 200 && response.body == body)
+        #expect(live.application.admitted.value == 1)
+        #expect(eventually { live.finished.count == 1 })
+        let record = try #require(live.finished.first)
+        #expect(record.route == .register && record.status == 200 && record.bytes == 10 && record.microseconds != nil)
+    }
+
+    @Test("the head handed over: the header fields and query parameters the application reads, no others")
+    func headHandedOver() throws {
+        let live = try FakeServer()
+        let response = try live.request(
+            "POST", "/register?q=a%20b&other=1", body: [],
+            headers: ["X-Echo": "yes", "X-Other": "no", "Content-Type": "text/plain"])
+        #expect(response.headers["x-echo"] == "yes")
+        #expect(response.headers["x-query"] == "q=a%20b", "re-encoded, the other parameter left out")
+        #expect(response.headers["x-fields"] == "1", "X-Other and Content-Type are not read")
+    }
+
+    @Test("a chunked body on the cached read's path turns it into an ordinary request, with its limit")
+    func chunkedCachedRead() throws {
+        let live = try FakeServer { $0.maxBodyBytes = 4 }
+        let client = try live.client()
+        defer { client.close() }
+        try client.send("GET /token HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n0\r\n\r\n")
+        #expect(try client.readResponse().status == 413)
+    }
+
+    @Test("an answer decided later: the connection is suspended, then resumed and answered")
+    func laterAnswer() throws {
+        let live = try FakeServer()
+        let response = try live.request("POST", "/fail", body: [])
+        #expect(response.status == 202 && response.text == "later")
+    }
+
+    @Test("the engine's own refusals: 404 from admit, 414, %2F, 413, before the application is asked")
+    func refusals() throws {
+        let live = try FakeServer {
+            $0.maxURLBytes = 64
+            $0.maxBodyBytes = 4
+        }
+        #expect(try live.request("GET", "/nothing").status == 404)
+        #expect(try live.request("GET", "/" + String(repeating: "a", count: 100)).status == 414)
+        #expect(try live.request("GET", "/token%2Fstream").status == 404)
+        let tooLarge = try live.request("POST", "/register", body: Array("too long".utf8))
+        #expect(tooLarge.status == 413 && tooLarge.text.contains("payload_too_large"))
+        #expect(live.application.admitted.value == 2, "only /nothing and the too-large write reach admit")
+    }
+
+    @Test("an event stream: the source's bytes reach the client, suspended between; its departure ends it")
+    func eventStream() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        let (status, headers) = try client.readHead()
+        #expect(status == 200 && headers["content-type"] == "text/event-stream")
+        #expect(eventually { live.application.streams.withLock { $0.count } == 1 })
+        let stream = try #require(live.application.streams.withLock { $0.values.first })
+        stream.push("data: one\n\n")
+        #expect(try client.readStream(until: "data: one").contains("one"))
+        stream.push("data: two\n\n")
+        #expect(try client.readStream(until: "data: two").contains("two"))
+        client.close()
+        // The watcher sees the departure and tells the application, which ends the stream; the
+        // engine frees its response and closes the source.
+        #expect(eventually { live.application.departed.withLock { $0 } == [stream.id] })
+        #expect(eventually { live.application.closedStreams.withLock { $0 } == [stream.id] })
+        #expect(eventually { live.finished.count == 1 })
+        #expect(live.finished.first?.wasStream == true)
+    }
+
+    @Test("the heartbeat: the engine ticks the application every heartbeat period")
+    func heartbeat() throws {
+        let live = try FakeServer(application: FakeApplication(secondTicks: true))
+        #expect(eventually { live.application.heartbeats.value >= 1 && live.application.seconds.value >= 1 })
+    }
+
+    @Test("a connection over --max-connections is refused and recorded as the engine's event")
+    func connectionRefused() throws {
+        let live = try FakeServer { $0.maxConnections = 1 }
+        let first = try live.client()
+        defer { first.close() }
+        #expect(try first.request("GET", "/token").status == 200)
+        let second = try live.client()
+        defer { second.close() }
+        #expect(eventually { live.application.events.withLock { $0 } == [.connectionRefusedTotalLimit] })
+    }
+
+    @Test("stop: once the application has ended its streams, the engine stops with none left")
+    func stopWithStreams() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        defer { client.close() }
+        try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        _ = try client.readHead()
+        #expect(eventually { live.application.streams.withLock { $0.count } == 1 })
+        live.stop()
+        #expect(live.application.closedStreams.withLock { $0.count } == 1)
+        #expect(live.lines.withLock { $0.contains { $0.contains("stopped") } })
+    }
+}

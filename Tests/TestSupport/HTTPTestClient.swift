@@ -1,0 +1,203 @@
+// A blocking HTTP/1.1 test client over loopback TCP, shared by the engine's tests (a fake
+// application) and the service's live tests (the real one). Linux only, as the server.
+#if canImport(Glibc)
+    import Glibc
+
+    /// A failure of the test client (a closed connection, a timeout, a malformed answer).
+    public struct TestError: Error, CustomStringConvertible {
+        public let description: String
+
+        public init(description: String) {
+            self.description = description
+        }
+    }
+
+    /// One response as the test client read it: header names lowercased.
+    public struct TestResponse {
+        public var status: Int
+        public var headers: [String: String]
+        public var body: [UInt8]
+        public var text: String { String(decoding: body, as: UTF8.self) }
+
+        public init(status: Int, headers: [String: String], body: [UInt8]) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+        }
+    }
+
+    /// A minimal blocking HTTP/1.1 client over a loopback TCP socket, with receive timeouts so that
+    /// no test can hang.
+    public final class TestClient {
+        public let fd: Int32
+        private var buffer: [UInt8] = []
+
+        public init(port: UInt16, timeoutSeconds: Int = 5) throws {
+            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else { throw TestError(description: "socket failed") }
+            var limit = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard connected == 0 else {
+                Glibc.close(fd)
+                throw TestError(description: "connect failed: \(errno)")
+            }
+        }
+
+        /// Whether `close()` or `reset()` ran.
+        private var closed = false
+
+        /// Closes the socket once; later calls do nothing. (A second close(2) of the number could close
+        /// whatever socket took it since, such as one the in-process server just accepted, and
+        /// libmicrohttpd aborts when a socket it watches is closed behind its back.)
+        public func close() {
+            guard !closed else { return }
+            closed = true
+            Glibc.close(fd)
+        }
+
+        /// Closes with RST (SO_LINGER 0), as a crashed client would; once, like `close()`.
+        public func reset() {
+            guard !closed else { return }
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            close()
+        }
+
+        public func send(_ text: String) throws { try send(Array(text.utf8)) }
+
+        public func send(_ bytes: [UInt8]) throws {
+            var offset = 0
+            while offset < bytes.count {
+                let sent = bytes[offset...].withUnsafeBytes {
+                    Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                }
+                guard sent > 0 else { throw TestError(description: "send failed: \(errno)") }
+                offset += sent
+            }
+        }
+
+        /// Sends one request and reads its response (keep-alive unless `Connection: close` is given).
+        public func request(_ method: String, _ target: String, body: [UInt8] = [], headers: [String: String] = [:])
+            throws
+            -> TestResponse
+        {
+            var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            for (name, value) in headers { head += "\(name): \(value)\r\n" }
+            if !body.isEmpty || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
+            try send(Array((head + "\r\n").utf8) + body)
+            return try readResponse(method: method)
+        }
+
+        /// Reads bytes until `count` are buffered or the peer closes; `false` on close or timeout.
+        private func fill(_ count: Int) -> Bool {
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while buffer.count < count {
+                let received = recv(fd, &chunk, chunk.count, 0)
+                if received <= 0 { return false }
+                buffer += chunk.prefix(received)
+            }
+            return true
+        }
+
+        private func take(_ count: Int) -> [UInt8] {
+            defer { buffer.removeFirst(count) }
+            return Array(buffer.prefix(count))
+        }
+
+        /// One line without its CRLF.
+        public func readLine() throws -> String {
+            while true {
+                if let end = buffer.firstIndex(of: 0x0A) {
+                    let line = take(end + 1).dropLast()
+                    return String(decoding: line.last == 0x0D ? line.dropLast() : line, as: UTF8.self)
+                }
+                guard fill(buffer.count + 1) else { throw TestError(description: "connection closed or timed out") }
+            }
+        }
+
+        public func readHead() throws -> (Int, [String: String]) {
+            let status = try readLine()
+            let parts = status.split(separator: " ")
+            guard parts.count >= 2, let code = Int(parts[1]) else {
+                throw TestError(description: "bad status line \(status)")
+            }
+            var headers: [String: String] = [:]
+            while true {
+                let line = try readLine()
+                if line.isEmpty { break }
+                let pair = line.split(separator: ":", maxSplits: 1)
+                headers[pair[0].lowercased()] = pair.count > 1 ? pair[1].trimmingPrefix(" ").description : ""
+            }
+            return (code, headers)
+        }
+
+        public func readResponse(method: String = "GET") throws -> TestResponse {
+            var (status, headers) = try readHead()
+            while status == 100 { (status, headers) = try readHead() }
+            var body: [UInt8] = []
+            // No body after HEAD, 204 or 304, whatever Content-Length says (RFC 9112 §6.3).
+            if method != "HEAD" && status != 204 && status != 304 {
+                if headers["transfer-encoding"]?.lowercased() == "chunked" {
+                    while let chunk = try readChunk() { body += chunk }
+                } else if let length = headers["content-length"].flatMap({ Int($0) }) {
+                    guard fill(length) else { throw TestError(description: "body cut short") }
+                    body = take(length)
+                }
+            }
+            return TestResponse(status: status, headers: headers, body: body)
+        }
+
+        /// The next chunk of a chunked body; `nil` at the terminating zero-size chunk.
+        public func readChunk() throws -> [UInt8]? {
+            let sizeLine = try readLine()
+            guard let size = Int(sizeLine.split(separator: ";")[0], radix: 16) else {
+                throw TestError(description: "bad chunk size \(sizeLine)")
+            }
+            guard fill(size + 2) else { throw TestError(description: "chunk cut short") }
+            let data = take(size)
+            _ = take(2)
+            if size == 0 { return nil }
+            return data
+        }
+
+        /// Reads stream chunks until `text` has appeared in what was read since the call began.
+        /// - Returns: everything read.
+        public func readStream(until text: String) throws -> String {
+            var seen: [UInt8] = []
+            let needle = Array(text.utf8)
+            while true {
+                guard let chunk = try readChunk() else {
+                    throw TestError(
+                        description: "stream ended; read \(String(decoding: seen.suffix(500), as: UTF8.self))")
+                }
+                seen += chunk
+                // Only the bytes that could hold a new match: the chunk and the needle's length before it.
+                let tail = String(decoding: seen.suffix(chunk.count + needle.count), as: UTF8.self)
+                if tail.contains(text) { return String(decoding: seen, as: UTF8.self) }
+            }
+        }
+    }
+
+    /// The resident set size of this process in bytes (from /proc/self/statm).
+    public func residentBytes() -> Int {
+        guard let file = fopen("/proc/self/statm", "r") else { return 0 }
+        defer { fclose(file) }
+        var size = 0
+        var resident = 0
+        withUnsafeMutablePointer(to: &size) { s in
+            withUnsafeMutablePointer(to: &resident) { r in
+                _ = withVaList([s, r]) { vfscanf(file, "%ld %ld", $0) }
+            }
+        }
+        return resident * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+#endif
