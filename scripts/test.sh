@@ -38,6 +38,9 @@ python3 scripts/check-references.py
 step "single definitions: each name of issue 31 point 5 is defined once (a grep over Sources)"
 python3 scripts/check-single-definitions.py
 
+step "lock map: docs/architecture.md names every Locked in Sources (issue 31)"
+python3 scripts/check-lock-map.py
+
 step "debug build (-warnings-as-errors) and tests"
 swift build --build-tests -Xswiftc -warnings-as-errors
 swift test --skip-build
