@@ -81,7 +81,9 @@ public enum RequestFraming {
     ///   as if the framing is faulty ... and close the connection");
     /// - an expectation other than `100-continue`: `417` (RFC 9110 §10.1.1).
     public static func refusal(_ facts: Facts) -> HTTPResponse? {
-        let close: HTTPHeaders = ["Connection": "close"]
+        // Built only for a refusal: every request passes here, and a request that is not refused
+        // allocates nothing (issue 31, e2e/allocation_test.py).
+        var close: HTTPHeaders { ["Connection": "close"] }
         if facts.foldedOrNUL > 0 {
             return .error(
                 400,
