@@ -22,7 +22,8 @@ import Testing
 struct ServerUploadEndToEndTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func tokensLandOnTheServerAndARetryLandsAfterARestart() async throws {
-        var server = try await ServerProcess.start(port: 0)
+        // A heartbeat every second ends the curl that read the stream soon after its event.
+        var server = try await ServerProcess.start(port: 0, arguments: ["--heartbeat", "1"])
         defer { server.stop() }
         let port = server.port
         let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
@@ -118,27 +119,15 @@ private func eventually(
     }
 }
 
-/// The event stream at `url`, read with curl (`-N`: unbuffered) until `text` has come; then curl is
-/// stopped. The event ends the read, not a time (docs/testing.md, "Waiting in tests"): curl's
-/// `--max-time` of 60 s only guards against a hang, and what came by then is returned.
+/// The event stream at `url`, read with curl (`-N`: unbuffered) until a line holding `text` has
+/// come (`grep -m1` then exits, and curl with it at the stream's next write, a heartbeat). The
+/// event ends the read, not a time (docs/testing.md, "Waiting in tests"): curl's `--max-time` of
+/// 60 s only guards against a hang. Returns the line, or nothing.
 private func readEventStream(_ url: URL, until text: String) throws -> String {
-    let curl = Process()
-    curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-    curl.arguments = ["-sN", "--max-time", "60", url.absoluteString]
-    let pipe = Pipe()
-    curl.standardOutput = pipe
-    try curl.run()
-    defer {
-        if curl.isRunning { curl.terminate() }
-        curl.waitUntilExit()
-    }
-    var received = ""
-    while !received.contains(text) {
-        let data = pipe.fileHandleForReading.availableData
-        if data.isEmpty { break }  // curl ended: the hang guard, or the server closed the stream
-        received += String(decoding: data, as: UTF8.self)
-    }
-    return received
+    let data = try standardOutput(
+        of: "/bin/sh",
+        arguments: ["-c", #"curl -sN --max-time 60 "$0" | grep -m1 -F -- "$1""#, url.absoluteString, text])
+    return String(decoding: data, as: UTF8.self)
 }
 
 /// The server is part of the package only on Linux (Package.swift); elsewhere, such as `swift test`
