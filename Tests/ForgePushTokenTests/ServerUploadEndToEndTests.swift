@@ -18,7 +18,7 @@ import Testing
 /// same configuration and scratch folder, so the sanitizer runs use a sanitized server), started
 /// on a free loopback port and stopped by its process id (SIGTERM). Set `FORGE_PUSH_TOKEN_SERVER` to use
 /// another binary.
-@Suite("End to end: uploads to forge-push-token-server", serverIsBuilt, hangGuard(minutes: 1))
+@Suite("End to end: uploads to forge-push-token-server", serverIsBuilt, hangGuard())
 struct ServerUploadEndToEndTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func tokensLandOnTheServerAndARetryLandsAfterARestart() async throws {
