@@ -2,7 +2,8 @@
 # bench/replicas.sh: the cross-replica figures (issue 11, docs/replicas.md), side by side in one
 # run with nginx + nchan sharing one Redis. Loopback only; every run is bounded.
 #
-#   bench/replicas.sh [--binary PATH]      # default: builds the release binary
+#   bench/replicas.sh [--binary PATH]      # default: builds the release binary as it ships
+#                                           # (scripts/build-release.sh: static Swift runtime)
 #
 # Rows (medians of REPEATS runs, interleaved ours / nchan):
 #   1. delivery delay p50/p99, publishes through replica A, N subscribers all on replica B,
@@ -38,8 +39,10 @@ REPEATS="${REPEATS:-3}" N="${N:-10000}" M="${M:-5}" INTERVAL_MS="${INTERVAL_MS:-
 DURATION="${DURATION:-10s}" CONNS="${CONNS:-64}" TLS="${TLS:-1}"
 TRIES="${TRIES:-3}" MAX_FOREIGN="${MAX_FOREIGN:-0.10}" WAIT_QUIET="${WAIT_QUIET:-30}" BUDGET="${BUDGET:-1200}"
 if [[ -z "$binary" ]]; then
-  (cd "$root" && swift build -c release --product forge-push-token-server -Xswiftc -warnings-as-errors >/dev/null)
-  binary="$root/.build/release/forge-push-token-server"
+  # The binary that ships (docker/Dockerfile's flags, the Swift runtime linked statically), as
+  # bench/run.sh and bench/scale.sh measure it: a dynamically linked build loads the runtime's
+  # shared libraries and resolves its calls through the PLT, which is not what users run.
+  binary="$("$root/scripts/build-release.sh" | tail -1)"
 fi
 binary="$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")"
 
@@ -58,7 +61,7 @@ cleanup() {
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$root/e2e/e2e_support.py" free-port; }  # the one definition: e2e/e2e_support.py
 redis_start() { # port
   redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
   pids+=($!); echo $! >"$work/redis-$1.pid"; disown $!

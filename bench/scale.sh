@@ -64,7 +64,7 @@ per_server=$(( (N + 2) / 3 ))
 echo "settings: N=$N M=$M INTERVAL_MS=$INTERVAL_MS REPEATS=$REPEATS PER_PROCESS=$PER_PROCESS THREADS=$THREADS binary=$binary" \
   | tee "$results/settings.txt"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$root/e2e/e2e_support.py" free-port; }  # the one definition: e2e/e2e_support.py
 wait_http() { # url
   for _ in $(seq 1 300); do
     [[ "$(curl -s -o /dev/null -w '%{http_code}' "$1")" == 200 ]] && return 0

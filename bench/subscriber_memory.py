@@ -36,6 +36,9 @@ import tempfile
 import time
 import collections
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from e2e_support import free_port  # noqa: E402  (the one definition of e2e/ and bench/)
+
 
 def status(pid):
     values = {}
@@ -45,12 +48,6 @@ def status(pid):
             if key in ("VmRSS", "RssAnon", "RssFile"):
                 values[key] = int(rest.split()[0])
     return values
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(binary, n, extra, env_extra):

@@ -489,6 +489,15 @@ def loopback_listener(backlog=64):
     return listener, listener.getsockname()[1]
 
 
+def free_port():
+    """A free loopback port (bound to port 0, read, released): the one definition for e2e/ and
+    bench/ (bench's shell scripts call `python3 e2e/e2e_support.py free-port`). For several that
+    must differ from each other, `distinct_free_ports`."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
 def distinct_free_ports(count):
     """`count` distinct free loopback ports: every socket stays bound until all are chosen (a port
     released at once may be handed out again)."""
@@ -539,3 +548,11 @@ def check_list():
             return function
         return register
     return checks, test
+
+
+if __name__ == "__main__":
+    # For shell scripts (bench/replicas.sh, bench/scale.sh): `python3 e2e/e2e_support.py free-port`.
+    if sys.argv[1:] == ["free-port"]:
+        print(free_port())
+    else:
+        sys.exit("usage: e2e_support.py free-port")

@@ -20,26 +20,19 @@ import json
 import os
 import shutil
 import secrets
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.parse
 import urllib.request
 
-from e2e_support import EventStream, Failure, Server, check, log, main, remember_secret, token_hex, wait_until
+from e2e_support import EventStream, Failure, Server, check, free_port, log, main, remember_secret, token_hex, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES = os.path.join(HERE, "..", "docker", "prometheus", "rules.yml")
 JOB = "forge-push-token"
 READ_JOB = "forge-push-token-read-token"
 NO_TOKEN_JOB = "forge-push-token-no-token"
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Prometheus:

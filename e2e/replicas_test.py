@@ -52,16 +52,10 @@ import threading
 import time
 import atexit
 
-from e2e_support import HOST, EventStream, Failure, Server, check, log, main, request, token_hex, wait_until
+from e2e_support import HOST, EventStream, Failure, Server, check, free_port, log, main, request, token_hex, wait_until
 
 REPLICA_ARGS = ["--host", "127.0.0.1", "--port", "0", "--access-log", "off", "--heartbeat", "1"]
 PREFIX = "e2e"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 _redis_started = []

@@ -7,7 +7,8 @@
 # and the limits of libmicrohttpd's framing, directly and behind nginx; issue 29: the drain of a
 # stopping service, a rolling deploy through three replicas behind nginx, HTTP/2 and TLS at the
 # edge in headless Chromium; issue 28: read and write tokens, their reload during 1,000 streams,
-# the rotation of docs/operations.md).
+# the rotation of docs/operations.md; issue 31: the allocations of a cached GET /token and of a
+# delivered event, counted by a malloc shim preloaded into the server).
 #
 #   e2e/run.sh --server PATH [--log-format json|text] [TEST ...]
 #
@@ -29,10 +30,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 # The tests, in the order they run, and each one's hard timeout in seconds: the one list of them.
 tests=(metrics state_file browser hardening http_edges http_framing prometheus replicas tls_docs acl_docs
-       sentinel sentinel_docs probe trust drain rolling http2 credentials rotation_docs)
+       sentinel sentinel_docs probe trust drain rolling http2 credentials rotation_docs allocation)
 declare -A limit=([metrics]=45 [state_file]=180 [browser]=75 [hardening]=90 [http_edges]=120 [http_framing]=90
                   [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60
-                  [probe]=45 [trust]=90 [drain]=100 [rolling]=150 [http2]=75 [credentials]=90 [rotation_docs]=60)
+                  [probe]=45 [trust]=90 [drain]=100 [rolling]=150 [http2]=75 [credentials]=90 [rotation_docs]=60
+                  [allocation]=60)
 usage() { echo "usage: $0 --server PATH [--log-format json|text] [$(IFS='|'; echo "${tests[*]}") ...]" >&2; }
 server=""
 log_format=json
@@ -130,6 +132,10 @@ if [[ " ${selected[*]} " == *" http2 "* ]]; then
   # The edge of docs/replicas.md: a certificate made with openssl, checked with curl --http2.
   command -v openssl >/dev/null || missing+=(openssl)
   command -v curl >/dev/null || missing+=(curl)
+fi
+if [[ " ${selected[*]} " == *" allocation "* ]]; then
+  # The allocation test builds its malloc-counting shim (e2e/malloc_counter.c) with cc.
+  command -v cc >/dev/null || missing+=(gcc)
 fi
 if ((${#missing[@]})); then
   say "installing ${missing[*]} (apt)"

@@ -77,11 +77,52 @@ sources_stamp() {
     } | sha256sum | cut -d' ' -f1
 }
 
+# The package's own Swift settings for the modules built here, read from the manifest
+# (`swift package dump-package`), so that this second build graph compiles them as SwiftPM does:
+# the language mode (-swift-version) and each setting of the three library targets
+# (enableUpcomingFeature and enableExperimentalFeature, define, unsafeFlags). A setting this script
+# cannot translate stops the build rather than being left out. The library targets must share one
+# set of settings (Package.swift's `swiftSettings`); the harness is compiled with it too.
+package_swift_flags() {
+    # Its own scratch folder: the package's .build may be locked by a build running beside it.
+    (cd "$ROOT" && swift package --scratch-path "$SCRATCH/manifest" dump-package) | python3 -c '
+import json, sys
+package = json.load(sys.stdin)
+modes = package.get("swiftLanguageModes") or package.get("swiftLanguageVersions") or ["6"]
+sets = set()
+for target in package["targets"]:
+    if target["name"] not in ("ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenHTTP"):
+        continue
+    flags = []
+    for setting in target.get("settings", []):
+        if setting.get("tool") != "swift" or setting.get("condition"):
+            sys.exit("fuzz/run.sh: a conditional or non-Swift setting of %s: %s" % (target["name"], setting))
+        (kind, value), = setting["kind"].items()
+        if kind == "enableUpcomingFeature":
+            flags += ["-enable-upcoming-feature", value["_0"]]
+        elif kind == "enableExperimentalFeature":
+            flags += ["-enable-experimental-feature", value["_0"]]
+        elif kind == "define":
+            flags += ["-D", value["_0"]]
+        elif kind == "unsafeFlags":
+            flags += value["_0"]
+        else:
+            sys.exit("fuzz/run.sh: a Swift setting of %s it cannot translate: %s" % (target["name"], setting))
+    sets.add(tuple(flags))
+if len(sets) != 1:
+    sys.exit("fuzz/run.sh: the library targets differ in their Swift settings: %s" % sorted(sets))
+print(" ".join(["-swift-version", max(modes, key=float)] + list(sets.pop())))
+'
+}
+PACKAGE_SWIFT_FLAGS=$(package_swift_flags) || { echo "fuzz/run.sh: could not read the package's Swift settings" >&2; exit 2; }
+
 # build KIND: KIND is "fuzz" (-sanitize=fuzzer,address) or "coverage" (-sanitize=fuzzer plus
 # coverage mapping, no ASan). Prints the binary's path.
 build() {
     local kind=$1 out=$SCRATCH/build-$1
-    local -a flags=(-swift-version 6 -parse-as-library -g -package-name main)
+    local -a flags
+    # shellcheck disable=SC2206 # the flags are words without blanks (checked by package_swift_flags' translation)
+    flags=($PACKAGE_SWIFT_FLAGS -parse-as-library -g -package-name main)
     if [ "$kind" = fuzz ]; then
         flags+=("$OPT" -sanitize=fuzzer,address)
     else

@@ -119,6 +119,13 @@ public final class EventSubscriber: TokenSubscriber {
         state.withLock { $0.reason }
     }
 
+    /// Whether the reader found nothing to write and suspended the connection, which now waits
+    /// for a resume. Internal: the engine's tests wait on it for the suspension itself, rather
+    /// than for a while, before they show that a departed subscriber is released while suspended.
+    var isSuspended: Bool {
+        state.withLock { $0.suspended }
+    }
+
     /// Writes the next bytes of the stream into `buffer` (of any size; an event spans several calls
     /// when it must): the rest of the event being written, else the newest pending event, else a
     /// due heartbeat. With nothing to write, marks the subscriber

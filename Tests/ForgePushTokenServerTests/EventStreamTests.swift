@@ -1,8 +1,9 @@
-import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import MicroHTTPDServer
 import Testing
+
+@testable import ForgePushTokenHTTP
 
 #if canImport(Glibc)
     import Glibc
@@ -138,7 +139,9 @@ extension LiveServerTests {
             let live = try LiveServer()
             let stream = try openStream(live)
             _ = try stream.readStream(until: "\n\n")
-            usleep(100_000)  // let the reader suspend the connection
+            // Waits for the suspension itself (the reader found nothing more to send), not for a
+            // while: a reset before it would be noticed by libmicrohttpd, and prove nothing.
+            #expect(eventually { suspendedSubscribers(live) == 1 })
             #expect(live.owner.subscriberCount == 1)
             stream.reset()
             #expect(eventually { live.owner.subscriberCount == 0 })
@@ -147,6 +150,17 @@ extension LiveServerTests {
 }
 
 extension LiveServerTests.EventStreamTests {
+    /// How many of `live`'s subscribers have suspended their connection now (read through the
+    /// owner's `finish(reason:where:)` with a predicate that picks none, so nothing ends).
+    func suspendedSubscribers(_ live: LiveServer) -> Int {
+        var count = 0
+        live.owner.finish(reason: .drain) { subscriber in
+            if (subscriber as? EventSubscriber)?.isSuspended == true { count += 1 }
+            return false
+        }
+        return count
+    }
+
     /// The number of open file descriptors of this process.
     func openDescriptors() -> Int {
         guard let dir = opendir("/proc/self/fd") else { return -1 }

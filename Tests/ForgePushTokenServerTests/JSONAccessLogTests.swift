@@ -23,8 +23,11 @@ struct JSONAccessLogTests {
     }
 
     /// The parsed access lines (those with a `method`), once `count` of them were written.
+    ///
+    /// Waits for the lines, which the answered requests set in motion (docs/testing.md, "Waiting
+    /// in tests"); the 60 s are only a guard against a hang, as in `eventually`.
     static func accessLines(_ live: LiveServer, count: Int) throws -> [[String: Any]] {
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + .seconds(60)
         while true {
             let lines = live.lines.withLock { $0 }
             let objects = try lines.map { line -> [String: Any] in
@@ -33,7 +36,7 @@ struct JSONAccessLogTests {
             }
             let access = objects.filter { $0["method"] != nil }
             if access.count >= count || ContinuousClock.now > deadline { return access }
-            usleep(10_000)
+            usleep(1_000)
         }
     }
 

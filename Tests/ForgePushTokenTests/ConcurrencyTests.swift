@@ -5,7 +5,7 @@ import Testing
 @testable import ForgePushToken
 
 /// Rules 4, 5, 6 and 9 under concurrency.
-@Suite("Concurrency", hangGuard(minutes: 2))
+@Suite("Concurrency", hangGuard())
 struct ConcurrencyTests {
     /// Rule 6: a subscriber that does not read keeps only the newest value.
     @Test func slowSubscriberReceivesOnlyTheNewestValue() async {

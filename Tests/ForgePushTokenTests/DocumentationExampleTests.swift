@@ -175,7 +175,7 @@ private final class FakeAPI: DeviceTokenAPI {
     }
 }
 
-@Suite("Documentation examples", hangGuard(minutes: 1))
+@Suite("Documentation examples", hangGuard())
 struct DocumentationExampleTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func uploadOnChangePutsEachNewTokenAndDeletesAClearedOne() async {

@@ -5,7 +5,7 @@ import Testing
 @testable import ForgePushToken
 
 /// Races on plain threads, started together by a spin barrier, to hit narrow windows.
-@Suite("Races between threads", hangGuard(minutes: 2))
+@Suite("Races between threads", hangGuard())
 struct RaceTests {
     /// Rule 4: reading the current value and attaching the subscriber are one atomic step, so a
     /// change racing with a subscription is never lost.

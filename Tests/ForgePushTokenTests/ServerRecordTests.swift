@@ -7,7 +7,7 @@ import Testing
 /// What the server holds, kept across launches (`ServerRecordStore`), sign-out, and `Retry-After`:
 /// on a manual clock, a set wall clock and a scripted backend. A "relaunch" is a new manager and a
 /// new upload call over the same store.
-@Suite("Server record, sign-out and Retry-After", hangGuard(minutes: 1))
+@Suite("Server record, sign-out and Retry-After", hangGuard())
 struct ServerRecordTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     typealias Harness = TokenUploadTests.Harness

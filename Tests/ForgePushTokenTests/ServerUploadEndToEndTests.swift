@@ -18,11 +18,12 @@ import Testing
 /// same configuration and scratch folder, so the sanitizer runs use a sanitized server), started
 /// on a free loopback port and stopped by its process id (SIGTERM). Set `FORGE_PUSH_TOKEN_SERVER` to use
 /// another binary.
-@Suite("End to end: uploads to forge-push-token-server", serverIsBuilt, hangGuard(minutes: 1))
+@Suite("End to end: uploads to forge-push-token-server", serverIsBuilt, hangGuard())
 struct ServerUploadEndToEndTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func tokensLandOnTheServerAndARetryLandsAfterARestart() async throws {
-        var server = try await ServerProcess.start(port: 0)
+        // A heartbeat every second ends the curl that read the stream soon after its event.
+        var server = try await ServerProcess.start(port: 0, arguments: ["--heartbeat", "1"])
         defer { server.stop() }
         let port = server.port
         let base = try #require(URL(string: "http://127.0.0.1:\(port)"))
@@ -41,8 +42,9 @@ struct ServerUploadEndToEndTests {
         let firstHex = DeviceTokenHex.encode(first)
         manager.didRegister(deviceToken: first)
         try await eventually { try await serverToken(base) == firstHex }
-        let events = try readEventStream(base.appendingPathComponent("token/stream"), seconds: 1)
-        #expect(events.contains("data: {\"token\":\"\(firstHex)\"}"))
+        let event = "data: {\"token\":\"\(firstHex)\"}"
+        let events = try readEventStream(base.appendingPathComponent("token/stream"), until: event)
+        #expect(events.contains(event))
 
         // The server goes away; the next token's upload fails and is retried with backoff...
         server.stop()
@@ -117,10 +119,14 @@ private func eventually(
     }
 }
 
-/// The first `seconds` of the event stream at `url`, read with curl (`-N`: unbuffered).
-private func readEventStream(_ url: URL, seconds: Int) throws -> String {
+/// The event stream at `url`, read with curl (`-N`: unbuffered) until a line holding `text` has
+/// come (`grep -m1` then exits, and curl with it at the stream's next write, a heartbeat). The
+/// event ends the read, not a time (docs/testing.md, "Waiting in tests"): curl's `--max-time` of
+/// 60 s only guards against a hang. Returns the line, or nothing.
+private func readEventStream(_ url: URL, until text: String) throws -> String {
     let data = try standardOutput(
-        of: "/usr/bin/curl", arguments: ["-sN", "--max-time", "\(seconds)", url.absoluteString])
+        of: "/bin/sh",
+        arguments: ["-c", #"curl -sN --max-time 60 "$0" | grep -m1 -F -- "$1""#, url.absoluteString, text])
     return String(decoding: data, as: UTF8.self)
 }
 
@@ -166,7 +172,10 @@ struct ServerProcess {
         try process.run()
         let server = ServerProcess(process: process, port: port)
         let health = try #require(URL(string: "http://127.0.0.1:\(port)/healthz"))
-        for _ in 0..<500 {
+        // Waits for the answer, not for a time: the 60 s only guard against a hang (a server
+        // built with Thread Sanitizer, started on a loaded machine, can take seconds to listen).
+        let giveUp = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < giveUp {
             guard process.isRunning else {
                 throw TestError(description: "the server exited with status \(process.terminationStatus)")
             }
@@ -178,7 +187,7 @@ struct ServerProcess {
             try await Task.sleep(for: .milliseconds(20))
         }
         server.stop()
-        throw TestError(description: "the server did not answer GET /healthz within 10 s")
+        throw TestError(description: "the server did not answer GET /healthz within 60 s")
     }
 
     /// Stops the server (SIGTERM, a graceful shutdown) and waits for it to exit. Idempotent.

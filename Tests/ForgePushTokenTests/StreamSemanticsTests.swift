@@ -5,7 +5,7 @@ import Testing
 @testable import ForgePushToken
 
 /// Rules 2, 3, 4 and 7, step-locked: each step performs one action and takes one element.
-@Suite("Stream semantics", hangGuard(minutes: 1))
+@Suite("Stream semantics", hangGuard())
 struct StreamSemanticsTests {
     let a = token(0xa), b = token(0xb)
 

@@ -8,7 +8,7 @@ import Testing
 typealias RetryPolicy = PushTokenManager.UploadRetryPolicy
 
 /// `uploadTokenChanges` on a manual clock and a scripted backend: nothing here sleeps.
-@Suite("Uploading token changes", hangGuard(minutes: 1))
+@Suite("Uploading token changes", hangGuard())
 struct TokenUploadTests {
     /// A running `uploadTokenChanges` with its manager, clock, backend and log.
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)

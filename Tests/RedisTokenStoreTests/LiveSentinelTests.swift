@@ -110,7 +110,7 @@ final class SentinelProcess {
         for item in cases {
             let log = LogRecorder()
             let replica = ReplicaModel(port: 0, url: item.url, log: log.serverHandler)
-            #expect(replica.wait { replica.link == item.reason }, "\(item.url): \(replica.link)")
+            #expect(eventually { replica.link == item.reason }, "\(item.url): \(replica.link)")
             #expect(replica.commit("aa") == .unavailable(reason: "Redis: \(item.reason)"))
             #expect(
                 log.recorded.contains { $0.message.contains(item.says) }, "\(item.url): \(log.recorded.map(\.message))")
