@@ -21,6 +21,8 @@ often than allowed. The rules:
                           the Double seconds the Redis state machine still counts in.
   server log level        one `enum ...LogLevel` outside the app library (ServerLogLevel), and no
                           server module names PushTokenManager.LogLevel (issue 31, point 6).
+  free_port               one `def free_port`, in e2e/e2e_support.py; a shell script's
+                          `free_port()` only calls it (`e2e_support.py free-port`).
 
 Prints one line per problem, `FILE:LINE: what`, and exits 1 when there is one.
 
@@ -134,6 +136,20 @@ def main():
                                 "not at the app library's PushTokenManager.LogLevel")
     rule("server log level", r"\benum \w*LogLevel\b", "Sources/ServiceLogging/ServerLogLevel.swift",
          where=lambda name: not name.startswith("Sources/ForgePushToken/"))
+
+    # The scripts' free loopback port: one Python definition, which the shell scripts call.
+    home = "e2e/e2e_support.py"
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "e2e", "bench",
+                          "scripts", "docker", "fuzz"], check=True, capture_output=True, cwd=ROOT).stdout
+    for name in sorted(set(out.decode().split("\0"))):
+        if not name.endswith((".py", ".sh")) or not (ROOT / name).exists():
+            continue
+        for number, line in enumerate((ROOT / name).read_text().splitlines(), 1):
+            if re.match(r"\s*def free_port\b", line) and name != home:
+                problems.append(f"{name}:{number}: a second definition of free_port (the one is in {home})")
+            shell = re.match(r"\s*free_port\s*\(\)\s*\{(.*)", line)
+            if shell and "e2e_support.py\" free-port" not in shell.group(1):
+                problems.append(f"{name}:{number}: a shell free_port of its own (call {home} free-port)")
 
     for problem in problems:
         print(problem)
