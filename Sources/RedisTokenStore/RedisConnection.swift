@@ -81,12 +81,18 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
     }
 }
 
-/// The current time on the monotonic clock, in seconds.
+/// The Redis store's time in seconds, on the service's one clock (`ContinuousClock`): the store's
+/// state machine (`RedisLinkStateMachine`) is a plain value that is handed the time, in seconds,
+/// with every event. Counted from an origin 10^6 s before the first reading, so that a mark the
+/// machine starts at 0 ("never") is long past, as it was with the system's uptime. Only compared
+/// within this process (deadlines, intervals), never sent anywhere.
 func monotonicSeconds() -> Double {
-    var now = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &now)
-    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    let (seconds, attoseconds) = clockOrigin.duration(to: .now).components
+    return Double(seconds) + Double(attoseconds) / 1e18
 }
+
+/// The origin of `monotonicSeconds()`, fixed on its first reading.
+private let clockOrigin = ContinuousClock.now.advanced(by: .seconds(-1_000_000))
 
 /// One connection to Redis, used from one thread at a time: plain TCP, a Unix socket, or TLS over
 /// TCP, all through the same code (docs/replicas.md, "TLS to Redis").
