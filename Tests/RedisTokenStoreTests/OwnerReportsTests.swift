@@ -73,7 +73,10 @@ struct OwnerReportsTests {
         let events = Locked<[TokenStoreEvent]>([])
         let owner = Locked(TokenState.initial)
         link.start(
-            reporting: { event in
+            reporting: { [weak link] event in
+                // Weakly: the link keeps this closure (a strong capture would be a cycle, a leak
+                // LeakSanitizer reports).
+                guard let link else { return }
                 // Each of these takes a lock of the link: held by the caller, it would stop at
                 // Locked's re-entry check (an error-checking mutex) instead of returning.
                 _ = link.health
