@@ -206,8 +206,7 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func aHungRedisGivesUnknownInTwoSecondsAndAFullQueueRefusesAtOnce() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port, queueCapacity: 2)
-        #expect(eventually { a.link == "connected" })
-        #expect(a.owner.health == .ok)
+        #expect(eventually { a.link == "connected" && a.owner.health == .ok })
         kill(redis.pid, SIGSTOP)
         defer { kill(redis.pid, SIGCONT) }
         let outcomes = Locked<[CommitOutcome]>([])
@@ -263,8 +262,10 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         let a = ReplicaModel(port: redis.port)
         let b = ReplicaModel(port: redis.port)
         #expect(a.store.ordering == .storeSerialized && a.store.replicaName == "redis")
-        #expect(eventually { a.link == "connected" && b.link == "connected" })
-        #expect(a.owner.health == .ok && b.owner.health == .ok)
+        #expect(
+            eventually {
+                a.link == "connected" && b.link == "connected" && a.owner.health == .ok && b.owner.health == .ok
+            })
         #expect(a.current == TokenState(version: 0, token: nil))
         #expect(a.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
         #expect(a.owner.current.state == TokenState(version: 1, token: "aa01"))
@@ -338,8 +339,11 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
             _ = try client.command(["DEL", "test:state"], timeout: 2)
             _ = try client.command(setup, timeout: 2)
             let a = ReplicaModel(port: redis.port)
-            #expect(eventually { a.link == "invalid_state" })
-            #expect(a.owner.health == .starting(reason: HealthReason(rawValue: "invalid_state")))
+            #expect(
+                eventually {
+                    a.link == "invalid_state"
+                        && a.owner.health == .starting(reason: HealthReason(rawValue: "invalid_state"))
+                })
             #expect(a.commit("ab") == .unavailable(reason: "Redis: invalid_state"))
             let stored =
                 setup[0] == "SET"
@@ -364,8 +368,11 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
             _ = try client.command(["DEL", "test:state"], timeout: 2)
             _ = try client.command(["HSET", "test:state", "version", version, "token", "99aabbcc"], timeout: 2)
             let a = ReplicaModel(port: redis.port)
-            #expect(eventually { a.link == "invalid_state" }, "\(version)")
-            #expect(a.owner.health == .starting(reason: HealthReason(rawValue: "invalid_state")))
+            #expect(
+                eventually {
+                    a.link == "invalid_state"
+                        && a.owner.health == .starting(reason: HealthReason(rawValue: "invalid_state"))
+                }, "\(version)")
             #expect(a.commit("a1a1a1a1") == .unavailable(reason: "Redis: invalid_state"))
             #expect(try hash(client, "test:state") == ["version": version, "token": "99aabbcc"])
             #expect(a.current == nil)
@@ -375,9 +382,12 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         _ = try client.command(["HSET", "test:state", "version", "9007199254740991", "token", "99aabbcc"], timeout: 2)
         let a = ReplicaModel(port: redis.port)
         // Served, but the link says why no change can be made (not `connected`).
-        #expect(eventually { a.link == "version_exhausted" })
-        #expect(a.owner.health == .degraded(reason: HealthReason(rawValue: "version_exhausted")))
-        #expect(a.current == TokenState(version: 9_007_199_254_740_991, token: "99aabbcc"))
+        #expect(
+            eventually {
+                a.link == "version_exhausted"
+                    && a.owner.health == .degraded(reason: HealthReason(rawValue: "version_exhausted"))
+                    && a.current == TokenState(version: 9_007_199_254_740_991, token: "99aabbcc")
+            })
         #expect(a.commit("99aabbcc") == .unchanged(TokenState(version: 9_007_199_254_740_991, token: "99aabbcc")))
         #expect(a.commit("a1a1a1a1") == .versionExhausted, "a change past 2^53 - 1 was not refused")
         #expect(try hash(client, "test:state") == ["version": "9007199254740991", "token": "99aabbcc"])
@@ -387,8 +397,11 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func wrongCredentialsAndNoServer() throws {
         let redis = try RedisServerProcess(extra: ["--requirepass", "right"])
         let wrong = ReplicaModel(port: redis.port, password: "wrong")
-        #expect(eventually { wrong.link == "auth_failed" })
-        #expect(wrong.owner.health == .starting(reason: HealthReason(rawValue: "auth_failed")))
+        #expect(
+            eventually {
+                wrong.link == "auth_failed"
+                    && wrong.owner.health == .starting(reason: HealthReason(rawValue: "auth_failed"))
+            })
         #expect(wrong.commit("aa") == .unavailable(reason: "Redis: auth_failed"))
         let missing = ReplicaModel(port: redis.port)
         #expect(eventually { missing.link == "auth_failed" })

@@ -53,8 +53,9 @@ struct OwnerReportsTests {
         let reports = RedisOwnerReports(log: { _, _ in })
         let received = Locked<[UInt64]>([])
         reports.start(
-            reporting: { event in
-                guard case .changed(let state) = event else { return }
+            reporting: { [weak reports] event in
+                // Weakly: the reports keep this closure (a strong capture is a cycle: a leak).
+                guard let reports, case .changed(let state) = event else { return }
                 received.withLock { $0.append(state.version) }
                 // Under a held lock of the reports this would stop at Locked's re-entry check.
                 _ = reports.ownerState
