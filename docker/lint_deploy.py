@@ -44,11 +44,17 @@ def check(condition, message):
 
 
 def settings():
-    """Every flag of the service that takes a value, from the command line's own list
-    (CommandLineOptions.valueFlags), as its variable name."""
-    text = "".join(p.read_text() for p in (ROOT / "Sources/forge-push-token-server").glob("CommandLineOptions*.swift"))
-    block = re.search(r"static let valueFlags = \[(.*?)\]", text, re.S).group(1)
-    flags = re.findall(r'"([a-z0-9-]+)"', block)
+    """Every flag of the service that takes a value, from the command line's one list of flags
+    (the `CommandLineFlag` enum: its cases, and those whose `argument` is nil take none), as its
+    variable name."""
+    text = (ROOT / "Sources/forge-push-token-server/CommandLineFlag.swift").read_text()
+    cases = {match.group(1): match.group(2) or match.group(1)
+             for match in re.finditer(r'^\s*case (\w+)(?: = "([a-z0-9-]+)")?\s*$', text, re.M)}
+    argument = re.search(r"var argument: String\? \{(.*?)\n    \}", text, re.S).group(1)
+    none = set(re.findall(r"\.(\w+)", re.search(r"case ([^:]*): nil", argument).group(1)))
+    flags = [raw for name, raw in cases.items() if name not in none]
+    if not check(len(flags) >= 20 and none, "CommandLineFlag.swift: found only %d value flags" % len(flags)):
+        return {}
     return {"FORGE_PUSH_TOKEN_" + flag.upper().replace("-", "_"): flag for flag in flags}
 
 
