@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Fails when docs/architecture.md's lock list leaves out a lock of Sources/ (issue 31).
 
-Every lock in the Swift sources is a `Locked` (Sources/ForgePushToken/Locked.swift). This finds
-each one declared, `let NAME = Locked(...)` or `let NAME: Locked<...>` (comment lines are not
-read), with the type it is declared in, and requires the section "Locks, in the only order they
+Every lock in the Swift sources is a `Locked` (Sources/ForgePushToken/Locked.swift), or a
+`PerThreadLocked` (Sources/ForgePushTokenHTTP/PerThreadLocked.swift: one `Locked` per thread's
+shard). This finds each one declared, `let NAME = Locked(...)`, `let NAME: Locked<...>` or the
+same with `PerThreadLocked` (comment lines are not read), with the type it is declared in, and requires the section "Locks, in the only order they
 nest" of docs/architecture.md to name it:
   - a stored property as `Type.name`, or, in a table row or list that names several of one type,
     on a line holding both `Type.` and `.name`;
@@ -27,7 +28,7 @@ HOME = "Sources/ForgePushToken/Locked.swift"
 
 TYPE = re.compile(r"^(\s*)(?:@\w+(?:\([^)]*\))?\s+)*(?:(?:public|package|internal|fileprivate|private|final|open)\s+)*"
                   r"(class|struct|enum|actor|extension)\s+(\w+)")
-LOCK = re.compile(r"^(\s*).*\b(?:let|var)\s+(\w+)\s*(?::\s*Locked<|=\s*Locked(?:<[^=]*>)?\()")
+LOCK = re.compile(r"^(\s*).*\b(?:let|var)\s+(\w+)\s*(?::\s*(?:PerThread)?Locked<|=\s*(?:PerThread)?Locked(?:<[^=]*>)?\s*[({])")
 OTHER = re.compile(r"\bpthread_mutex_t\b|\bMutex<|\bNSLock\b|\bos_unfair_lock\b")
 
 

@@ -31,8 +31,9 @@ public final class Responder: Sendable {
     public let retryAfterSeconds = 5
     /// Who may call which route, with the token sets in force; `nil` when the service runs
     /// without a token. Replaced as a whole by `replaceCredentials(_:)`; which routes need a token
-    /// (`scope`) never changes.
-    let credentials: Locked<BearerAuthentication>?
+    /// (`scope`) never changes. Kept per thread (`PerThreadLocked`, the same value in every
+    /// shard), so that the writes' check takes no lock another request thread takes.
+    let credentials: PerThreadLocked<BearerAuthentication>?
     /// Whether the reads need a token (scope `all`, or a read-token file): fixed at start.
     let readsNeedToken: Bool
     /// Which other origins' browser pages may read the responses: the engine completes every
@@ -66,7 +67,7 @@ public final class Responder: Sendable {
     ) {
         self.owner = owner
         self.replica = replica
-        self.credentials = authentication.map { Locked($0) }
+        self.credentials = authentication.map { authentication in PerThreadLocked { authentication } }
         self.readsNeedToken = authentication?.protects(.token) == true
         self.ageLimits = Locked(StreamAgeLimits(seconds: maxStreamAge))
         self.crossOrigin = crossOrigin
@@ -109,7 +110,7 @@ public final class Responder: Sendable {
         guard let credentials, route.access == .write || (route.access == .read && readsNeedToken) else {
             return .proceed(AdmittedRequest(route: route, request: head))
         }
-        let outcome = credentials.withLock { $0 }.check(
+        let outcome = credentials.withThreadLock { $0 }.check(
             authorization: head.headers["Authorization"], query: head.query, method: method)
         guard case .authorized(let grant) = outcome else {
             metrics.increment(.unauthorizedRequests)
@@ -293,7 +294,7 @@ public final class Responder: Sendable {
                     id: id, first: first, tally: deliveries, preamble: preamble, floor: floor, credential: grant,
                     wake: wake)
             }
-            if let grant, let credentials, !credentials.withLock({ $0.admits(grant) }) {
+            if let grant, let credentials, !credentials.withThreadLock({ $0.admits(grant) }) {
                 // Its token was revoked by a reload between the check and the subscription, after
                 // that reload's sweep: the stream ends after its first event, as the sweep would.
                 owner.finish(subscription.id, reason: .revoked)
@@ -327,7 +328,7 @@ public final class Responder: Sendable {
     // MARK: Credentials
 
     /// The token sets in force now; `nil` for a service without tokens.
-    public var currentCredentials: BearerAuthentication? { credentials?.withLock { $0 } }
+    public var currentCredentials: BearerAuthentication? { credentials?.withThreadLock { $0 } }
 
     /// The policy in force (`currentCredentials`), for the fuzz harness and the tests.
     var authentication: BearerAuthentication? { currentCredentials }
@@ -336,22 +337,23 @@ public final class Responder: Sendable {
     /// "Rotating tokens") and ends cleanly every event stream whose token is in neither of `new`'s
     /// sets, under `StreamEndReason.revoked` (a stream admitted while this runs is checked again
     /// once subscribed, so none escapes). Call it from one thread at a time (`CredentialReloader`
-    /// runs on one serial queue): two at once could end a stream whose token the later put back.
+    /// runs on one serial queue): two at once could end a stream whose token the later put back,
+    /// or leave threads with different sets.
     /// - Parameter new: the policy built from the files just read; it must protect the same
     ///   routes as the one in force (the same files are read again).
     /// - Returns: how many streams were ended, or `nil` (nothing changed) when the service has no
     ///   tokens or `new` protects other routes.
     public func replaceCredentials(_ new: BearerAuthentication) -> Int? {
         guard let credentials else { return nil }
-        let revoked: Set<[UInt8]>? = credentials.withLock { current in
-            guard new.scope == current.scope else { return nil }
-            var next = new
-            next.generation = current.generation &+ 1
-            let revoked = current.allTokens.subtracting(next.allTokens)
-            current = next
-            return revoked
-        }
-        guard let revoked else { return nil }
+        // Every shard holds the same sets (one caller at a time changes them): read one, then
+        // put the new sets in every shard before the sweep below, so that a stream subscribed
+        // after the sweep is checked again against the new sets whichever thread it is on.
+        let current = credentials.withThreadLock { $0 }
+        guard new.scope == current.scope else { return nil }
+        var next = new
+        next.generation = current.generation &+ 1
+        let revoked = current.allTokens.subtracting(next.allTokens)
+        credentials.forEachShard { [next] in $0 = next }
         guard !revoked.isEmpty else { return 0 }
         return owner.finish(reason: .revoked) { subscriber in
             guard let token = (subscriber as? EventSubscriber)?.credential else { return false }

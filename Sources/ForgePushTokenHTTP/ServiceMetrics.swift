@@ -15,7 +15,10 @@ import PrometheusExposition
 /// base units (seconds). Label values come from fixed sets (routes, methods), so the number of
 /// series is bounded whatever clients send.
 ///
-/// Thread-safety: all members may be called from any thread; the counters live behind one lock.
+/// Thread-safety: all members may be called from any thread. The counters are kept per thread
+/// (`PerThreadLocked`: each thread counts in its own shard, under a lock no other counting thread
+/// takes), so that requests on different threads never wait for one another here; `render` adds
+/// the shards up.
 public final class ServiceMetrics: Sendable {
     /// A plain counter of the service.
     public enum Counter: Int, Sendable, CaseIterable {
@@ -98,9 +101,20 @@ public final class ServiceMetrics: Sendable {
         var durations: [String: Histogram] = [:]
         /// Event streams ended, by `StreamEndReason` in `allCases` order.
         var streamsEnded = [UInt64](repeating: 0, count: StreamEndReason.allCases.count)
+
+        /// Adds `other`'s counts to these.
+        mutating func add(_ other: State) {
+            for index in counters.indices { counters[index] &+= other.counters[index] }
+            for (key, count) in other.requests { requests[key, default: 0] &+= count }
+            for (route, histogram) in other.durations {
+                durations[route, default: Histogram(bounds: histogram.bounds)].add(histogram)
+            }
+            for index in streamsEnded.indices { streamsEnded[index] &+= other.streamsEnded[index] }
+        }
     }
 
-    private let state = Locked(State())
+    /// The counts, one shard per thread that counts.
+    private let shards = PerThreadLocked { State() }
     private let buildVersion = Locked<String?>(nil)
     /// When the service started, in seconds since the Unix epoch (`process_start_time_seconds`
     /// where `/proc` cannot be read).
@@ -119,7 +133,7 @@ public final class ServiceMetrics: Sendable {
 
     /// Adds one to `counter`.
     public func increment(_ counter: Counter) {
-        state.withLock { $0.counters[counter.rawValue] += 1 }
+        shards.withThreadLock { $0.counters[counter.rawValue] &+= 1 }
     }
 
     /// Records one completed HTTP request.
@@ -142,8 +156,8 @@ public final class ServiceMetrics: Sendable {
             }
         let key = RequestKey(route: route, method: method, status: status)
         let bucket = seconds.flatMap { Histogram.bucket(of: $0, in: Self.durationBuckets) }
-        state.withLock { state in
-            state.requests[key, default: 0] += 1
+        shards.withThreadLock { state in
+            state.requests[key, default: 0] &+= 1
             guard let seconds else { return }
             state.durations[route, default: Histogram(bounds: Self.durationBuckets)].record(seconds, bucket: bucket)
         }
@@ -153,7 +167,7 @@ public final class ServiceMetrics: Sendable {
     /// (`forge_push_token_streams_ended_total{reason}`).
     public func recordStreamEnded(_ reason: StreamEndReason) {
         let index = StreamEndReason.allCases.firstIndex(of: reason) ?? 0
-        state.withLock { $0.streamsEnded[index] += 1 }
+        shards.withThreadLock { $0.streamsEnded[index] &+= 1 }
     }
 
     /// The exposition text (`Content-Type: text/plain; version=0.0.4; charset=utf-8`).
@@ -173,7 +187,8 @@ public final class ServiceMetrics: Sendable {
         subscribers: Int, events: DeliveryCounts, maxSubscribers: Int? = nil,
         stateSaved: Bool? = nil, draining: Bool = false, tokens: (read: Int, write: Int) = (0, 0)
     ) -> String {
-        let state = state.withLock { $0 }
+        var state = State()
+        shards.forEachShard { state.add($0) }
         var out = PrometheusText()
         out.single("forge_push_token_subscribers", .gauge, help: "Event-stream subscribers connected now.", subscribers)
         var previousFamily = ""

@@ -2,6 +2,7 @@ import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
 import ServiceLogging
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -38,8 +39,9 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     let cachedReads = CachedReadCache()
     /// The route of the cached read's path, for its records (`nil` when the path names none).
     let cachedReadRoute: Route?
-    /// Requests that reached the access handler and have not completed, streams included.
-    let inFlight = Locked(0)
+    /// Requests that reached the access handler and have not completed, streams included: an
+    /// atomic, not a lock, because every request on every daemon thread counts itself in and out.
+    let inFlight = Atomic<Int>(0)
     /// Event streams whose response has not been freed yet (`EventStream`).
     let openStreams = Locked(0)
     /// Open connections, in all and per client address, against the configured limits.
@@ -205,7 +207,8 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         guard running.withLock({ $0 != nil }) else { return }
         let grace = configuration.shutdownGraceSeconds
         if !waitUntilIdle(seconds: grace) {
-            log.log(.warning, "\(inFlight.withLock { $0 }) requests still open after \(grace) s; closing them")
+            log.log(
+                .warning, "\(inFlight.load(ordering: .acquiring)) requests still open after \(grace) s; closing them")
         }
     }
 
@@ -233,7 +236,7 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     }
 
     private func waitUntilIdle(seconds: Double) -> Bool {
-        waitUntil(seconds: seconds) { inFlight.withLock { $0 } == 0 && openStreams.withLock { $0 } == 0 }
+        waitUntil(seconds: seconds) { inFlight.load(ordering: .acquiring) == 0 && openStreams.withLock { $0 } == 0 }
     }
 
     private func waitUntil(seconds: Double, _ condition: () -> Bool) -> Bool {

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
 import ForgePushTokenHTTP
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -86,7 +87,7 @@ extension Daemon {
                 connection, at: .now, bodyExpected: facts.expectsBody,
                 origin: facts.expectsBody && crossOrigin.isEnabled ? header(connection, "Origin") : nil)
         else { return .NO }
-        server.inFlight.withLock { $0 += 1 }
+        server.inFlight.add(1, ordering: .acquiringAndReleasing)
         // The cached read answers in the second call. Kept off it: a body announced by
         // Content-Length, a refused target or framing, the access log (which needs what only a
         // context keeps), and `100 Continue` (with more bytes buffered behind it, the second call
@@ -285,14 +286,14 @@ extension Daemon {
             return
         case .cachedRead(let mark):
             // The cached read keeps no context, so no start time: counted, not timed.
-            server.inFlight.withLock { $0 -= 1 }
+            server.inFlight.subtract(1, ordering: .acquiringAndReleasing)
             application.recordFinished(
                 FinishedRequest(
                     method: mark.isHead ? "HEAD" : "GET", path: application.cachedReadPath.description,
                     route: server.cachedReadRoute, status: mark.status.code, bytes: 0, microseconds: nil,
                     wasStream: false))
         case .context(let context):
-            server.inFlight.withLock { $0 -= 1 }
+            server.inFlight.subtract(1, ordering: .acquiringAndReleasing)
             let elapsed = ContinuousClock.now - context.started
             let micros =
                 Int(elapsed.components.seconds) * 1_000_000

@@ -119,4 +119,14 @@ public struct Histogram: Sendable, Equatable {
     public mutating func record(_ seconds: Double) {
         record(seconds, bucket: Self.bucket(of: seconds, in: bounds))
     }
+
+    /// Adds `other`'s observations to these (the histograms of several threads' shards made one
+    /// for rendering).
+    /// - Precondition: `other.bounds == bounds`.
+    public mutating func add(_ other: Histogram) {
+        precondition(other.bounds == bounds, "histograms with different bounds cannot be added")
+        for index in buckets.indices { buckets[index] &+= other.buckets[index] }
+        count &+= other.count
+        sum += other.sum
+    }
 }
