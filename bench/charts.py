@@ -2,12 +2,16 @@
 """Charts of a results folder written by bench/run.sh: PNG and SVG.
 
 usage: python3 bench/charts.py RESULTS_DIR [--out DIR]
+       python3 bench/charts.py --scale SCALE_RESULTS_DIR [--out DIR]
 
   fanout.png / fanout.svg   event fan-out delay against the number of subscribers: p50 and p99
                             (medians over the repeats), ours beside nginx + nchan and the C fan-out
                             floor (../shared/bench/peers/fanout-c) when the folder has them;
   http.png / http.svg       HTTP request rates (median req/s over the repeats), one bar per server
-                            and route, with the access-log and state-file variants of ours.
+                            and route, with the access-log and state-file variants of ours;
+  scale.png / scale.svg     (--scale, a folder of bench/scale.sh) p99 delay against the number of
+                            subscribers over three servers: ours (3 replicas, one Redis) beside
+                            the floor (3 fanout-c processes), medians over the repeats.
 
 Written to --out (default: RESULTS_DIR). The SVG files are reproducible: the same results give the
 same bytes (a fixed svg.hashsalt, no date in the metadata, text kept as text). matplotlib comes
@@ -44,6 +48,7 @@ SERVERS = {
     "ours": ("forge-push-token-server", "#1f77b4", "o"),
     "nchan": ("nginx + nchan, 1 worker", "#d62728", "s"),
     "fanout-c": ("C fan-out floor (epoll, no HTTP parsing)", "#7f7f7f", "^"),
+    "floor": ("floor: 3 C fan-out processes (epoll, no HTTP parsing)", "#7f7f7f", "^"),
 }
 # (label, mode) of http.jsonl -> bar name, in the order drawn
 HTTP_BARS = [
@@ -170,13 +175,59 @@ def http_chart(rates, note, out):
     save(figure, out, "http")
 
 
+def load_scale(folder):
+    """{label: {n: p99 ms}} from bench/scale.sh's scale.jsonl: medians over the repeats."""
+    path = os.path.join(folder, "scale.jsonl")
+    runs = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    record = json.loads(line)
+                    runs.setdefault(record["label"], {}).setdefault(record["n"], []).append(record.get("read_p99_ms"))
+    return {label: {n: median(values) for n, values in by_n.items()} for label, by_n in runs.items()}
+
+
+def scale_chart(scale, out):
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    counts = sorted({n for by_n in scale.values() for n in by_n})
+    for label in ("ours", "floor"):
+        name, color, marker = SERVERS[label]
+        if label == "ours":
+            name = "forge-push-token-server: 3 replicas, one Redis"
+        points = sorted((n, p99) for n, p99 in scale.get(label, {}).items() if p99 is not None)
+        if points:
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker=marker, color=color, label=name)
+    axis.set_xscale("log")
+    axis.set_xticks(counts)
+    axis.set_xticklabels(["{:,}".format(n) for n in counts])
+    axis.xaxis.set_minor_formatter(NullFormatter())
+    axis.set_xlabel("subscribers, over three servers on one 2-vCPU machine")
+    axis.set_ylabel("p99 ms, publish to event read")
+    axis.set_ylim(bottom=0)
+    axis.grid(True, which="major", alpha=0.3)
+    axis.legend(loc="upper left", fontsize=8)
+    figure.suptitle("bench/scale.sh: one publish to every subscriber (median p99 of the repeats)", fontsize=10)
+    figure.tight_layout()
+    save(figure, out, "scale")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder")
     parser.add_argument("--out")
+    parser.add_argument("--scale", action="store_true", help="the folder is bench/scale.sh's")
     args = parser.parse_args()
     out = args.out or args.folder
     os.makedirs(out, exist_ok=True)
+    if args.scale:
+        scale = load_scale(args.folder)
+        if not scale:
+            print("charts.py: %s has no scale results" % args.folder, file=sys.stderr)
+            return 1
+        scale_chart(scale, out)
+        print("charts: %s/scale.{png,svg} (%d subscriber counts)" % (out, len({n for b in scale.values() for n in b})))
+        return 0
     fanout, rates = load_fanout(args.folder), load_http(args.folder)
     if not fanout or not rates:
         print("charts.py: %s has no %s results" % (args.folder, "fan-out" if not fanout else "HTTP"), file=sys.stderr)

@@ -24,8 +24,11 @@
 # redone with fresh servers, up to TRIES tries; every try is logged to guard.jsonl, and summary.md
 # says how many runs were disturbed and by what, with the steal seen.
 # A full run (N=50000) needs a quiet machine: about 2 x REPEATS x (connect + M x INTERVAL_MS).
-# Env: N (50000), M (5), INTERVAL_MS (1000), REPEATS (3), PER_PROCESS (16000), THREADS (as the
-#      server's default: nproc, at most 8), TRIES (3), MAX_FOREIGN (0.10), WAIT_QUIET (60).
+# COUNTS="1000 10000 50000" runs the whole measurement at each count in turn (N is then unused),
+# and summary.md has a table per count plus the chart of subscribers against p99 delay
+# (scale.png / scale.svg, bench/charts.py --scale).
+# Env: N (50000), COUNTS (N), M (5), INTERVAL_MS (1000), REPEATS (3), PER_PROCESS (16000), THREADS
+#      (as the server's default: nproc, at most 8), TRIES (3), MAX_FOREIGN (0.10), WAIT_QUIET (60).
 # Needs: redis-server, gcc, make, python3, curl (bench/README.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,7 +42,7 @@ while (($#)); do
 done
 N="${N:-50000}" M="${M:-5}" INTERVAL_MS="${INTERVAL_MS:-1000}" REPEATS="${REPEATS:-3}"
 PER_PROCESS="${PER_PROCESS:-16000}" TRIES="${TRIES:-3}" MAX_FOREIGN="${MAX_FOREIGN:-0.10}"
-WAIT_QUIET="${WAIT_QUIET:-60}"
+WAIT_QUIET="${WAIT_QUIET:-60}" COUNTS="${COUNTS:-$N}"
 cores="$(nproc)"; THREADS="${THREADS:-$(( cores > 8 ? 8 : cores ))}"
 if [[ -z "$binary" ]]; then
   binary="$("$root/scripts/build-release.sh" | tail -1)"
@@ -60,8 +63,7 @@ cleanup() {
 }
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-per_server=$(( (N + 2) / 3 ))
-echo "settings: N=$N M=$M INTERVAL_MS=$INTERVAL_MS REPEATS=$REPEATS PER_PROCESS=$PER_PROCESS THREADS=$THREADS binary=$binary" \
+echo "settings: COUNTS=$COUNTS M=$M INTERVAL_MS=$INTERVAL_MS REPEATS=$REPEATS PER_PROCESS=$PER_PROCESS THREADS=$THREADS binary=$binary" \
   | tee "$results/settings.txt"
 
 free_port() { python3 "$root/e2e/e2e_support.py" free-port; }  # the one definition: e2e/e2e_support.py
@@ -129,7 +131,7 @@ measure() {
     [[ -n "$REDIS_PID" ]] && cmd+=(--redis-pid "$REDIS_PID")
     rm -f "$work/try.jsonl"
     rc=0
-    python3 "$root/bench/cpuguard.py" --label "$label-r$r#$try" --log "$results/guard.jsonl" "${args[@]}" \
+    python3 "$root/bench/cpuguard.py" --label "$label-n$N-r$r#$try" --log "$results/guard.jsonl" "${args[@]}" \
       --max-foreign "$MAX_FOREIGN" --wait-quiet "$WAIT_QUIET" -- "${cmd[@]}" || rc=$?
     stop_started
     if [[ $rc != 75 ]]; then disturbed=0; break; fi
@@ -144,10 +146,13 @@ open(sys.argv[4], "a").write(json.dumps(r) + "\n")' "$work/try.jsonl" "$disturbe
   return 0
 }
 
-for r in $(seq 1 "$REPEATS"); do
-  echo "=== repeat $r/$REPEATS"
-  measure ours
-  measure floor
+for N in $COUNTS; do
+  per_server=$(( (N + 2) / 3 ))
+  for r in $(seq 1 "$REPEATS"); do
+    echo "=== $N subscribers, repeat $r/$REPEATS"
+    measure ours
+    measure floor
+  done
 done
 
 python3 - "$results" <<'PY'
@@ -156,30 +161,34 @@ folder = sys.argv[1]
 def lines(name):
     path = os.path.join(folder, name)
     return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
-runs = lines("scale.jsonl")
-def med(label, key):
-    values = [r[key] for r in runs if r["label"] == label and r.get(key) is not None]
-    return statistics.median(values) if values else float("nan")
-def star(label):
-    return "*" if any(r["disturbed"] for r in runs if r["label"] == label) else ""
-ours = [r for r in runs if r["label"] == "ours"]
-n = runs[0]["n"] if runs else 0
-out = [f"# bench/scale.sh: {n} subscribers over 3 servers (medians of {len(ours)} runs each)", "",
-       "| figure | ours (3 replicas, one Redis) | floor (3 fanout-c processes) | ratio | target |", "|---|---|---|---|---|"]
-for key, name in (("read_p50_ms", "delay p50 (ms, client read)"), ("read_p99_ms", "delay p99 (ms, client read)"),
-                  ("read_max_ms", "delay max (ms, client read)"), ("kern_p50_ms", "delay p50 (ms, kernel receive)"),
-                  ("kern_p99_ms", "delay p99 (ms, kernel receive)")):
-    o, f = med("ours", key), med("floor", key)
-    target = "≤ 1.3x" if key == "read_p99_ms" else ""
-    out.append(f"| {name} | {o:.2f}{star('ours')} | {f:.2f}{star('floor')} | {o / f:.2f}x | {target} |")
-out.append(f"| missed (all runs) | {sum(r['missed'] for r in ours)} | {sum(r['missed'] for r in runs if r['label'] == 'floor')} | | 0 |")
-out.append(f"| time to connect everyone (s) | {med('ours', 'connect_s'):.2f} | {med('floor', 'connect_s'):.2f} | | |")
-per_replica = [statistics.median(r["rss_per_subscriber_kb"][i] for r in ours) for i in range(3)] if ours else []
-per_floor = [statistics.median(r["rss_per_subscriber_kb"][i] for r in runs if r["label"] == "floor") for i in range(3)] \
-    if any(r["label"] == "floor" for r in runs) else []
-out.append(f"| RSS per subscriber per server (kB) | {', '.join(f'{v:.2f}' for v in per_replica)} | "
-           f"{', '.join(f'{v:.2f}' for v in per_floor)} | | |")
-out.append(f"| Redis CPU (s over the run; % of one CPU) | {med('ours', 'redis_cpu_s'):.2f} ({med('ours', 'redis_cpu_percent'):.1f} %) | – | | |")
+out = []
+for n in sorted({r["n"] for r in lines("scale.jsonl")}):
+    runs = [r for r in lines("scale.jsonl") if r["n"] == n]
+    def med(label, key):
+        values = [r[key] for r in runs if r["label"] == label and r.get(key) is not None]
+        return statistics.median(values) if values else float("nan")
+    def star(label):
+        return "*" if any(r["disturbed"] for r in runs if r["label"] == label) else ""
+    ours = [r for r in runs if r["label"] == "ours"]
+    floor = [r for r in runs if r["label"] == "floor"]
+    out += [f"# bench/scale.sh: {n} subscribers over 3 servers (medians of {len(ours)} runs each)", "",
+            "| figure | ours (3 replicas, one Redis) | floor (3 fanout-c processes) | ratio | target |",
+            "|---|---|---|---|---|"]
+    for key, name in (("read_p50_ms", "delay p50 (ms, client read)"), ("read_p99_ms", "delay p99 (ms, client read)"),
+                      ("read_max_ms", "delay max (ms, client read)"), ("kern_p50_ms", "delay p50 (ms, kernel receive)"),
+                      ("kern_p99_ms", "delay p99 (ms, kernel receive)")):
+        o, f = med("ours", key), med("floor", key)
+        target = "≤ 1.3x" if key == "read_p99_ms" else ""
+        out.append(f"| {name} | {o:.2f}{star('ours')} | {f:.2f}{star('floor')} | {o / f:.2f}x | {target} |")
+    out.append(f"| missed (all runs) | {sum(r['missed'] for r in ours)} | {sum(r['missed'] for r in floor)} | | 0 |")
+    out.append(f"| time to connect everyone (s) | {med('ours', 'connect_s'):.2f} | {med('floor', 'connect_s'):.2f} | | |")
+    per_replica = [statistics.median(r["rss_per_subscriber_kb"][i] for r in ours) for i in range(3)] if ours else []
+    per_floor = [statistics.median(r["rss_per_subscriber_kb"][i] for r in floor) for i in range(3)] if floor else []
+    out.append(f"| RSS per subscriber per server (kB) | {', '.join(f'{v:.2f}' for v in per_replica)} | "
+               f"{', '.join(f'{v:.2f}' for v in per_floor)} | | |")
+    out.append(f"| Redis CPU (s over the run; % of one CPU) | {med('ours', 'redis_cpu_s'):.2f} "
+               f"({med('ours', 'redis_cpu_percent'):.1f} %) | – | | |")
+    out.append("")
 tries = lines("guard.jsonl")
 groups = {}
 for g in tries:
@@ -189,7 +198,7 @@ bad = [g for g in tries if not g["clean"]]
 stolen = sum(1 for g in bad if g.get("steal_cpu", 0) > 0.10)
 steals = sorted(g.get("steal_cpu", 0) for g in tries) or [0]
 kept = [g for g in tries if g["clean"]]
-out += ["", f"cpuguard: {len(disturbed)} of {len(groups)} runs disturbed ({len(tries)} tries, {len(bad)} of them "
+out += [f"cpuguard: {len(disturbed)} of {len(groups)} runs disturbed ({len(tries)} tries, {len(bad)} of them "
         f"disturbed: {len(bad) - stolen} by other processes, {stolen} by hypervisor steal); clean tries saw at most "
         f"{max((g['foreign_cpu'] for g in kept), default=0):.2f} foreign CPUs and "
         f"{max((g.get('steal_cpu', 0) for g in kept), default=0):.2f} CPUs stolen; steal over all tries: median "
@@ -199,4 +208,9 @@ text = "\n".join(out)
 print(text)
 open(os.path.join(folder, "summary.md"), "w").write(text + "\n")
 PY
+# Debian's python3-matplotlib is for /usr/bin/python3, which may not be the python3 on PATH.
+for py in python3 /usr/bin/python3 ""; do
+  [[ -z "$py" ]] && { echo "(no chart: bench/charts.py needs matplotlib, bench/README.md)" >&2; break; }
+  if "$py" -c "import matplotlib" 2>/dev/null; then "$py" "$root/bench/charts.py" --scale "$results"; break; fi
+done
 echo "results: $results"
