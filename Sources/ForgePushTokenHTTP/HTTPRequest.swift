@@ -69,6 +69,11 @@ public struct HTTPHeaders: Sendable, ExpressibleByDictionaryLiteral, Sequence {
         fields.first { $0.name.caseInsensitiveEquals(name) }?.value
     }
 
+    /// Makes room for `capacity` fields in all, so that appending up to that many allocates no more.
+    public mutating func reserveCapacity(_ capacity: Int) {
+        fields.reserveCapacity(capacity)
+    }
+
     /// Appends a field; existing fields of the same name stay.
     public mutating func add(_ name: String, _ value: String) {
         fields.append((name: name, value: value))

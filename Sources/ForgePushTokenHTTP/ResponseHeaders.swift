@@ -37,6 +37,9 @@ public enum ResponseHeaders {
         _ headers: HTTPHeaders, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), origin: String? = nil
     ) -> HTTPHeaders {
         var completed = crossOrigin.isEnabled ? crossOrigin.decorating(headers, origin: origin) : headers
+        // One copy, with room for the defaults (appending to the shared array copied it, then
+        // grew it: two allocations per response).
+        completed.reserveCapacity(completed.fields.count + defaults.count)
         for field in defaults where completed[field.name] == nil {
             completed.add(field.name, field.value)
         }

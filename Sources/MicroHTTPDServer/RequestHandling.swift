@@ -326,8 +326,11 @@ func respond(_ response: HTTPResponse, on connection: OpaquePointer, context: Re
 func addHeaders(
     _ headers: HTTPHeaders, to response: OpaquePointer, crossOrigin: CrossOriginPolicy, origin: String?
 ) {
+    // `withCString`: the implicit conversion of a `String` argument heap-copies a small string.
     for field in ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin) {
-        _ = MHD_add_response_header(response, field.name, field.value)
+        _ = field.name.withCString { name in
+            field.value.withCString { value in MHD_add_response_header(response, name, value) }
+        }
     }
 }
 

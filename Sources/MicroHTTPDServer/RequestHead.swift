@@ -19,12 +19,14 @@ func requestHead(
     _ connection: OpaquePointer, method: String, path: String, fields: [String], parameters: [String]
 ) -> HTTPRequest {
     var headers = HTTPHeaders()
+    headers.reserveCapacity(fields.count)
     for name in fields {
         if let value = header(connection, name) { headers.add(name, value) }
     }
     var query: String?
     for name in parameters {
-        guard let value = MHD_lookup_connection_value(connection, .GET_ARGUMENT_KIND, name) else { continue }
+        guard let value = name.withCString({ MHD_lookup_connection_value(connection, .GET_ARGUMENT_KIND, $0) })
+        else { continue }
         let pair = name + "=" + percentEncoded(UnsafeRawBufferPointer(start: value, count: strlen(value)))
         query = query.map { $0 + "&" + pair } ?? pair
     }
@@ -52,6 +54,12 @@ func percentEncoded(_ bytes: UnsafeRawBufferPointer) -> String {
 }
 
 /// The value of request header `name`, or `nil`.
+///
+/// `withCString`, not the implicit conversion of a `String` argument: that conversion copies a
+/// small string (up to 15 bytes, most field names) to a new heap array on every call, and this
+/// runs for every field a route reads on every request (`e2e/allocation_test.py` logs the count).
 func header(_ connection: OpaquePointer, _ name: String) -> String? {
-    MHD_lookup_connection_value(connection, .HEADER_KIND, name).map { String(cString: $0) }
+    name.withCString { name in
+        MHD_lookup_connection_value(connection, .HEADER_KIND, name).map { String(cString: $0) }
+    }
 }
