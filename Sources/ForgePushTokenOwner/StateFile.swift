@@ -58,6 +58,9 @@ public struct StateFile: Sendable {
         }
 
         enum CodingKeys: String, CodingKey { case token, version }
+
+        /// What the file holds for these contents: the JSON object and a newline.
+        var bytes: [UInt8] { JSONBody.encode(self) + [0x0A] }
     }
 
     /// Why the state file could not be read or written; `description` is one line naming the file.
@@ -104,44 +107,112 @@ public struct StateFile: Sendable {
     }
 
     /// Writes `contents` durably (temporary file, fsync, rename, fsync of the folder).
-    /// - Throws: `Failure` naming the step that failed; the previous file is then unchanged.
+    /// - Throws: `Failure` naming the step that failed; the previous file is then unchanged, except
+    ///   when only the folder's `fsync` failed (the new file is then in place but maybe not durable).
     public func save(_ contents: Contents) throws(Failure) {
-        let bytes = JSONBody.encode(contents) + [0x0A]
-        let temporary = path + ".tmp"
+        let replacement = try replace(with: contents)
+        defer { replacement.close() }
+        try flushFolder(of: replacement)
+    }
+
+    /// The first stage of a save, done: the new contents are in a file of their own, flushed with
+    /// `fsync(2)`, and renamed over the target. The rename is not durable until the folder is
+    /// flushed (`flushFolder(of:)`); only then may anyone be told the contents are saved.
+    ///
+    /// It keeps two descriptors open, released with `close()` (exactly once):
+    /// - the folder, opened before the temporary file was made in it, so that the folder flushed is
+    ///   the one the rename happened in, whatever happens to the path meanwhile;
+    /// - the new file itself. While it is open, the rename that replaces it later only unlinks it,
+    ///   and the file system frees its blocks (on a disk mounted with `discard`, a synchronous
+    ///   discard request) at `close()`, which a caller can do after answering rather than in the
+    ///   middle of the next save.
+    ///
+    /// Thread-safety: a value; `close()` once, from any thread.
+    package struct Replacement: Sendable {
+        /// The new file, now at the target path.
+        let file: Int32
+        /// The folder it was renamed in.
+        let folder: Int32
+        /// The folder's device and inode (`fstat(2)`): two replacements with the same folder are
+        /// made durable by one flush of it, the one that comes after both renames.
+        package let folderIdentity: FileIdentity
+
+        /// Closes both descriptors.
+        package func close() {
+            closeDescriptor(file)
+            closeDescriptor(folder)
+        }
+    }
+
+    /// A file's or folder's `st_dev` and `st_ino`.
+    package struct FileIdentity: Sendable, Equatable {
+        let device: UInt64
+        let inode: UInt64
+    }
+
+    /// The first stage of `save(_:)`: writes `contents` to a temporary file beside the target
+    /// (made afresh, `O_EXCL`, never through a link), flushes it (`fsync`) and renames it over the
+    /// target, all in the folder opened first.
+    /// - Returns: the `Replacement`, to flush the folder of and then close.
+    /// - Throws: `Failure` naming the step that failed; the target is then unchanged, and the
+    ///   temporary file removed.
+    package func replace(with contents: Contents) throws(Failure) -> Replacement {
+        let bytes = contents.bytes
+        let (directory, folderIdentity) = try openFolder()
+        let temporaryName = temporaryName
         // Made afresh (O_EXCL), never through a link: whatever is at the temporary name (a
         // leftover, or a symbolic link planted to make the service overwrite another file) is
         // removed first.
-        unlink(temporary)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw failure("create", temporary) }
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                let error = failure("write", temporary)
-                close(fd)
-                unlink(temporary)
-                throw error
-            }
-            offset += written
-        }
-        if fsync(fd) != 0 {
-            let error = failure("fsync", temporary)
-            close(fd)
-            unlink(temporary)
+        unlinkat(directory, temporaryName, 0)
+        let fd = openat(directory, temporaryName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let error = failure("create", temporary)
+            closeDescriptor(directory)
             throw error
         }
-        close(fd)
-        guard rename(temporary, path) == 0 else {
-            let error = failure("rename", temporary)
-            unlink(temporary)
-            throw error
+        func abandon(_ step: String) -> Failure {
+            let error = failure(step, temporary)
+            closeDescriptor(fd)
+            unlinkat(directory, temporaryName, 0)
+            closeDescriptor(directory)
+            return error
         }
+        guard writeAll(bytes, to: fd) else { throw abandon("write") }
+        guard fsync(fd) == 0 else { throw abandon("fsync") }
+        guard renameat(directory, temporaryName, directory, name) == 0 else { throw abandon("rename") }
+        return Replacement(file: fd, folder: directory, folderIdentity: folderIdentity)
+    }
+
+    /// The folder, opened, and its identity.
+    private func openFolder() throws(Failure) -> (Int32, FileIdentity) {
         let directory = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { throw failure("open the folder of", path) }
-        defer { close(directory) }
-        guard fsync(directory) == 0 else { throw failure("fsync the folder of", path) }
+        var status = stat()
+        guard fstat(directory, &status) == 0 else {
+            let error = failure("stat the folder of", path)
+            closeDescriptor(directory)
+            throw error
+        }
+        return (directory, FileIdentity(device: UInt64(status.st_dev), inode: UInt64(status.st_ino)))
+    }
+
+    /// The temporary file's path: the target's, with `.tmp` added.
+    var temporary: String { path + ".tmp" }
+
+    /// The temporary file's name in the folder.
+    var temporaryName: String {
+        String(temporary[temporary.index(after: temporary.lastIndex(of: "/") ?? temporary.startIndex)...])
+    }
+
+    /// The target's name in the folder.
+    var name: String { String(path[path.index(after: path.lastIndex(of: "/") ?? path.startIndex)...]) }
+
+    /// The second stage of `save(_:)`: flushes the folder `replacement` was renamed in (`fsync`),
+    /// which makes the rename, and so the new contents, durable. One flush covers every rename
+    /// made in that folder before it began.
+    /// - Throws: `Failure` when the `fsync` fails: the new file is in place, but maybe not durable.
+    package func flushFolder(of replacement: Replacement) throws(Failure) {
+        guard fsync(replacement.folder) == 0 else { throw failure("fsync the folder of", path) }
     }
 
     /// The folder that holds the file (and its temporary twin): `.` for a bare name, `/` for a
@@ -155,4 +226,24 @@ public struct StateFile: Sendable {
     private func failure(_ step: String, _ file: String) -> Failure {
         Failure(description: "cannot \(step) state file \(file): \(systemErrorText(errno))")
     }
+}
+
+/// `close(2)`, for code where a member named `close` hides the C function.
+private func closeDescriptor(_ descriptor: Int32) {
+    _ = close(descriptor)
+}
+
+/// Writes all of `bytes` to `descriptor` (`write(2)`), retrying `EINTR` and short writes;
+/// `false` (with `errno`) on failure.
+private func writeAll(_ bytes: [UInt8], to descriptor: Int32) -> Bool {
+    var done = 0
+    while done < bytes.count {
+        let written = bytes[done...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        if written < 0 {
+            if errno == EINTR { continue }
+            return false
+        }
+        done += written
+    }
+    return true
 }
