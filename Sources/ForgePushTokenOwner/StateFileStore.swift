@@ -50,6 +50,11 @@ public final class StateFileStore: TokenStore {
         var unsaved = false
         /// Writes of the file (successful or not), each holding one batch.
         var fileWrites: UInt64 = 0
+        /// The last file written, kept open until the next one has replaced it and its batch is
+        /// answered: the rename that replaces an open file only unlinks it, and freeing its blocks
+        /// (a synchronous discard on a disk mounted with `discard`: 0.11 to 0.17 ms of a 0.5 to
+        /// 1 ms save here) happens at its close, after the answers (`StateFile.Replacement`).
+        var lastWritten: StateFile.Replacement?
     }
 
     private let batch = Locked(Batch())
@@ -121,10 +126,13 @@ public final class StateFileStore: TokenStore {
                 return (taken, batch.decided)
             }
             if taken.isEmpty { return }
-            let failure: StateFile.Failure?
+            var failure: StateFile.Failure?
+            var written: StateFile.Replacement?
             do throws(StateFile.Failure) {
-                try file.save(.init(token: state.token, version: state.version))
-                failure = nil
+                // `save(_:)` in its two stages, so that the file can be closed after the answers.
+                let replacement = try file.replace(with: .init(token: state.token, version: state.version))
+                written = replacement
+                try file.flushFolder(of: replacement)
             } catch {
                 failure = error
             }
@@ -139,7 +147,18 @@ public final class StateFileStore: TokenStore {
                     write.completion(write.changed ? .applied(write.state) : .unchanged(write.state))
                 }
             }
+            if let written { keepOpen(written) }
         }
+    }
+
+    /// Keeps `written` open as the last file written and closes the one it replaced (on the
+    /// store's queue, after that batch's answers).
+    private func keepOpen(_ written: StateFile.Replacement?) {
+        let replaced = batch.withLock { batch in
+            defer { batch.lastWritten = written }
+            return batch.lastWritten
+        }
+        replaced?.close()
     }
 
     /// Nothing to report but the outcomes of commits: nobody else writes the file.
@@ -155,8 +174,13 @@ public final class StateFileStore: TokenStore {
         StoreStatus(durableWrites: batch.withLock { $0.fileWrites })
     }
 
-    /// Waits until every write already decided has been written and answered.
+    /// Waits until every write already decided has been written and answered, and closes the
+    /// last file written.
     public func stop() {
-        queue.sync {}
+        queue.sync { keepOpen(nil) }
+    }
+
+    deinit {
+        batch.withLock { $0.lastWritten }?.close()
     }
 }
