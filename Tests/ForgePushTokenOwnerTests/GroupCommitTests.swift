@@ -123,4 +123,57 @@ import Testing
         #expect(commitAtOnce(owner, current.token) == .unchanged(current))
         #expect(Self.writes(store) == before)
     }
+
+    /// What this process's open descriptors refer to under `folder` (`/proc/self/fd`); a file
+    /// replaced by a rename but still open reads as its old path with " (deleted)".
+    static func descriptors(under folder: String) -> [String] {
+        guard let listing = opendir("/proc/self/fd") else { return ["cannot list /proc/self/fd"] }
+        defer { closedir(listing) }
+        var found: [String] = []
+        while let entry = readdir(listing) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            var target = [CChar](repeating: 0, count: 4096)
+            let count = readlink("/proc/self/fd/" + name, &target, target.count - 1)
+            guard count > 0 else { continue }
+            let text = String(decoding: target.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if text.hasPrefix(folder) { found.append(text) }
+        }
+        return found
+    }
+
+    @Test(
+        "writes from many threads: every file a rename replaced is closed after its answers, and stop leaves no descriptor open"
+    )
+    func replacedFilesAreClosed() throws {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        defer {
+            unlink(file.path)
+            rmdir(dir)
+        }
+        let store = StateFileStore(file: file)
+        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        owner.start()
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            for index in 0..<40 {
+                guard case .applied = commitAndWait(owner, Self.hex(thread << 16 | index, digits: 6)) else {
+                    Issue.record("a change was not applied")
+                    return
+                }
+            }
+        }
+        #expect(try file.load()?.version == 160)
+        store.stop()
+        // The store kept the file in place open (so that replacing it later frees nothing in the
+        // writer's way) and closed every replaced one after its answers; stop closed the rest.
+        #expect(Self.descriptors(under: dir) == [])
+        #expect(access(file.path + ".tmp", F_OK) != 0, "no temporary file is left")
+        // A write after stop works as before, and stop closes what it opened.
+        #expect(commitAndWait(owner, "abcd") == .applied(TokenState(version: 161, token: "abcd")))
+        #expect(try file.load() == .init(token: "abcd", version: 161))
+        store.stop()
+        #expect(Self.descriptors(under: dir) == [])
+    }
 }
