@@ -149,7 +149,7 @@ let package = Package(
             name: "ForgePushTokenHTTPTests",
             dependencies: [
                 "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
-                "ForgePushTokenOwnerTestSupport", "ServiceLogging",
+                "ForgePushTokenOwnerTestSupport", "ServiceLogging", "PrometheusExposition",
             ],
             swiftSettings: swiftSettings),
         // The engine's own tests: against a small fake application, with no owner.

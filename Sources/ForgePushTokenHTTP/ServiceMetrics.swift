@@ -191,15 +191,7 @@ public final class ServiceMetrics: Sendable {
         shards.forEachShard { state.add($0) }
         var out = PrometheusText()
         out.single("forge_push_token_subscribers", .gauge, help: "Event-stream subscribers connected now.", subscribers)
-        var previousFamily = ""
-        for counter in Counter.allCases {
-            // A labelled series shares its family's HELP and TYPE with the series before it.
-            let familyName = String(counter.name.prefix { $0 != "{" })
-            if familyName != previousFamily { out.family(familyName, .counter, help: counter.help) }
-            previousFamily = familyName
-            let labels = counter.name.dropFirst(familyName.count).dropFirst().dropLast()
-            out.sample(familyName, labels: String(labels), state.counters[counter.rawValue])
-        }
+        Self.renderCounters(state.counters, to: &out)
         out.family(
             "forge_push_token_credentials_tokens", .gauge,
             help: "Bearer tokens in force by role (--read-token-file, --write-token-file, or the one --auth-token).")
@@ -242,6 +234,28 @@ public final class ServiceMetrics: Sendable {
         }
         operatorSeries(maxSubscribers: maxSubscribers, stateSaved: stateSaved, to: &out)
         return out.text
+    }
+
+    /// The plain counters' values now, by `Counter.rawValue`: the values `render` writes for them
+    /// (through `renderCounters(_:to:)`). The request fuzzer reads them after every input
+    /// (fuzz/README.md, "Speed").
+    package func counterValues() -> [UInt64] {
+        state.withLock { $0.counters }
+    }
+
+    /// Appends `counters` (by `Counter.rawValue`, as `counterValues()` gives them) with their HELP
+    /// and TYPE lines, in `allCases` order: the counters' lines of `render`'s text, which `render`
+    /// writes with this function. A function of `counters` alone.
+    package static func renderCounters(_ counters: [UInt64], to out: inout PrometheusText) {
+        var previousFamily = ""
+        for counter in Counter.allCases {
+            // A labelled series shares its family's HELP and TYPE with the series before it.
+            let familyName = String(counter.name.prefix { $0 != "{" })
+            if familyName != previousFamily { out.family(familyName, .counter, help: counter.help) }
+            previousFamily = familyName
+            let labels = counter.name.dropFirst(familyName.count).dropFirst().dropLast()
+            out.sample(familyName, labels: String(labels), counters[counter.rawValue])
+        }
     }
 
     /// The series operators' alerts read (docker/prometheus/rules.yml): the subscriber limit, the

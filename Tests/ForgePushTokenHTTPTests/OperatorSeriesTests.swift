@@ -1,6 +1,7 @@
 import ForgePushToken
 import ForgePushTokenOwner
 import Foundation
+import PrometheusExposition
 import Testing
 
 @testable import ForgePushTokenHTTP
@@ -127,6 +128,30 @@ struct OperatorSeriesTests {
         #expect(
             !bare.contains("forge_push_token_state_saved") && !bare.contains("build_info")
                 && !bare.contains("subscribers_limit"))
+    }
+
+    @Test("counterValues gives the counters /metrics shows, and renderCounters writes exactly their lines")
+    func counterValuesAndLines() {
+        let metrics = ServiceMetrics()
+        metrics.increment(.tokenChanges)
+        metrics.increment(.tokenChanges)
+        metrics.increment(.unauthorizedRequests)
+        metrics.increment(.credentialReloadsFailed)
+        let values = metrics.counterValues()
+        var expected = [UInt64](repeating: 0, count: ServiceMetrics.Counter.allCases.count)
+        expected[ServiceMetrics.Counter.tokenChanges.rawValue] = 2
+        expected[ServiceMetrics.Counter.unauthorizedRequests.rawValue] = 1
+        expected[ServiceMetrics.Counter.credentialReloadsFailed.rawValue] = 1
+        #expect(values == expected)
+        var lines = PrometheusText()
+        ServiceMetrics.renderCounters(values, to: &lines)
+        #expect(lines.text.contains("\nforge_push_token_token_changes_total 2\n"))
+        #expect(lines.text.contains("\nforge_push_token_credentials_reloads_total{result=\"failed\"} 1\n"))
+        #expect(lines.text.hasPrefix("# HELP forge_push_token_token_changes_total "))
+        // The same lines, in the same order, inside the whole text.
+        let text = metrics.render(subscribers: 0, events: .init(sent: 0, skipped: 0))
+        #expect(text.contains(lines.text))
+        #expect(text.components(separatedBy: "forge_push_token_token_changes_total 2\n").count == 2)
     }
 
     @Test("the responder reports its subscriber limit and whether the state file is saved")

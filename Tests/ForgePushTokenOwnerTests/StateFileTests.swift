@@ -141,3 +141,32 @@ import Testing
         }
     }
 }
+
+/// `SmallFile.contents`: whole files of any size up to the limit, whatever its buffer's size.
+@Suite struct SmallFileTests {
+    @Test(arguments: [0, 1, 80, 4_095, 4_096, 16_383, 16_384, 16_385, 40_000])
+    func readsAFileWhole(size: Int) throws {
+        var template = Array("/tmp/fpt-small-XXXXXX".utf8CString)
+        let (fd, path) = template.withUnsafeMutableBufferPointer {
+            (mkstemp($0.baseAddress!), String(cString: $0.baseAddress!))
+        }
+        defer { unlink(path) }
+        let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        #expect(bytes.withUnsafeBytes { write(fd, $0.baseAddress, size) } == size)
+        close(fd)
+        #expect(try SmallFile.contents(of: path, maxBytes: 64 * 1024) == bytes)
+        #expect(try SmallFile.contents(of: path, maxBytes: size) == bytes)
+        if size > 0 {
+            #expect(throws: SmallFile.ReadError.tooLarge) { try SmallFile.contents(of: path, maxBytes: size - 1) }
+        }
+    }
+
+    @Test func readsAProcFileWhoseSizeIsZero() throws {
+        // /proc/self/stat reports a size of 0 and holds one line ending in LF.
+        let stat = try SmallFile.contents(of: "/proc/self/stat", maxBytes: 4096)
+        #expect(stat.count > 20 && stat.last == UInt8(ascii: "\n"))
+        // /proc/self/maps of a Swift process is longer than one buffer.
+        let maps = try SmallFile.contents(of: "/proc/self/maps", maxBytes: 1 << 20)
+        #expect(maps.count > 16_384 && maps.last == UInt8(ascii: "\n"))
+    }
+}
