@@ -240,7 +240,11 @@ public final class ServiceMetrics: Sendable {
     /// (through `renderCounters(_:to:)`). The request fuzzer reads them after every input
     /// (fuzz/README.md, "Speed").
     package func counterValues() -> [UInt64] {
-        state.withLock { $0.counters }
+        var counters = [UInt64](repeating: 0, count: Counter.allCases.count)
+        shards.forEachShard { shard in
+            for index in counters.indices { counters[index] &+= shard.counters[index] }
+        }
+        return counters
     }
 
     /// Appends `counters` (by `Counter.rawValue`, as `counterValues()` gives them) with their HELP
