@@ -89,16 +89,24 @@ public final class ServiceMetrics: Sendable {
         0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
     ]
 
+    /// The methods counted by name; any other is `other`.
+    static let methodNames = ["GET", "HEAD", "POST", "OPTIONS", "other"]
+    /// The routes by code: `Route.allCases` in order, then `other` (a path that is none of them).
+    static let routeNames = Route.allCases.map(\.rawValue) + ["other"]
+
+    /// A request's series: small codes, so that counting one hashes three integers, not two
+    /// strings (`routeNames`, `methodNames`).
     struct RequestKey: Hashable, Sendable {
-        let route: String
-        let method: String
+        let route: UInt8
+        let method: UInt8
         let status: Int
     }
 
     struct State: Sendable {
         var counters = [UInt64](repeating: 0, count: Counter.allCases.count)
         var requests: [RequestKey: UInt64] = [:]
-        var durations: [String: Histogram] = [:]
+        /// By route code (`routeNames`); `nil` until a request of that route is timed.
+        var durations = [Histogram?](repeating: nil, count: ServiceMetrics.routeNames.count)
         /// Event streams ended, by `StreamEndReason` in `allCases` order.
         var streamsEnded = [UInt64](repeating: 0, count: StreamEndReason.allCases.count)
 
@@ -106,8 +114,10 @@ public final class ServiceMetrics: Sendable {
         mutating func add(_ other: State) {
             for index in counters.indices { counters[index] &+= other.counters[index] }
             for (key, count) in other.requests { requests[key, default: 0] &+= count }
-            for (route, histogram) in other.durations {
-                durations[route, default: Histogram(bounds: histogram.bounds)].add(histogram)
+            for (route, histogram) in other.durations.enumerated() {
+                guard let histogram else { continue }
+                if durations[route] == nil { durations[route] = Histogram(bounds: histogram.bounds) }
+                durations[route]?.add(histogram)
             }
             for index in streamsEnded.indices { streamsEnded[index] &+= other.streamsEnded[index] }
         }
@@ -148,18 +158,24 @@ public final class ServiceMetrics: Sendable {
     public func recordRequest(route: Route?, method: String, status: Int, seconds: Double?) {
         // Once per request: no array literal, the bucket found outside the lock, the histogram
         // updated in place (copying it out of the dictionary and back copied its buckets).
-        let route = route?.rawValue ?? "other"
-        let method =
+        let routeCode = route.flatMap { Route.allCases.firstIndex(of: $0) } ?? Route.allCases.count
+        let methodCode: UInt8 =
             switch method {
-            case "GET", "HEAD", "POST", "OPTIONS": method
-            default: "other"
+            case "GET": 0
+            case "HEAD": 1
+            case "POST": 2
+            case "OPTIONS": 3
+            default: 4
             }
-        let key = RequestKey(route: route, method: method, status: status)
+        let key = RequestKey(route: UInt8(routeCode), method: methodCode, status: status)
         let bucket = seconds.flatMap { Histogram.bucket(of: $0, in: Self.durationBuckets) }
         shards.withThreadLock { state in
             state.requests[key, default: 0] &+= 1
             guard let seconds else { return }
-            state.durations[route, default: Histogram(bounds: Self.durationBuckets)].record(seconds, bucket: bucket)
+            if state.durations[routeCode] == nil {
+                state.durations[routeCode] = Histogram(bounds: Self.durationBuckets)
+            }
+            state.durations[routeCode]?.record(seconds, bucket: bucket)
         }
     }
 
@@ -216,12 +232,13 @@ public final class ServiceMetrics: Sendable {
             draining ? 1 : 0)
         out.family(
             "forge_push_token_http_requests_total", .counter, help: "HTTP requests by route, method and status.")
-        for (key, count) in state.requests.sorted(by: {
-            ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status)
-        }) {
+        let requests = state.requests.map { key, count in
+            (route: Self.routeNames[Int(key.route)], method: Self.methodNames[Int(key.method)], key.status, count)
+        }
+        for (route, method, status, count) in requests.sorted(by: { ($0.0, $0.1, $0.2) < ($1.0, $1.1, $1.2) }) {
             out.sample(
                 "forge_push_token_http_requests_total",
-                labels: "route=\"\(key.route)\",method=\"\(key.method)\",status=\"\(key.status)\"", count)
+                labels: "route=\"\(route)\",method=\"\(method)\",status=\"\(status)\"", count)
         }
         let name = "forge_push_token_http_request_duration_seconds"
         out.family(
@@ -229,7 +246,10 @@ public final class ServiceMetrics: Sendable {
             help:
                 "Time from a request's arrival to its completion, by route; not timed: event streams, and GET /token while the access log is off (an allocation-free path)."
         )
-        for (route, histogram) in state.durations.sorted(by: { $0.key < $1.key }) {
+        let durations = state.durations.enumerated().compactMap { code, histogram in
+            histogram.map { (route: Self.routeNames[code], histogram: $0) }
+        }
+        for (route, histogram) in durations.sorted(by: { $0.route < $1.route }) {
             out.histogram(name, labels: "route=\"\(route)\"", histogram)
         }
         operatorSeries(maxSubscribers: maxSubscribers, stateSaved: stateSaved, to: &out)
