@@ -12,12 +12,7 @@ import Testing
 @Suite("Per-thread counting")
 struct PerThreadCountingTests {
     /// The value of the sample `series` (name and labels, as rendered) in `text`, or `nil`.
-    static func value(_ series: String, in text: String) -> Double? {
-        for line in text.split(separator: "\n") where line.hasPrefix(series + " ") {
-            return Double(line.dropFirst(series.count + 1))
-        }
-        return nil
-    }
+    static func value(_ series: String, in text: String) -> Double? { OperatorSeriesTests.value(series, in: text) }
 
     @Test("a thread keeps its shard: what it adds there, it finds there")
     func threadKeepsItsShard() {

@@ -20,6 +20,23 @@ import Testing
         return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
     }
 
+    /// A state file in a fresh folder, its store on a queue of its own, and an owner started on it;
+    /// `cleanUp` removes the file and the folder.
+    func startedOwner() throws -> (
+        file: StateFile, store: StateFileStore, owner: TokenOwner<TokenState>, cleanUp: () -> Void
+    ) {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        let store = StateFileStore(file: file)
+        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        owner.start()
+        func cleanUp() {
+            unlink(file.path)
+            rmdir(dir)
+        }
+        return (file, store, owner, cleanUp)
+    }
+
     /// A subscriber that records every state offered to it.
     final class Recorder: TokenSubscriber, Sendable {
         let id: UInt64
@@ -91,15 +108,8 @@ import Testing
 
     @Test("concurrent writers: every change has its own version, the file holds the last, and writes are batched")
     func concurrentWritersKeepOneVersionPerChange() throws {
-        let dir = folder()
-        let file = StateFile(path: dir + "/state.json")
-        defer {
-            unlink(file.path)
-            rmdir(dir)
-        }
-        let store = StateFileStore(file: file)
-        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
-        owner.start()
+        let (file, store, owner, cleanUp) = try startedOwner()
+        defer { cleanUp() }
         let versions = Locked<[UInt64]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
             for index in 0..<50 {
@@ -147,15 +157,9 @@ import Testing
         "writes from many threads: every file a rename replaced is closed after its answers, and stop leaves no descriptor open"
     )
     func replacedFilesAreClosed() throws {
-        let dir = folder()
-        let file = StateFile(path: dir + "/state.json")
-        defer {
-            unlink(file.path)
-            rmdir(dir)
-        }
-        let store = StateFileStore(file: file)
-        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
-        owner.start()
+        let (file, store, owner, cleanUp) = try startedOwner()
+        defer { cleanUp() }
+        let dir = String(file.path.dropLast("/state.json".count))
         DispatchQueue.concurrentPerform(iterations: 4) { thread in
             for index in 0..<40 {
                 guard case .applied = commitAndWait(owner, Self.hex(thread << 16 | index, digits: 6)) else {
