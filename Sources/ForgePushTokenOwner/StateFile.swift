@@ -133,21 +133,12 @@ public struct StateFile: Sendable {
         let file: Int32
         /// The folder it was renamed in.
         let folder: Int32
-        /// The folder's device and inode (`fstat(2)`): two replacements with the same folder are
-        /// made durable by one flush of it, the one that comes after both renames.
-        package let folderIdentity: FileIdentity
 
         /// Closes both descriptors.
         package func close() {
             closeDescriptor(file)
             closeDescriptor(folder)
         }
-    }
-
-    /// A file's or folder's `st_dev` and `st_ino`.
-    package struct FileIdentity: Sendable, Equatable {
-        let device: UInt64
-        let inode: UInt64
     }
 
     /// The first stage of `save(_:)`: writes `contents` to a temporary file beside the target
@@ -158,7 +149,8 @@ public struct StateFile: Sendable {
     ///   temporary file removed.
     package func replace(with contents: Contents) throws(Failure) -> Replacement {
         let bytes = contents.bytes
-        let (directory, folderIdentity) = try openFolder()
+        let directory = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { throw failure("open the folder of", path) }
         let temporaryName = temporaryName
         // Made afresh (O_EXCL), never through a link: whatever is at the temporary name (a
         // leftover, or a symbolic link planted to make the service overwrite another file) is
@@ -180,20 +172,7 @@ public struct StateFile: Sendable {
         guard writeAll(bytes, to: fd) else { throw abandon("write") }
         guard fsync(fd) == 0 else { throw abandon("fsync") }
         guard renameat(directory, temporaryName, directory, name) == 0 else { throw abandon("rename") }
-        return Replacement(file: fd, folder: directory, folderIdentity: folderIdentity)
-    }
-
-    /// The folder, opened, and its identity.
-    private func openFolder() throws(Failure) -> (Int32, FileIdentity) {
-        let directory = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else { throw failure("open the folder of", path) }
-        var status = stat()
-        guard fstat(directory, &status) == 0 else {
-            let error = failure("stat the folder of", path)
-            closeDescriptor(directory)
-            throw error
-        }
-        return (directory, FileIdentity(device: UInt64(status.st_dev), inode: UInt64(status.st_ino)))
+        return Replacement(file: fd, folder: directory)
     }
 
     /// The temporary file's path: the target's, with `.tmp` added.
