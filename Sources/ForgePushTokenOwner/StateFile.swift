@@ -179,9 +179,7 @@ public struct StateFile: Sendable {
     var temporary: String { path + ".tmp" }
 
     /// The temporary file's name in the folder.
-    var temporaryName: String {
-        String(temporary[temporary.index(after: temporary.lastIndex(of: "/") ?? temporary.startIndex)...])
-    }
+    var temporaryName: String { name + ".tmp" }
 
     /// The target's name in the folder.
     var name: String { String(path[path.index(after: path.lastIndex(of: "/") ?? path.startIndex)...]) }
