@@ -157,6 +157,8 @@ final class DaemonLoop: Sendable {
             pollfd(fd: signal, events: Int16(POLLIN), revents: 0),
         ]
         var fruitlessRounds = 0
+        // Swapped with `deferred` after each run (see below).
+        var woken: [DaemonLoop] = []
         var nextTick = ContinuousClock.now + Self.tickInterval
         while true {
             // Never wait more than `maximumWait`, as a backstop: work that libmicrohttpd leaves for
@@ -202,11 +204,12 @@ final class DaemonLoop: Sendable {
             wakePending.withLock { $0 = false }
             _ = MHD_run(daemon.pointer)
             if madeProgress() { fruitlessRounds = 0 }
-            let woken = deferred.withLock { loops in
-                defer { loops.removeAll(keepingCapacity: true) }
-                return loops
-            }
+            // The loops to wake are swapped out with an emptied array of this thread's, so that
+            // neither buffer is shared when it is emptied: returning a copy and emptying the
+            // original allocated a new buffer on every run that woke another loop.
+            deferred.withLock { swap(&$0, &woken) }
             for loop in woken { loop.wake() }
+            woken.removeAll(keepingCapacity: true)
             let now = ContinuousClock.now
             if now >= nextTick {
                 tick(now)
