@@ -134,6 +134,81 @@ import Testing
         #expect(Self.writes(store) == before)
     }
 
+    @Test("writers that write again once answered are gathered: one file write per round")
+    func returningWritersShareOneWritePerRound() throws {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        defer {
+            unlink(file.path)
+            rmdir(dir)
+        }
+        // The queue is held until every writer's first write waits, so the first batch holds them
+        // all; the gathering is held open so that only the writers' return ends it, never time.
+        let queue = DispatchQueue(label: "test.state-file")
+        queue.suspend()
+        let store = StateFileStore(file: file, queue: queue, minimumGathering: .seconds(3600))
+        // `stop()` ends the last gathering, for which nobody comes back.
+        defer { store.stop() }
+        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        owner.start()
+        let writers = 4
+        let rounds = 10
+        let versions = Locked<[UInt64]>([])
+        let finished = DispatchGroup()
+        // Each writer writes again from another thread as soon as it is answered, as a client on
+        // a keep-alive connection does.
+        @Sendable func write(_ writer: Int, round: Int) {
+            owner.commit(Self.hex(writer << 8 | round)) { outcome in
+                if case .applied(let state) = outcome {
+                    versions.withLock { $0.append(state.version) }
+                } else {
+                    Issue.record("not applied: \(outcome)")
+                }
+                if round + 1 < rounds {
+                    DispatchQueue.global().async { write(writer, round: round + 1) }
+                } else {
+                    finished.leave()
+                }
+            }
+        }
+        for writer in 0..<writers {
+            finished.enter()
+            write(writer, round: 0)
+        }
+        queue.resume()
+        finished.wait()
+        #expect(Self.writes(store) == rounds)
+        #expect(versions.withLock { $0.sorted() } == Array(1...UInt64(writers * rounds)))
+        #expect(try file.load()?.version == UInt64(writers * rounds))
+    }
+
+    @Test("a gathering ends by itself when the writers do not all come back")
+    func gatheringEndsWithoutTheWriters() throws {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        defer {
+            unlink(file.path)
+            rmdir(dir)
+        }
+        let queue = DispatchQueue(label: "test.state-file")
+        queue.suspend()
+        let store = StateFileStore(file: file, queue: queue)
+        defer { store.stop() }
+        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        owner.start()
+        let answered = DispatchGroup()
+        for index in 1...2 {
+            answered.enter()
+            owner.commit(Self.hex(index)) { _ in answered.leave() }
+        }
+        queue.resume()
+        answered.wait()
+        // The writer now gathers for two writes; one comes, and is written all the same.
+        #expect(commitAndWait(owner, Self.hex(3)) == .applied(TokenState(version: 3, token: Self.hex(3))))
+        #expect(Self.writes(store) == 2)
+        #expect(try file.load() == .init(token: Self.hex(3), version: 3))
+    }
+
     /// What this process's open descriptors refer to under `folder` (`/proc/self/fd`); a file
     /// replaced by a rename but still open reads as its old path with " (deleted)".
     static func descriptors(under folder: String) -> [String] {
