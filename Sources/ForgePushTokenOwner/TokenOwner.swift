@@ -175,8 +175,10 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     /// graceful shutdown's end of the streams (`StreamEndReason.shutdown`).
     @inlinable
     func finishStreams(_ subscribers: [Subscriber]) {
-        for subscriber in subscribers where subscriber.end(.finish, reason: .shutdown) {
-            subscriber.wake()
+        WakeBatch.run {
+            for subscriber in subscribers where subscriber.end(.finish, reason: .shutdown) {
+                subscriber.wake()
+            }
         }
     }
 
@@ -188,8 +190,11 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     func deliver(_ delivery: TokenOwnerStateMachine<Rendition>.Delivery?) {
         guard let delivery else { return }
         let rendition = delivery.rendition.prepared()
-        for subscriber in delivery.subscribers where subscriber.offer(rendition) {
-            subscriber.wake()
+        // One batch: the engine wakes each of its event loops once, after the last offer.
+        WakeBatch.run {
+            for subscriber in delivery.subscribers where subscriber.offer(rendition) {
+                subscriber.wake()
+            }
         }
     }
 

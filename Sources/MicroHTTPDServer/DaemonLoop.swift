@@ -30,8 +30,16 @@ import ForgePushToken
 /// publish that resumes 10,000 subscribers costs one system call, not one per subscriber (as
 /// libmicrohttpd's own thread did, whose channel every resume wrote to).
 ///
+/// Each daemon run is a `WakeBatch`: the loops that the run's work resumes connections of (a
+/// publish resumes the subscribers of every daemon) are woken once each when it returns, and a
+/// delivery on another thread (the Redis link's, the state file's) is a batch of its own
+/// (`TokenOwner.deliver`). Woken at the first resume, another daemon's thread would walk all its
+/// suspended connections (libmicrohttpd walks the whole list on each resume round, under the lock
+/// that `MHD_resume_connection` needs) again and again while the delivery went on; woken after
+/// it, each daemon walks once and the threads send in parallel.
+///
 /// Thread-safety: `start(daemon:)` once, then `stop()` once; `wake()` from any thread.
-final class DaemonLoop: Sendable {
+final class DaemonLoop: BatchWakeable {
     private let signal: Int32
     private let wakePending = Locked(false)
     private let stopping = Locked(false)
@@ -40,9 +48,6 @@ final class DaemonLoop: Sendable {
     /// daemon gave back.
     private let quiesceRequest = Locked<DispatchSemaphore?>(nil)
     private let quiescedSocket = Locked<Int32>(-1)
-    /// Loops to wake once the daemon run in progress on this loop's thread returns (see
-    /// `wakeAfterRun`). Only this loop's thread uses it; the lock is uncontended.
-    private let deferred = Locked<[DaemonLoop]>([])
     /// The longest the loop waits for a socket event before running the daemon anyway, in
     /// milliseconds.
     static let maximumWait: UInt64 = 500
@@ -99,24 +104,6 @@ final class DaemonLoop: Sendable {
         if first { poke() }
     }
 
-    /// The loop whose thread is the calling thread, or `nil` on any other thread.
-    static var current: DaemonLoop? {
-        pthread_getspecific(currentLoopKey).map { Unmanaged<DaemonLoop>.fromOpaque($0).takeUnretainedValue() }
-    }
-
-    /// Wakes `loop` when the daemon run in progress on this loop's thread returns; only from this
-    /// loop's own thread. A publish runs inside the daemon run that handles its `POST`, and resumes
-    /// the subscribers of every daemon: woken at once, another daemon's thread would scan all its
-    /// suspended connections (libmicrohttpd walks the whole list on each resume round, under the lock
-    /// that `MHD_resume_connection` needs) again and again while the publish goes on, so all
-    /// threads' scans and the publisher would contend. Woken after it, each daemon scans once and
-    /// the threads send in parallel.
-    func wakeAfterRun(_ loop: DaemonLoop) {
-        deferred.withLock { loops in
-            if !loops.contains(where: { $0 === loop }) { loops.append(loop) }
-        }
-    }
-
     /// Quiesces the daemon (`MHD_quiesce_daemon`: it stops accepting) on this loop's own thread,
     /// between two runs, and returns the listening socket it gave back (or -1). libmicrohttpd
     /// 0.9.75's `MHD_run` in epoll mode removes a quiesced daemon's listening socket from its epoll
@@ -150,15 +137,11 @@ final class DaemonLoop: Sendable {
         _ daemon: DaemonHandle, epollFD: Int32, madeProgress: () -> Bool,
         tick: (ContinuousClock.Instant) -> Void
     ) {
-        pthread_setspecific(currentLoopKey, Unmanaged.passUnretained(self).toOpaque())
-        defer { pthread_setspecific(currentLoopKey, nil) }
         var fds = [
             pollfd(fd: epollFD, events: Int16(POLLIN), revents: 0),
             pollfd(fd: signal, events: Int16(POLLIN), revents: 0),
         ]
         var fruitlessRounds = 0
-        // Swapped with `deferred` after each run (see below).
-        var woken: [DaemonLoop] = []
         var nextTick = ContinuousClock.now + Self.tickInterval
         while true {
             // Never wait more than `maximumWait`, as a backstop: work that libmicrohttpd leaves for
@@ -202,14 +185,9 @@ final class DaemonLoop: Sendable {
             // Cleared before the daemon runs: a resume from now on either is seen by this run or
             // writes the eventfd again.
             wakePending.withLock { $0 = false }
-            _ = MHD_run(daemon.pointer)
+            // The loops whose connections the run resumes are woken when it returns.
+            WakeBatch.run { _ = MHD_run(daemon.pointer) }
             if madeProgress() { fruitlessRounds = 0 }
-            // The loops to wake are swapped out with an emptied array of this thread's, so that
-            // neither buffer is shared when it is emptied: returning a copy and emptying the
-            // original allocated a new buffer on every run that woke another loop.
-            deferred.withLock { swap(&$0, &woken) }
-            for loop in woken { loop.wake() }
-            woken.removeAll(keepingCapacity: true)
             let now = ContinuousClock.now
             if now >= nextTick {
                 tick(now)
@@ -218,11 +196,3 @@ final class DaemonLoop: Sendable {
         }
     }
 }
-
-/// The thread-specific key under which a loop's thread finds its `DaemonLoop`.
-private let currentLoopKey: pthread_key_t = {
-    var key = pthread_key_t()
-    let created = pthread_key_create(&key, nil)
-    precondition(created == 0, "pthread_key_create failed: \(created)")
-    return key
-}()

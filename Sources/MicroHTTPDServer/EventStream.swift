@@ -83,16 +83,12 @@ struct ConnectionHandle: @unchecked Sendable {
     let pointer: OpaquePointer
     let loop: DaemonLoop
 
-    /// Resumes the connection and wakes its daemon's loop (which runs the daemon, which sends): at
-    /// once from any thread but a loop's, after the loop's current daemon run from a loop's thread
-    /// (see `DaemonLoop.wakeAfterRun`).
+    /// Resumes the connection and wakes its daemon's loop (which runs the daemon, which sends):
+    /// when the work in progress on this thread ends if it is a `WakeBatch` (a daemon run, a
+    /// delivery), at once otherwise (see `DaemonLoop`).
     func resume() {
         MHD_resume_connection(pointer)
-        if let current = DaemonLoop.current {
-            current.wakeAfterRun(loop)
-        } else {
-            loop.wake()
-        }
+        if !WakeBatch.wakeLater(loop) { loop.wake() }
     }
 }
 

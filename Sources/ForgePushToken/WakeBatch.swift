@@ -1,0 +1,99 @@
+#if canImport(Darwin)
+    import Darwin
+#elseif canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// Something that a batch of wake-ups wakes once at its end, however often it was asked for
+/// during it: the event loop that runs many connections (the service's `DaemonLoop`).
+///
+/// Thread-safety: `wake()` may be called from any thread.
+package protocol BatchWakeable: AnyObject, Sendable {
+    /// Makes the target run soon (cheap, never blocks).
+    func wake()
+}
+
+/// Wake-ups coalesced over one piece of work on the calling thread: a delivery that resumes
+/// thousands of subscribers, or one run of an event loop. Inside `run(_:)`, `wakeLater(_:)`
+/// records each target once, and the targets are woken when `run` returns.
+///
+/// Why: libmicrohttpd walks every suspended connection of its daemon on each resume round, under
+/// the lock that resuming a connection takes (its `resume_suspended_connections`). A delivery
+/// that woke a daemon at its first resume had that daemon walk its whole list again and again
+/// while the delivery went on, contending with it, at a cost that grows with the square of the
+/// subscribers; woken at the end, each daemon walks once.
+///
+/// Thread-safety: each thread has its own batch (a `pthread_key_t`); nothing is shared.
+@usableFromInline
+package enum WakeBatch {
+    /// The calling thread's batch.
+    private final class Pending {
+        var open = false
+        var targets: [any BatchWakeable] = []
+        /// Swapped with `targets` when the batch ends, so that neither buffer is copied (and
+        /// none allocated once both have grown).
+        var spare: [any BatchWakeable] = []
+    }
+
+    /// Runs `body` with a batch open on this thread; a call inside another's `body` joins the
+    /// outer batch. The targets recorded during it are woken once each, after it returns (or
+    /// throws).
+    @inlinable
+    package static func run<R>(_ body: () throws -> R) rethrows -> R {
+        guard open() else { return try body() }
+        defer { close() }
+        return try body()
+    }
+
+    /// Records `target` when a batch is open on this thread and returns `true` (it is woken when
+    /// the batch ends); returns `false` otherwise, and the caller wakes it itself.
+    package static func wakeLater(_ target: any BatchWakeable) -> Bool {
+        guard let pointer = pthread_getspecific(key) else { return false }
+        let pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
+        guard pending.open else { return false }
+        if !pending.targets.contains(where: { $0 === target }) { pending.targets.append(target) }
+        return true
+    }
+
+    /// Opens this thread's batch; `false` when one is open already.
+    @usableFromInline
+    static func open() -> Bool {
+        let pending: Pending
+        if let pointer = pthread_getspecific(key) {
+            pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
+        } else {
+            pending = Pending()
+            pthread_setspecific(key, Unmanaged.passRetained(pending).toOpaque())
+        }
+        if pending.open { return false }
+        pending.open = true
+        return true
+    }
+
+    /// Closes this thread's batch and wakes its targets.
+    @usableFromInline
+    static func close() {
+        guard let pointer = pthread_getspecific(key) else { return }
+        let pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
+        pending.open = false
+        swap(&pending.targets, &pending.spare)
+        for target in pending.spare { target.wake() }
+        pending.spare.removeAll(keepingCapacity: true)
+    }
+
+    /// The key of each thread's `Pending`, released when the thread ends.
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let created = pthread_key_create(&key) { pointer in
+            #if canImport(Darwin)
+                Unmanaged<AnyObject>.fromOpaque(pointer).release()
+            #else
+                if let pointer { Unmanaged<AnyObject>.fromOpaque(pointer).release() }
+            #endif
+        }
+        precondition(created == 0, "pthread_key_create failed: \(created)")
+        return key
+    }()
+}
