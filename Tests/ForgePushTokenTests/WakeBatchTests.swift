@@ -1,0 +1,55 @@
+import Testing
+
+@testable import ForgePushToken
+
+/// `WakeBatch`: wake-ups asked for during a batch reach each target once, after it.
+@Suite struct WakeBatchTests {
+    /// A target that counts its wake-ups.
+    final class Target: BatchWakeable {
+        let wakes = Locked(0)
+        func wake() { wakes.withLock { $0 += 1 } }
+    }
+
+    @Test("outside a batch, the caller wakes the target itself")
+    func outsideABatchNothingIsDeferred() {
+        let target = Target()
+        #expect(WakeBatch.wakeLater(target) == false)
+        #expect(target.wakes.withLock { $0 } == 0)
+    }
+
+    @Test("inside a batch, each target is woken once, when the batch ends; a nested batch joins the outer one")
+    func eachTargetIsWokenOnceAtTheEnd() {
+        let first = Target()
+        let second = Target()
+        WakeBatch.run {
+            #expect(WakeBatch.wakeLater(first))
+            #expect(WakeBatch.wakeLater(second))
+            WakeBatch.run {
+                #expect(WakeBatch.wakeLater(first))
+            }
+            // The nested batch ended without waking: the outer one has not.
+            #expect(first.wakes.withLock { $0 } == 0)
+            #expect(WakeBatch.wakeLater(first))
+        }
+        #expect(first.wakes.withLock { $0 } == 1)
+        #expect(second.wakes.withLock { $0 } == 1)
+        // The batch is closed and empty: a second one starts afresh.
+        WakeBatch.run { _ = WakeBatch.wakeLater(second) }
+        #expect(first.wakes.withLock { $0 } == 1)
+        #expect(second.wakes.withLock { $0 } == 2)
+        #expect(WakeBatch.wakeLater(first) == false)
+    }
+
+    @Test("a batch that throws still wakes its targets")
+    func aThrowingBatchWakes() {
+        struct Failure: Error {}
+        let target = Target()
+        #expect(throws: Failure.self) {
+            try WakeBatch.run {
+                _ = WakeBatch.wakeLater(target)
+                throw Failure()
+            }
+        }
+        #expect(target.wakes.withLock { $0 } == 1)
+    }
+}
