@@ -163,17 +163,6 @@ public struct ServerLog: Sendable {
 
     /// Writes `line` to standard error in one `write(2)` call (retrying on a partial write).
     public static let standardError: @Sendable (String) -> Void = { line in
-        var bytes = Array(line.utf8)
-        bytes.withUnsafeMutableBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let written = write(2, buffer.baseAddress! + offset, buffer.count - offset)
-                if written <= 0 {
-                    if written < 0 && errno == EINTR { continue }
-                    return
-                }
-                offset += written
-            }
-        }
+        _ = Array(line.utf8).withUnsafeBytes { writeAll($0, to: 2) }
     }
 }

@@ -169,7 +169,7 @@ public struct StateFile: Sendable {
             closeDescriptor(directory)
             return error
         }
-        guard writeAll(bytes, to: fd) else { throw abandon("write") }
+        guard bytes.withUnsafeBytes({ writeAll($0, to: fd) }) else { throw abandon("write") }
         guard fsync(fd) == 0 else { throw abandon("fsync") }
         guard renameat(directory, temporaryName, directory, name) == 0 else { throw abandon("rename") }
         return Replacement(file: fd, folder: directory)
@@ -208,19 +208,4 @@ public struct StateFile: Sendable {
 /// `close(2)`, for code where a member named `close` hides the C function.
 private func closeDescriptor(_ descriptor: Int32) {
     _ = close(descriptor)
-}
-
-/// Writes all of `bytes` to `descriptor` (`write(2)`), retrying `EINTR` and short writes;
-/// `false` (with `errno`) on failure.
-private func writeAll(_ bytes: [UInt8], to descriptor: Int32) -> Bool {
-    var done = 0
-    while done < bytes.count {
-        let written = bytes[done...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-        if written < 0 {
-            if errno == EINTR { continue }
-            return false
-        }
-        done += written
-    }
-    return true
 }
