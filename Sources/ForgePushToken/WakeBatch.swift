@@ -78,6 +78,8 @@ package enum WakeBatch {
         guard let pointer = pthread_getspecific(key) else { return }
         let pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
         pending.open = false
+        // Most daemon runs wake nobody: nothing to swap.
+        if pending.targets.isEmpty { return }
         swap(&pending.targets, &pending.spare)
         for target in pending.spare { target.wake() }
         pending.spare.removeAll(keepingCapacity: true)
