@@ -37,6 +37,28 @@ import Testing
         return (file, store, owner, cleanUp)
     }
 
+    /// A state file in a fresh folder, its store on a queue that is held (suspended: the caller
+    /// resumes it), so that writes made before wait for the file together, and an owner started
+    /// on it; `cleanUp` stops the store and removes the file and the folder.
+    func ownerOnHeldQueue(minimumGathering: Duration = .zero) throws -> (
+        file: StateFile, store: StateFileStore, owner: TokenOwner<TokenState>, queue: DispatchQueue,
+        cleanUp: () -> Void
+    ) {
+        let dir = folder()
+        let file = StateFile(path: dir + "/state.json")
+        let queue = DispatchQueue(label: "test.state-file")
+        queue.suspend()
+        let store = StateFileStore(file: file, queue: queue, minimumGathering: minimumGathering)
+        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
+        owner.start()
+        func cleanUp() {
+            store.stop()
+            unlink(file.path)
+            rmdir(dir)
+        }
+        return (file, store, owner, queue, cleanUp)
+    }
+
     /// A subscriber that records every state offered to it.
     final class Recorder: TokenSubscriber, Sendable {
         let id: UInt64
@@ -66,19 +88,10 @@ import Testing
 
     @Test("writes that wait for the file are written together, each with its own version, answered after the write")
     func writesWaitingForTheFileShareOneWrite() throws {
-        let dir = folder()
-        let file = StateFile(path: dir + "/state.json")
-        defer {
-            unlink(file.path)
-            rmdir(dir)
-        }
         // The store's queue is held: every write below waits for the file, as writes that arrive
         // during an fsync do.
-        let queue = DispatchQueue(label: "test.state-file")
-        queue.suspend()
-        let store = StateFileStore(file: file, queue: queue)
-        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
-        owner.start()
+        let (file, store, owner, queue, cleanUp) = try ownerOnHeldQueue()
+        defer { cleanUp() }
         let subscription = try owner.subscribe { id, first in Recorder(id: id, first: first) }
         let outcomes = Locked<[CommitOutcome]>([])
         let answered = DispatchGroup()
@@ -136,21 +149,11 @@ import Testing
 
     @Test("writers that write again once answered are gathered: one file write per round")
     func returningWritersShareOneWritePerRound() throws {
-        let dir = folder()
-        let file = StateFile(path: dir + "/state.json")
-        defer {
-            unlink(file.path)
-            rmdir(dir)
-        }
         // The queue is held until every writer's first write waits, so the first batch holds them
         // all; the gathering is held open so that only the writers' return ends it, never time.
-        let queue = DispatchQueue(label: "test.state-file")
-        queue.suspend()
-        let store = StateFileStore(file: file, queue: queue, minimumGathering: .seconds(3600))
-        // `stop()` ends the last gathering, for which nobody comes back.
-        defer { store.stop() }
-        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
-        owner.start()
+        // (`stop()`, in `cleanUp`, ends the last gathering, for which nobody comes back.)
+        let (file, store, owner, queue, cleanUp) = try ownerOnHeldQueue(minimumGathering: .seconds(3600))
+        defer { cleanUp() }
         let writers = 4
         let rounds = 10
         let versions = Locked<[UInt64]>([])
@@ -184,18 +187,8 @@ import Testing
 
     @Test("a gathering ends by itself when the writers do not all come back")
     func gatheringEndsWithoutTheWriters() throws {
-        let dir = folder()
-        let file = StateFile(path: dir + "/state.json")
-        defer {
-            unlink(file.path)
-            rmdir(dir)
-        }
-        let queue = DispatchQueue(label: "test.state-file")
-        queue.suspend()
-        let store = StateFileStore(file: file, queue: queue)
-        defer { store.stop() }
-        let owner = TokenOwner<TokenState>(store: store, initial: try store.load(), maxSubscribers: 1)
-        owner.start()
+        let (file, store, owner, queue, cleanUp) = try ownerOnHeldQueue()
+        defer { cleanUp() }
         let answered = DispatchGroup()
         for index in 1...2 {
             answered.enter()
