@@ -12,7 +12,8 @@ nest" of docs/architecture.md to name it:
     `Type.` and its name.
 It also fails on any other lock primitive in Sources/ (a `pthread_mutex_t`, `Mutex<`, `NSLock`,
 `os_unfair_lock`) outside Locked.swift, and on a lock the page names as `Type.name` that no longer
-exists (a renamed or removed lock left in the page's table).
+exists (a renamed or removed lock left in the page's table), written in full or, after the
+first in a row, as `.name`.
 
 Prints one line per problem, `FILE:LINE: what`, and exits 1 when there is one.
 
@@ -87,7 +88,13 @@ def main():
         if not named:
             problems.append(f"{name}:{number}: `{owner}.{lock}` is not in docs/architecture.md's lock list")
     rows = "\n".join(line for line in lines if line.startswith("| `"))
-    for owner, lock in set(re.findall(r"`([A-Z]\w+)\.([a-z]\w*)`", rows)):
+    named = set(re.findall(r"`([A-Z]\w+)\.([a-z]\w*)`", rows))
+    # A row that names several locks of one type writes the later ones as `.name`.
+    for line in rows.splitlines():
+        owners = set(re.findall(r"`([A-Z]\w+)\.[a-z]\w*`", line))
+        if len(owners) == 1:
+            named |= {(next(iter(owners)), lock) for lock in re.findall(r"`\.([a-z]\w*)`", line)}
+    for owner, lock in sorted(named):
         if (owner, lock) not in declared and any(o == owner for o, _ in declared):
             problems.append(f"docs/architecture.md: `{owner}.{lock}` names no lock of {owner} (renamed or removed?)")
     for problem in problems:
