@@ -32,8 +32,8 @@ package enum WakeBatch {
     private final class Pending {
         var open = false
         var targets: [any BatchWakeable] = []
-        /// Swapped with `targets` when the batch ends, so that neither buffer is copied (and
-        /// none allocated once both have grown).
+        /// An empty buffer that takes the place of `targets` when the batch ends (see `close()`),
+        /// so that neither is copied, and none allocated once both have grown.
         var spare: [any BatchWakeable] = []
     }
 
@@ -72,17 +72,24 @@ package enum WakeBatch {
         return true
     }
 
-    /// Closes this thread's batch and wakes its targets.
+    /// Closes this thread's batch and wakes its targets. The targets are moved into a local array
+    /// first (the batch keeps the spare buffer), so that a target whose `wake()` runs a batch of
+    /// its own on this thread (a new batch: this one is closed) neither sees nor empties them.
     @usableFromInline
     static func close() {
         guard let pointer = pthread_getspecific(key) else { return }
         let pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
         pending.open = false
-        // Most daemon runs wake nobody: nothing to swap.
+        // Most daemon runs wake nobody: nothing to move.
         if pending.targets.isEmpty { return }
-        swap(&pending.targets, &pending.spare)
-        for target in pending.spare { target.wake() }
-        pending.spare.removeAll(keepingCapacity: true)
+        var woken: [any BatchWakeable] = []
+        swap(&woken, &pending.spare)  // the spare buffer, empty
+        swap(&woken, &pending.targets)  // the targets out, the empty buffer in
+        for target in woken { target.wake() }
+        woken.removeAll(keepingCapacity: true)
+        // The buffer back as the spare (unless a batch run by a `wake()` left one there), so that
+        // neither buffer is allocated again once both have grown.
+        if pending.spare.capacity < woken.capacity { swap(&pending.spare, &woken) }
     }
 
     /// The key of each thread's `Pending`, released when the thread ends.

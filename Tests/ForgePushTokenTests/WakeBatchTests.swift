@@ -1,3 +1,4 @@
+import Dispatch
 import Testing
 
 @testable import ForgePushToken
@@ -38,6 +39,34 @@ import Testing
         #expect(first.wakes.withLock { $0 } == 1)
         #expect(second.wakes.withLock { $0 } == 2)
         #expect(WakeBatch.wakeLater(first) == false)
+    }
+
+    /// A target whose `wake()` runs a batch of its own on the same thread.
+    final class Reentrant: BatchWakeable {
+        let other: Target
+        let wakes = Locked(0)
+        init(other: Target) { self.other = other }
+        func wake() {
+            wakes.withLock { $0 += 1 }
+            WakeBatch.run { _ = WakeBatch.wakeLater(other) }
+        }
+    }
+
+    @Test("a wake() that runs a batch of its own leaves nothing behind: later batches wake only their own targets")
+    func reentrantWakeLeavesNothingBehind() {
+        // On a queue's thread, not the test's, so that a failure cannot leave targets in the
+        // batch of a thread other tests run on.
+        let counts = DispatchQueue(label: "test.wake-batch").sync { () -> [Int] in
+            let other = Target()
+            let reentrant = Reentrant(other: other)
+            WakeBatch.run { _ = WakeBatch.wakeLater(reentrant) }
+            // A second batch on the same thread, with a target of its own.
+            let fresh = Target()
+            WakeBatch.run { _ = WakeBatch.wakeLater(fresh) }
+            return [reentrant.wakes.withLock { $0 }, other.wakes.withLock { $0 }, fresh.wakes.withLock { $0 }]
+        }
+        // The reentrant target once, the target of its own batch once, and nothing again.
+        #expect(counts == [1, 1, 1])
     }
 
     @Test("a batch that throws still wakes its targets")
