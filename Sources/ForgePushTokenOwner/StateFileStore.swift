@@ -200,7 +200,10 @@ public final class StateFileStore: TokenStore {
             return false
         }
         if enough { return }
-        let nanoseconds = limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000
+        let (seconds, attoseconds) = limit.components
+        // Saturated: a limit past Int64's nanoseconds (292 years) waits "forever".
+        let nanoseconds =
+            seconds >= Int64.max / 1_000_000_000 ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
         if gathered.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds))) == .success { return }
         let signalled = batch.withLock { batch in
             defer { batch.gatherTarget = nil }
@@ -243,6 +246,9 @@ public final class StateFileStore: TokenStore {
             return batch.gatherTarget != nil
         }
         if gathering { gathered.signal() }
+        // A `commit` decides to start the writer under the lock and enqueues it after: until the
+        // writer has run and found nothing left, `writing` stays set.
+        repeat { queue.sync {} } while batch.withLock({ $0.writing })
         queue.sync { keepOpen(nil) }
     }
 

@@ -1,0 +1,203 @@
+import Dispatch
+import ForgePushToken
+import ForgePushTokenOwnerTestSupport
+import Testing
+
+@testable import ForgePushTokenOwner
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// `StateFileStore`'s gathering under stress (from an attack on it, issue 32): many writers with random pauses, `stop()` racing
+/// commits, failing saves. Every wait is bounded, so that a lost answer fails instead of hanging.
+@Suite struct GroupCommitStressTests {
+    /// A state file's path in a fresh folder (`remove(_:in:)` removes both).
+    func stateFile() -> (folder: String, file: StateFile) {
+        let dir = GroupCommitTests().folder()
+        return (dir, StateFile(path: dir + "/state.json"))
+    }
+
+    func remove(_ file: StateFile, in folder: String) {
+        unlink(file.path)
+        rmdir(folder)
+    }
+
+    /// The store's private `gathered` semaphore, found by reflection.
+    static func gathered(_ store: StateFileStore) -> DispatchSemaphore? {
+        Mirror(reflecting: store).children.first { $0.label == "gathered" }?.value as? DispatchSemaphore
+    }
+
+    /// Records every answer: each write's completion must run exactly once, in version order for
+    /// the ones on the store's queue, and only when the file holds its version.
+    final class Answers: Sendable {
+        struct Answer {
+            var index: Int
+            var outcome: CommitOutcome
+            var fileVersion: UInt64?
+        }
+        let answers = Locked<[Answer]>([])
+        let group = DispatchGroup()
+    }
+
+    /// Commits from `threads` threads, `perThread` each, with random pauses (and a same-token
+    /// write now and then), straight to the store.
+    func hammer(
+        _ store: StateFileStore, file: StateFile, threads: Int, perThread: Int, answers: Answers,
+        checkFile: Bool = true
+    ) {
+        DispatchQueue.concurrentPerform(iterations: threads) { thread in
+            var generator = SystemRandomNumberGenerator()
+            for index in 0..<perThread {
+                let pause = UInt32.random(in: 0..<300, using: &generator)
+                if pause > 150 { usleep(pause) }
+                // One write in eight proposes a token that is probably the current one.
+                let token: String? =
+                    Int.random(in: 0..<8, using: &generator) == 0
+                    ? "00" : String(0x100000 + (thread << 12 | index), radix: 16)
+                answers.group.enter()
+                let id = thread * perThread + index
+                store.commit(token, base: .initial) { outcome in
+                    let onDisk = checkFile ? (try? file.load())?.version : nil
+                    answers.answers.withLock { $0.append(.init(index: id, outcome: outcome, fileVersion: onDisk)) }
+                    answers.group.leave()
+                }
+            }
+        }
+    }
+
+    static func version(_ outcome: CommitOutcome) -> UInt64? {
+        switch outcome {
+        case .applied(let state), .unchanged(let state): state.version
+        case .notSaved(let state, _, _): state.version
+        default: nil
+        }
+    }
+
+    @Test("many writers with random pauses: every write answered once, after the file holds it; no signal left over")
+    func manyWritersRandomPauses() throws {
+        let (dir, file) = stateFile()
+        defer { remove(file, in: dir) }
+        for _ in 0..<5 {
+            let store = StateFileStore(file: file)
+            _ = try store.load()
+            let answers = Answers()
+            hammer(store, file: file, threads: 6, perThread: 150, answers: answers)
+            #expect(answers.group.wait(timeout: .now() + 20) == .success, "a commit was never answered")
+            let all = answers.answers.withLock { $0 }
+            #expect(all.count == 900)
+            #expect(Set(all.map(\.index)).count == 900, "a write was answered twice")
+            for answer in all {
+                switch answer.outcome {
+                case .applied(let state), .unchanged(let state):
+                    #expect(
+                        (answer.fileVersion ?? 0) >= state.version,
+                        "answered \(answer.outcome) while the file held \(String(describing: answer.fileVersion))")
+                default: Issue.record("unexpected outcome \(answer.outcome)")
+                }
+            }
+            let changed = all.compactMap { answer -> UInt64? in
+                if case .applied(let state) = answer.outcome { return state.version }
+                return nil
+            }
+            #expect(Set(changed).count == changed.count, "two changes share a version")
+            // Wait for the writer's item to end (its last gathering times out), then look for a
+            // signal left over: it would end the next gathering at once.
+            store.stop()
+            let semaphore = try #require(Self.gathered(store))
+            #expect(semaphore.wait(timeout: .now()) == .timedOut, "a gathering's signal was left over")
+        }
+    }
+
+    @Test("no leftover signal without stop: the item ends by itself, and the semaphore is back at zero")
+    func noLeftoverSignalWithoutStop() throws {
+        let (dir, file) = stateFile()
+        defer { remove(file, in: dir) }
+        let queue = DispatchQueue(label: "stress.state-file")
+        for _ in 0..<5 {
+            let store = StateFileStore(file: file, queue: queue)
+            _ = try store.load()
+            let answers = Answers()
+            hammer(store, file: file, threads: 4, perThread: 200, answers: answers, checkFile: false)
+            #expect(answers.group.wait(timeout: .now() + 20) == .success, "a commit was never answered")
+            // The writer's last gathering ends by its time limit, then its item: wait for it.
+            queue.sync {}
+            let semaphore = try #require(Self.gathered(store))
+            #expect(semaphore.wait(timeout: .now()) == .timedOut, "a gathering's signal was left over")
+            store.stop()
+        }
+    }
+
+    @Test("stop() racing commits: no hang, every commit answered, nothing left open after a quiet stop")
+    func stopRacingCommits() throws {
+        let (dir, file) = stateFile()
+        defer { remove(file, in: dir) }
+        for round in 0..<20 {
+            // A long minimum gathering: only the writers' return or stop() ends a gathering.
+            let store = StateFileStore(
+                file: file, queue: DispatchQueue(label: "stress.\(round)"), minimumGathering: .seconds(3600))
+            _ = try store.load()
+            let answers = Answers()
+            let stopped = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                usleep(UInt32.random(in: 0..<3000))
+                store.stop()
+                stopped.signal()
+            }
+            hammer(store, file: file, threads: 3, perThread: 40, answers: answers, checkFile: false)
+            #expect(stopped.wait(timeout: .now() + 10) == .success, "stop() hung")
+            #expect(answers.group.wait(timeout: .now() + 10) == .success, "a commit was never answered")
+            #expect(answers.answers.withLock { $0.count } == 120)
+            // Stopped again, once quiet: returns at once.
+            store.stop()
+        }
+    }
+
+    @Test("failing saves: notSaved while the folder is gone, the same token written again once it is back")
+    func failingSaves() throws {
+        let (dir, file) = stateFile()
+        defer { remove(file, in: dir) }
+        let store = StateFileStore(file: file)
+        defer { store.stop() }
+        _ = try store.load()
+        func commit(_ token: String?) -> CommitOutcome? {
+            let result = Locked<CommitOutcome?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            store.commit(token, base: .initial) { outcome in
+                result.withLock { $0 = outcome }
+                done.signal()
+            }
+            guard done.wait(timeout: .now() + 5) == .success else { return nil }
+            return result.withLock { $0 }
+        }
+        #expect(commit("aa") == .applied(TokenState(version: 1, token: "aa")))
+        unlink(file.path)
+        #expect(rmdir(dir) == 0)
+        guard case .notSaved(let state, changed: true, _) = commit("bb") else {
+            Issue.record("expected notSaved")
+            return
+        }
+        #expect(state == TokenState(version: 2, token: "bb"))
+        // Many writers while the folder is gone: each answered once, notSaved.
+        let answers = Answers()
+        hammer(store, file: file, threads: 4, perThread: 50, answers: answers, checkFile: false)
+        #expect(answers.group.wait(timeout: .now() + 10) == .success)
+        for answer in answers.answers.withLock({ $0 }) {
+            guard case .notSaved = answer.outcome else {
+                Issue.record("answered \(answer.outcome) with the folder gone")
+                continue
+            }
+        }
+        // The folder back: the same token is written again, not answered at once as unchanged.
+        #expect(mkdir(dir, 0o700) == 0)
+        let current = commit("cc")
+        guard case .applied(let now) = current else {
+            Issue.record("expected applied, got \(String(describing: current))")
+            return
+        }
+        #expect(try file.load() == .init(token: "cc", version: now.version))
+        #expect(commit("cc") == .unchanged(now))
+    }
+}
