@@ -18,6 +18,12 @@ import time
 
 HOST = "127.0.0.1"
 LISTENING = "listening on http://"
+# How long a test waits for a Redis Sentinel failover (seconds), once every sentinel knows the
+# replica and the other sentinels. The sentinels of the tests and of docs/replicas.md use
+# failover-timeout 5000; a failover that fails (an election whose votes split) is tried again
+# after twice that (Redis's sentinel.conf, "failover-timeout"), so a failover ends about 3, 13,
+# 23 or 33 s after the master goes. This covers three failed tries.
+SENTINEL_FAILOVER_BOUND = 45
 # e2e/run.sh runs a pass with E2E_LOG_FORMAT=json: every server then logs JSON lines
 # (--log-format json through FORGE_PUSH_TOKEN_LOG_FORMAT), keeps its standard error in
 # E2E_LOG_DIR, and every secret a test sends (device tokens, bearer tokens) is listed in

@@ -32,7 +32,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 tests=(metrics state_file browser hardening http_edges http_framing prometheus replicas tls_docs acl_docs
        sentinel sentinel_docs probe trust drain rolling http2 credentials rotation_docs allocation)
 declare -A limit=([metrics]=45 [state_file]=180 [browser]=75 [hardening]=90 [http_edges]=120 [http_framing]=90
-                  [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=120 [sentinel_docs]=60
+                  [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=150 [sentinel_docs]=90
                   [probe]=45 [trust]=90 [drain]=100 [rolling]=150 [http2]=75 [credentials]=90 [rotation_docs]=60
                   [allocation]=60)
 usage() { echo "usage: $0 --server PATH [--log-format json|text] [$(IFS='|'; echo "${tests[*]}") ...]" >&2; }

@@ -34,7 +34,8 @@ import tempfile
 import threading
 import time
 
-from e2e_support import HOST, EventStream, Failure, Server, check, log, main, request, token_hex, wait_until
+from e2e_support import (HOST, SENTINEL_FAILOVER_BOUND, EventStream, Failure, Server, check, log, main, request,
+                         token_hex, wait_until)
 from replicas_test import Redis, free_port, health, version_of, write
 
 REPLICA_ARGS = ["--host", "127.0.0.1", "--port", "0", "--access-log", "off", "--heartbeat", "1"]
@@ -265,7 +266,9 @@ def failover(binary, certificates=None):
         log("the Redis replica holds version %s, the last acknowledged write %d; master SIGKILLed"
             % (on_replica, lost[0]))
 
-        wait_until(lambda: listener.switched_at is not None, 20, interval=0.05, what="+switch-master")
+        # The sentinels' election may split and be retried (e2e_support.SENTINEL_FAILOVER_BOUND).
+        wait_until(lambda: listener.switched_at is not None, SENTINEL_FAILOVER_BOUND, interval=0.05,
+                   what="+switch-master")
         switched = listener.switched_at
         log("+switch-master %.2f s after the kill" % (switched - killed_at))
         # The promoted replica takes no write while its CLIENT PAUSE lasts: when the sentinels
