@@ -24,6 +24,21 @@ LISTENING = "listening on http://"
 # after twice that (Redis's sentinel.conf, "failover-timeout"), so a failover ends about 3, 13,
 # 23 or 33 s after the master goes. This covers three failed tries.
 SENTINEL_FAILOVER_BOUND = 45
+
+
+def sentinels_ready(sentinel_clis, master, replica_port):
+    """Whether every sentinel (each a function running `redis-cli SENTINEL ...`-style commands and
+    returning their output) lists the Redis replica at `replica_port` and the other sentinels. A
+    sentinel that has not seen the replica when the master goes can never learn of it (it reads the
+    replicas from the master's INFO); when it wins the election the failover aborts and is tried
+    again after twice failover-timeout."""
+    for cli in sentinel_clis:
+        fields = cli("SENTINEL", "master", master).splitlines()
+        if int(dict(zip(fields[::2], fields[1::2])).get("num-other-sentinels", "0")) < len(sentinel_clis) - 1:
+            return False
+        if str(replica_port) not in cli("SENTINEL", "replicas", master):
+            return False
+    return True
 # e2e/run.sh runs a pass with E2E_LOG_FORMAT=json: every server then logs JSON lines
 # (--log-format json through FORGE_PUSH_TOKEN_LOG_FORMAT), keeps its standard error in
 # E2E_LOG_DIR, and every secret a test sends (device tokens, bearer tokens) is listed in

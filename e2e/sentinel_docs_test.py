@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 
-from e2e_support import (SENTINEL_FAILOVER_BOUND, check, distinct_free_ports, docs_block_folder, docs_sh_blocks,
+from e2e_support import (SENTINEL_FAILOVER_BOUND, check, sentinels_ready, distinct_free_ports, docs_block_folder, docs_sh_blocks,
                          health_of as health, log, main, request, token_hex, wait_until)
 from replicas_test import version_of, write
 
@@ -66,25 +66,16 @@ def run(binary):
         wait_until(lambda: all(version_of(p) == first for p in service[1:]), 5, what="the others at %r" % (first,))
         log("the docs block's three replicas found the master through three sentinels and share %r" % (first,))
 
-        def sentinel(port, *args):
-            return subprocess.run(["redis-cli", "-p", str(ports[port]), "SENTINEL"] + list(args),
-                                  capture_output=True, text=True, timeout=5).stdout
+        def redis_cli(port):
+            return lambda *args: subprocess.run(["redis-cli", "-p", str(ports[port])] + list(args),
+                                                capture_output=True, text=True, timeout=5).stdout
 
-        # Every sentinel, not one: a sentinel that has not listed the replica when the master goes
-        # can never learn of it (it reads the replicas from the master's INFO), and when it wins
-        # the election the failover aborts ("no good slave") and is tried again 10 s later; 1 run
-        # in 8 never failed over within 45 s while only the first sentinel was asked.
-        def sentinels_ready():
-            for port in ("26379", "26380", "26381"):
-                fields = sentinel(port, "master", "mymaster").splitlines()
-                if int(dict(zip(fields[::2], fields[1::2])).get("num-other-sentinels", "0")) < 2:
-                    return False
-                if str(ports["6380"]) not in sentinel(port, "replicas", "mymaster"):
-                    return False
-            return True
+        # Every sentinel, not one (e2e_support.sentinels_ready): 1 run in 8 never failed over
+        # within 45 s while only the first sentinel was asked.
+        clis = [redis_cli(port) for port in ("26379", "26380", "26381")]
 
         try:
-            wait_until(sentinels_ready, 30, interval=0.2,
+            wait_until(lambda: sentinels_ready(clis, "mymaster", ports["6380"]), 30, interval=0.2,
                        what="every sentinel to list the replica and the two other sentinels")
         except Exception:
             for args in (["-p", str(ports["26379"]), "SENTINEL", "replicas", "mymaster"],

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 
-from e2e_support import (HOST, SENTINEL_FAILOVER_BOUND, EventStream, Failure, Server, check, log, main, request,
+from e2e_support import (HOST, SENTINEL_FAILOVER_BOUND, EventStream, sentinels_ready, Failure, Server, check, log, main, request,
                          token_hex, wait_until)
 from replicas_test import Redis, free_port, health, version_of, write
 
@@ -169,16 +169,8 @@ def failover(binary, certificates=None):
     servers = []
     try:
         # Every sentinel knows the Redis replica and the two other sentinels before the test starts.
-        def ready():
-            for sentinel in sentinels:
-                if int(dict(zip(*[iter(sentinel.cli("SENTINEL", "master", MASTER).splitlines())] * 2)).get(
-                        "num-other-sentinels", "0")) < 2:
-                    return False
-                if str(replica.port) not in sentinel.cli("SENTINEL", "replicas", MASTER):
-                    return False
-            return True
-
-        wait_until(ready, 20, interval=0.2, what="the sentinels to find the replica and each other")
+        wait_until(lambda: sentinels_ready([sentinel.cli for sentinel in sentinels], MASTER, replica.port), 20,
+                   interval=0.2, what="the sentinels to find the replica and each other")
         wait_until(lambda: "master_link_status:up" in replica.cli("INFO", "replication"), 10,
                    what="the Redis replica in sync")
         url = "%s://%s/%s" % (scheme, ",".join("%s:%d" % (HOST, s.port) for s in sentinels), MASTER)
