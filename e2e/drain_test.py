@@ -28,7 +28,8 @@ import struct
 import subprocess
 import time
 
-from e2e_support import (HOST, Failure, Server, check, log, main, open_subscribers, request, token_hex)
+from e2e_support import (HOST, Failure, Server, check, log, main, open_subscribers, request,
+                         streams_ended_settles, token_hex)
 
 TERMINATOR = b"\r\n0\r\n\r\n"
 # Linux's SO_TIMESTAMPNS (asm-generic/socket.h; Python's socket module does not name it): each
@@ -299,9 +300,7 @@ def stream_age_finish(age):
         check(ages[0] >= 30 - 0.2 and ages[-1] <= 60 + 1.5, "stream ages %.1f to %.1f s, outside [30, 61.5]"
               % (ages[0], ages[-1]))
         check(ages[-1] - ages[0] >= 5, "20 streams' limits all within %.1f s: not drawn" % (ages[-1] - ages[0]))
-        status, _, body = request(server.port, "GET", "/metrics")
-        counted = metric(body.decode(), 'forge_push_token_streams_ended_total{reason="age"}')
-        check(counted == 20, "streams_ended_total{reason=\"age\"} is %s, not 20" % counted)
+        streams_ended_settles(server.port, "age", 20)
         log("--max-stream-age 60: 20 streams ended cleanly %.1f to %.1f s after opening (%s), counted as age"
             % (ages[0], ages[-1], " ".join("%.0f" % a for a in ages)))
         check(server.stop() == 0, "the stream-age server did not exit 0")

@@ -310,6 +310,29 @@ def request(port, method, path, body=None, headers=None, timeout=5):
         conn.close()
 
 
+def streams_ended_settles(port, reason, expected, headers=None, timeout=5):
+    """Waits until `forge_push_token_streams_ended_total{reason=...}` reads `expected`; returns it.
+
+    The service counts a stream's end when libmicrohttpd frees the stream's response, which is
+    just after it sent the final chunk: a client that has read every end can ask /metrics a
+    moment before the last one is counted. A count over `expected` fails at once, one that stays
+    under it fails after `timeout` seconds, naming every reason's count.
+    """
+    series = 'forge_push_token_streams_ended_total{reason="%s"}' % reason
+    deadline = time.monotonic() + timeout
+    while True:
+        status, _, body = request(port, "GET", "/metrics", headers=headers)
+        check(status == 200, "GET /metrics answered %s" % status)
+        lines = [line for line in body.decode().splitlines() if line.startswith("forge_push_token_streams_ended_total{")]
+        value = next((float(line.split()[-1]) for line in lines if line.startswith(series + " ")), None)
+        check(value is not None and value <= expected, "%s is %s, over %s: %s" % (series, value, expected, lines))
+        if value == expected:
+            return value
+        check(time.monotonic() < deadline, "%s is %s, not %s, %.0f s after the streams ended: %s"
+              % (series, value, expected, timeout, lines))
+        time.sleep(0.02)
+
+
 class EventStream:
     """A `GET /token/stream` subscriber: `next_event()` returns (id, event, data) tuples."""
 
