@@ -138,7 +138,8 @@ extension MicroHTTPDServer {
     /// answered `408` (with the CORS fields for the request's `Origin` when its head had arrived)
     /// when it is plain HTTP (nothing of an answer has been sent while a request is
     /// still arriving, so the bytes cannot interleave with libmicrohttpd's; over TLS they cannot be
-    /// written beside GnuTLS), closed for writing, counted and logged at debug level; a second
+    /// written beside GnuTLS) and closed for writing, having been counted and logged at debug
+    /// level first (so a client that saw the answer finds it counted); a second
     /// later it is closed for reading, which libmicrohttpd takes as the client's departure and
     /// closes the connection.
     func enforce(_ deadlines: ConnectionDeadlines, at now: ContinuousClock.Instant) {
@@ -146,6 +147,9 @@ extension MicroHTTPDServer {
         for (fd, action, origin) in deadlines.due(at: now, timeout: .seconds(seconds)) where fd >= 0 {
             switch action {
             case .expire(let body):
+                // Counted and logged before the client can see the answer or the close.
+                application.record(.requestTimedOut(body: body))
+                log.log(.debug, "closing a connection whose request \(body ? "body" : "head") took over \(seconds) s")
                 if configuration.tls == nil {
                     let message = EngineAnswers.requestTimeout(seconds: seconds, body: body)
                         .closingMessage(
@@ -156,8 +160,6 @@ extension MicroHTTPDServer {
                     }
                 }
                 closeSide(of: fd, Int32(SHUT_WR))
-                application.record(.requestTimedOut(body: body))
-                log.log(.debug, "closing a connection whose request \(body ? "body" : "head") took over \(seconds) s")
             case .close:
                 closeSide(of: fd, Int32(SHUT_RD))
             case .none:

@@ -116,15 +116,16 @@ final class CredentialReloader: Sendable {
             else {
                 throw CommandLineOptions.UsageError(description: "the files do not make the service's kind of policy")
             }
-            metrics.increment(.credentialReloadsOK)
+            // Logged, then counted: whoever sees the count (a probe, a test) finds the line.
             log.log(
                 .info,
                 "credentials reloaded (\(cause)): \(policy.tokenCount(.write)) write and "
                     + "\(policy.tokenCount(.read)) read tokens in force; \(ended) event streams with a removed token ended"
             )
+            metrics.increment(.credentialReloadsOK)
         } catch {
-            metrics.increment(.credentialReloadsFailed)
             log.log(.error, "credentials reload failed (\(cause)): \(error); the tokens in force stay")
+            metrics.increment(.credentialReloadsFailed)
         }
     }
 }
