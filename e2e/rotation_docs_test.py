@@ -115,8 +115,11 @@ def run():
         step(5, blocks[3])
         watcher.run_until(lambda: all(sock in watcher.ended for sock in stragglers), 5,
                           "the streams on the old token ended")
+        # The reload logs its line after it has ended the streams: the client can see the ends first.
+        ended_line = "20 event streams with a removed token ended"
+        wait_until(lambda: ended_line in server.stderr(), 5, what="the reload's log line")
         reloads = [line for line in server.stderr().splitlines() if "credentials reloaded" in line]
-        last = [line for line in reloads if "20 event streams with a removed token ended" in line]
+        last = [line for line in reloads if ended_line in line]
         check(len(last) == 1, "no reload ended the 20 old-token streams: %s" % reloads)
         latest = max(watcher.ended[sock] for sock in stragglers) - log_time(last[0])
         check(latest <= 1.0, "the old token's streams ended %.3f s after the reload" % latest)
