@@ -42,7 +42,13 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     private var finishPending = false
     /// The most subscribers at once.
     public let maxSubscribers: Int
-    private var subscribers: [UInt64: Subscriber] = [:]
+    private var subscribers: [UInt64: Subscriber] = [:] {
+        didSet { listed = nil }
+    }
+    /// `subscribers.values` as an array, made by the first delivery after a subscriber came or
+    /// went and kept until the next one does: a delivery hands out this array (one reference)
+    /// instead of copying tens of thousands of subscribers, each retained, under the owner's lock.
+    private var listed: [Subscriber]?
     private var nextSubscriberID: UInt64 = 0
 
     /// A machine whose current state is `initial`, admitting at most `maxSubscribers` (≥ 1).
@@ -86,7 +92,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 
     /// Every subscriber, for the owner to end those a caller picks (`TokenOwner.finish(where:)`).
     public func everySubscriber() -> [Subscriber] {
-        Array(subscribers.values)
+        listed ?? Array(subscribers.values)
     }
 
     /// A commit finished with `outcome` (one begun with `beginCommit()` is no longer in flight).
@@ -126,7 +132,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     /// One heartbeat period has passed.
     /// - Returns: the subscribers to tick.
     public func heartbeat() -> [Subscriber] {
-        Array(subscribers.values)
+        listed ?? Array(subscribers.values)
     }
 
     /// A write is about to be proposed to the store.
@@ -150,7 +156,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
             finishPending = true
             return []
         }
-        return Array(subscribers.values)
+        return listed ?? Array(subscribers.values)
     }
 
     /// After a commit came back (`committed(_:)`): the subscribers to finish now that the last
@@ -158,13 +164,13 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     public mutating func finishIfDrained() -> [Subscriber] {
         guard finishPending, commitsInFlight == 0 else { return [] }
         finishPending = false
-        return Array(subscribers.values)
+        return listed ?? Array(subscribers.values)
     }
 
     /// Shutdown's last step.
     /// - Returns: every remaining subscriber, to abort.
     public func abortAll() -> [Subscriber] {
-        Array(subscribers.values)
+        listed ?? Array(subscribers.values)
     }
 
     /// A service at version 2^64 - 1 refuses every change (`TokenState.versionExhausted`): it
@@ -178,6 +184,9 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     private mutating func apply(_ state: TokenState) -> Delivery? {
         guard state.version > current.state.version else { return nil }
         current = Rendition(state)
-        return subscribers.isEmpty ? nil : Delivery(rendition: current, subscribers: Array(subscribers.values))
+        if subscribers.isEmpty { return nil }
+        let list = listed ?? Array(subscribers.values)
+        listed = list
+        return Delivery(rendition: current, subscribers: list)
     }
 }

@@ -130,6 +130,37 @@ struct StateMachineTests {
         let delivery = machine.committed(.applied(TokenState(version: 1, token: "01")))
         #expect(delivery == nil, "no subscriber left to deliver to")
     }
+
+    @Test("deliveries with no subscriber come or gone in between share one list; a join or a leave shows in the next")
+    func deliveriesShareTheirList() throws {
+        var machine = Machine(initial: .initial, maxSubscribers: 4)
+        let first = try #require(Self.subscriber(&machine))
+        let second = try #require(Self.subscriber(&machine))
+        func ids(_ delivery: Machine.Delivery?) -> Set<UInt64> { Set((delivery?.subscribers ?? []).map(\.id)) }
+        func sameBuffer(_ a: Machine.Delivery?, _ b: Machine.Delivery?) -> Bool {
+            guard let a, let b else { return false }
+            return a.subscribers.withUnsafeBufferPointer { x in
+                b.subscribers.withUnsafeBufferPointer { y in x.baseAddress != nil && x.baseAddress == y.baseAddress }
+            }
+        }
+        let one = machine.committed(.applied(TokenState(version: 1, token: "01")))
+        let two = machine.storeReported(.changed(TokenState(version: 2, token: "02")))
+        #expect(ids(one) == [first.id, second.id] && ids(two) == [first.id, second.id])
+        #expect(sameBuffer(one, two), "the second delivery copied the list again")
+        #expect(machine.heartbeat().count == 2 && machine.everySubscriber().count == 2)
+
+        let third = try #require(Self.subscriber(&machine))
+        let three = machine.committed(.applied(TokenState(version: 3, token: "03")))
+        #expect(ids(three) == [first.id, second.id, third.id] && !sameBuffer(two, three))
+        #expect(machine.heartbeat().count == 3 && machine.abortAll().count == 3)
+
+        machine.unsubscribe(first.id)
+        let four = machine.committed(.applied(TokenState(version: 4, token: "04")))
+        #expect(ids(four) == [second.id, third.id])
+        #expect(Set(machine.everySubscriber().map(\.id)) == [second.id, third.id])
+        #expect(ids(one) == [first.id, second.id], "a delivery handed out keeps its subscribers")
+        #expect(Set(machine.stop().map(\.id)) == [second.id, third.id])
+    }
 }
 
 /// The owner with its lock, over real stores.
