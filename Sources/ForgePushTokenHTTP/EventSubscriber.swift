@@ -25,7 +25,14 @@ public final class EventSubscriber: TokenSubscriber {
     public typealias ReadResult = EventStreamRead
 
     struct State {
-        var pending: TokenSnapshot?
+        /// The newest event offered and not yet begun (`TokenSnapshot.event`): an array, so that an
+        /// offer to each of tens of thousands of subscribers stores one reference, not a copy of
+        /// the whole snapshot.
+        var pending: [UInt8]?
+        /// The first event's snapshot, until the reader renders it or a newer offer replaces it:
+        /// kept whole because a subscriber is made under the owner's lock, and its first event
+        /// rendered outside it.
+        var first: TokenSnapshot?
         var lastOffered: UInt64?
         var output: [UInt8] = []
         var offset = 0
@@ -62,10 +69,10 @@ public final class EventSubscriber: TokenSubscriber {
         self.id = id
         self.credential = credential?.token
         self.tally = tally
-        var initial = State(pending: first, lastOffered: first.version)
+        var initial = State(pending: nil, first: first, lastOffered: first.version)
         initial.output = preamble
         if let floor, floor > first.version {
-            initial.pending = nil
+            initial.first = nil
             initial.lastOffered = floor - 1
         }
         self.state = Locked(initial)
@@ -81,11 +88,13 @@ public final class EventSubscriber: TokenSubscriber {
     /// not newer than the last one offered (so ids never repeat or go back).
     /// - Returns: `true` when the caller must resume the connection.
     public func offer(_ snapshot: TokenSnapshot) -> Bool {
-        state.withLock { state in
+        let event = snapshot.event  // outside the lock (a prepared snapshot's is made already)
+        return state.withLock { state in
             if let last = state.lastOffered, snapshot.version <= last { return false }
             guard state.ending == nil else { return false }
-            if state.pending != nil { tally.addSkipped() }
-            state.pending = snapshot
+            if state.pending != nil || state.first != nil { tally.addSkipped() }
+            if state.first != nil { state.first = nil }
+            state.pending = event
             state.lastOffered = snapshot.version
             return state.takeResume()
         }
@@ -96,7 +105,7 @@ public final class EventSubscriber: TokenSubscriber {
     /// - Returns: `true` when the caller must resume the connection.
     public func heartbeatTick() -> Bool {
         state.withLock { state in
-            guard state.ending == nil, state.pending == nil else { return false }
+            guard state.ending == nil, state.pending == nil, state.first == nil else { return false }
             state.heartbeatDue = true
             return state.takeResume()
         }
@@ -136,9 +145,10 @@ public final class EventSubscriber: TokenSubscriber {
             if state.ending == .abort { return .abort }
             guard buffer.count > 0 else { return .bytes(0) }
             if state.offset == state.output.count {
-                if let next = state.pending {
-                    state.output = next.event
+                if let next = state.pending ?? state.first?.event {
+                    state.output = next
                     state.pending = nil
+                    state.first = nil
                     tally.addSent()
                     state.heartbeatDue = false
                 } else if state.heartbeatDue, state.ending == nil {
