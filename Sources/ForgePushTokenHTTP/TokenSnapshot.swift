@@ -23,12 +23,16 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     /// 10,000 subscribers on two threads reads it 10,000 times, and the lock, shared by every
     /// copy, would have them contend.
     private let ready: Rendering?
+    /// `ready`'s event, in a copy made by `prepared()`; empty otherwise (an event never is). What a
+    /// delivery reads once per subscriber: a plain array, because reading the optional `ready`
+    /// went through `Optional`'s generic copy, which cost more than the rest of an offer.
+    private let preparedEvent: [UInt8]
 
     /// The body of `GET /token`: `{"token":"<hex>"}` or `{"token":null}`, UTF-8 JSON.
     public var tokenBody: [UInt8] { rendered.tokenBody }
     /// The SSE event for this version: `id: <version>`, `event: token`,
     /// `data: {"token":…}`, empty line.
-    public var event: [UInt8] { rendered.event }
+    public var event: [UInt8] { preparedEvent.isEmpty ? rendered.event : preparedEvent }
     /// The `ETag` of `tokenBody` (`EntityTag.strong(digesting:)`): it follows from the token's value
     /// alone, so it stays right across restarts and version resets.
     public var entityTag: EntityTag { rendered.entityTag }
@@ -60,6 +64,7 @@ public struct TokenSnapshot: TokenRendition, Equatable {
         self.token = token
         self.rendering = Locked(nil)
         self.ready = nil
+        self.preparedEvent = []
     }
 
     private init(version: UInt64, token: String?, rendering: Locked<Rendering?>, ready: Rendering) {
@@ -67,6 +72,7 @@ public struct TokenSnapshot: TokenRendition, Equatable {
         self.token = token
         self.rendering = rendering
         self.ready = ready
+        self.preparedEvent = ready.event
     }
 
     /// This snapshot with its rendering made (now, if no reader has made it yet) and held by the
