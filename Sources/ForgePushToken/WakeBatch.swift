@@ -28,8 +28,12 @@ package protocol BatchWakeable: AnyObject, Sendable {
 /// Thread-safety: each thread has its own batch (a `pthread_key_t`); nothing is shared.
 @usableFromInline
 package enum WakeBatch {
-    /// The calling thread's batch.
-    private final class Pending {
+    /// The calling thread's batch. Kept behind a raw pointer (one allocation per thread, freed
+    /// when the thread ends) rather than in a class: a delivery records a target once per
+    /// subscriber, and a class's stored properties are checked for exclusive access at run time
+    /// on every read and write, which cost as much as the rest of the recording. Only its own
+    /// thread ever reaches it.
+    private struct Pending {
         var open = false
         var targets: [any BatchWakeable] = []
         /// An empty buffer that takes the place of `targets` when the batch ends (see `close()`),
@@ -50,25 +54,29 @@ package enum WakeBatch {
     /// Records `target` when a batch is open on this thread and returns `true` (it is woken when
     /// the batch ends); returns `false` otherwise, and the caller wakes it itself.
     package static func wakeLater(_ target: any BatchWakeable) -> Bool {
-        guard let pointer = pthread_getspecific(key) else { return false }
-        let pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
-        guard pending.open else { return false }
-        if !pending.targets.contains(where: { $0 === target }) { pending.targets.append(target) }
+        guard let pending = current(), pending.pointee.open else { return false }
+        if !pending.pointee.targets.contains(where: { $0 === target }) { pending.pointee.targets.append(target) }
         return true
+    }
+
+    /// This thread's batch, or `nil` when it never opened one.
+    private static func current() -> UnsafeMutablePointer<Pending>? {
+        pthread_getspecific(key)?.assumingMemoryBound(to: Pending.self)
     }
 
     /// Opens this thread's batch; `false` when one is open already.
     @usableFromInline
     static func open() -> Bool {
-        let pending: Pending
-        if let pointer = pthread_getspecific(key) {
-            pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
+        let pending: UnsafeMutablePointer<Pending>
+        if let existing = current() {
+            pending = existing
         } else {
-            pending = Pending()
-            pthread_setspecific(key, Unmanaged.passRetained(pending).toOpaque())
+            pending = UnsafeMutablePointer<Pending>.allocate(capacity: 1)
+            pending.initialize(to: Pending())
+            pthread_setspecific(key, pending)
         }
-        if pending.open { return false }
-        pending.open = true
+        if pending.pointee.open { return false }
+        pending.pointee.open = true
         return true
     }
 
@@ -77,30 +85,31 @@ package enum WakeBatch {
     /// its own on this thread (a new batch: this one is closed) neither sees nor empties them.
     @usableFromInline
     static func close() {
-        guard let pointer = pthread_getspecific(key) else { return }
-        let pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
-        pending.open = false
+        guard let pending = current() else { return }
+        pending.pointee.open = false
         // Most daemon runs wake nobody: nothing to move.
-        if pending.targets.isEmpty { return }
+        if pending.pointee.targets.isEmpty { return }
         var woken: [any BatchWakeable] = []
-        swap(&woken, &pending.spare)  // the spare buffer, empty
-        swap(&woken, &pending.targets)  // the targets out, the empty buffer in
+        swap(&woken, &pending.pointee.spare)  // the spare buffer, empty
+        swap(&woken, &pending.pointee.targets)  // the targets out, the empty buffer in
         for target in woken { target.wake() }
         woken.removeAll(keepingCapacity: true)
         // The buffer back as the spare (unless a batch run by a `wake()` left one there), so that
         // neither buffer is allocated again once both have grown.
-        if pending.spare.capacity < woken.capacity { swap(&pending.spare, &woken) }
+        if pending.pointee.spare.capacity < woken.capacity { swap(&pending.pointee.spare, &woken) }
     }
 
-    /// The key of each thread's `Pending`, released when the thread ends.
+    /// The key of each thread's `Pending`, deinitialized and freed when the thread ends.
     private static let key: pthread_key_t = {
         var key = pthread_key_t()
         let created = pthread_key_create(&key) { pointer in
             #if canImport(Darwin)
-                Unmanaged<AnyObject>.fromOpaque(pointer).release()
+                let pending = pointer.assumingMemoryBound(to: Pending.self)
             #else
-                if let pointer { Unmanaged<AnyObject>.fromOpaque(pointer).release() }
+                guard let pending = pointer?.assumingMemoryBound(to: Pending.self) else { return }
             #endif
+            pending.deinitialize(count: 1)
+            pending.deallocate()
         }
         precondition(created == 0, "pthread_key_create failed: \(created)")
         return key
