@@ -28,7 +28,10 @@ class StreamResponse {
 /// One event-stream response: the application's source (`HTTPEventSource`), its connection and
 /// its socket.
 final class EventStream<Application: HTTPApplication>: StreamResponse {
-    let source: Application.EventSource
+    /// The source, as an existential: each read calls its witness directly, where through
+    /// `Application.EventSource` this generic class's (unspecialized) `read` looked the
+    /// associated type up in the runtime's metadata cache on every call.
+    let source: any HTTPEventSource
     let connection: ConnectionHandle
     let fd: Int32
     unowned let server: MicroHTTPDServer<Application>
