@@ -32,7 +32,9 @@ package enum WakeBatch {
     /// when the thread ends) rather than in a class: a delivery records a target once per
     /// subscriber, and a class's stored properties are checked for exclusive access at run time
     /// on every read and write, which cost as much as the rest of the recording. Only its own
-    /// thread ever reaches it.
+    /// thread ever reaches it, and every access through the pointer is momentary: no `wake()`
+    /// runs while one is in progress (`close()` wakes from a local array), so accesses never
+    /// overlap, which the run-time checks no longer enforce; keep it so.
     private struct Pending {
         var open = false
         var targets: [any BatchWakeable] = []

@@ -4,9 +4,10 @@ import ForgePushTokenOwner
 /// One subscriber of `GET /token/stream`: a conflating, one-connection state machine between the
 /// `TokenOwner` (any thread) and the engine's content reader (the engine's thread).
 ///
-/// The subscriber holds at most one snapshot it has not started to write (the newest: a
-/// subscriber that falls behind skips to it, never to an older one), the bytes of the event it is
-/// writing, a heartbeat flag and how the stream should end. Its memory is bounded whatever the
+/// The subscriber holds at most one event it has not started to write (the newest: a subscriber
+/// that falls behind skips to it, never to an older one; as its bytes, or as the first event's
+/// snapshot until the reader renders it), the bytes of the event it is writing, a heartbeat flag
+/// and how the stream should end. Its memory is bounded whatever the
 /// rate of changes.
 ///
 /// The engine's reader calls `read(into:suspend:)`. With nothing to write it calls `suspend`

@@ -30,7 +30,9 @@ class StreamResponse {
 final class EventStream<Application: HTTPApplication>: StreamResponse {
     /// The source, as an existential: each read calls its witness directly, where through
     /// `Application.EventSource` this generic class's (unspecialized) `read` looked the
-    /// associated type up in the runtime's metadata cache on every call.
+    /// associated type up in the runtime's metadata cache on every call. The service's source
+    /// (`ServiceEventStream`, three references) fits the existential's inline buffer; a larger
+    /// one would be boxed on the heap, once per stream.
     let source: any HTTPEventSource
     let connection: ConnectionHandle
     let fd: Int32
