@@ -8,19 +8,6 @@ import Testing
 
 @testable import ForgePushTokenHTTP
 
-/// A seeded generator (SplitMix64), so that a schedule drawn in a test is the same on every run.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var mixed = state
-        mixed = (mixed ^ (mixed >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        mixed = (mixed ^ (mixed >> 27)) &* 0x94D0_49BB_1331_11EB
-        return mixed ^ (mixed >> 31)
-    }
-}
-
 /// The most moments of `seconds` (sorted) inside any half-open 100 ms slice.
 func busiest100ms(_ seconds: [Double]) -> Int {
     var most = 0

@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
@@ -12,18 +13,6 @@ import Testing
 /// semantics spelled out one by one (floors, skipped counts, the first event) and a threaded run.
 @Suite("EventSubscriber against the one-snapshot reference")
 struct EventSubscriberReferenceTests {
-    /// A seeded generator (SplitMix64), so that a failing sequence can be replayed.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// The subscriber's semantics as the one-snapshot implementation had them (0aaf746^), with
     /// its tally.
     struct Reference {

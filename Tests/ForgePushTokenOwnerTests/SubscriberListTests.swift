@@ -2,6 +2,7 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
 import ForgePushTokenOwnerTestSupport
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
@@ -12,17 +13,6 @@ import Testing
 @Suite("The owner's kept list of subscribers")
 struct SubscriberListTests {
     typealias Machine = TokenOwnerStateMachine<TokenState>
-
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 
     static func ids(_ list: [Machine.Subscriber]) -> [UInt64] { list.map(\.id).sorted() }
 

@@ -1,3 +1,4 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
@@ -22,7 +23,7 @@ struct HexEncodingTests {
 
     @Test(arguments: [1, 32, 33, 100, 256])
     func nBytesBecomeTwoNLowercaseHexDigits(count: Int) {
-        var generator = SeededRandom(seed: 0x5EED_0000 + UInt64(count))  // repeatable
+        var generator = SeededGenerator(state: 0x5EED_0000 + UInt64(count))  // repeatable
         for _ in 0..<50 {
             let bytes = (0..<count).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
             let text = DeviceTokenHex.encode(bytes)

@@ -32,25 +32,6 @@ final class WeakReference<Value: AnyObject> {
     }
 }
 
-/// A seeded random source (SplitMix64, Steele, Lea and Flood 2014, as Java's `SplittableRandom`):
-/// the same seed gives the same values on every run and platform, so a failing random input can be
-/// repeated. Tests print or name their seed.
-struct SeededRandom: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// An error with a fixed description.
 struct TestError: Error, CustomStringConvertible {
     var description: String

@@ -184,7 +184,7 @@ struct TokenUploadTests {
     @Test func jitterStaysWithinItsBounds() throws {
         let policy = try RetryPolicy(initialDelay: .milliseconds(100), maximumDelay: .seconds(300), jitter: 0.3)
         // Seeded, so a failure repeats; wrapped to count the draws.
-        var random = DrawCounting(base: SeededRandom(seed: 0x00C0_FFEE))
+        var random = DrawCounting(base: SeededGenerator(state: 0x00C0_FFEE))
         for retry in 1...40 {
             var base = Duration.milliseconds(100)
             for _ in 1..<retry { base = min(base * 2, .seconds(300)) }

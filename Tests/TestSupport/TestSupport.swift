@@ -13,6 +13,28 @@ import Foundation
     import Darwin
 #endif
 
+/// A seeded random source (SplitMix64, Steele, Lea and Flood 2014, as Java's `SplittableRandom`):
+/// the same seed gives the same values on every run and platform, so a failing random input can be
+/// repeated. Tests print or name their seed.
+public struct SeededGenerator: RandomNumberGenerator {
+    /// The generator's state: the seed at first.
+    public var state: UInt64
+
+    /// A generator starting at `state`.
+    public init(state: UInt64) {
+        self.state = state
+    }
+
+    /// The next 64 random bits.
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var mixed = state
+        mixed = (mixed ^ (mixed >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        mixed = (mixed ^ (mixed >> 27)) &* 0x94D0_49BB_1331_11EB
+        return mixed ^ (mixed >> 31)
+    }
+}
+
 /// A log handler that discards everything.
 public let quiet: PushTokenManager.LogHandler = { _, _ in }
 
