@@ -7,8 +7,7 @@ import ForgePushTokenOwner
 /// The subscriber holds at most one event it has not started to write (the newest: a subscriber
 /// that falls behind skips to it, never to an older one; as its bytes, or as the first event's
 /// snapshot until the reader renders it), the bytes of the event it is writing, a heartbeat flag
-/// and how the stream should end. Its memory is bounded whatever the
-/// rate of changes.
+/// and how the stream should end. Its memory is bounded whatever the rate of changes.
 ///
 /// The engine's reader calls `read(into:suspend:)`. With nothing to write it calls `suspend`
 /// *under the subscriber's lock* and reports `.suspended`; every other transition that gives the
@@ -94,7 +93,7 @@ public final class EventSubscriber: TokenSubscriber {
             if let last = state.lastOffered, snapshot.version <= last { return false }
             guard state.ending == nil else { return false }
             if state.pending != nil || state.first != nil { tally.addSkipped() }
-            if state.first != nil { state.first = nil }
+            if state.first != nil { state.first = nil }  // only before the first event is read
             state.pending = event
             state.lastOffered = snapshot.version
             return state.takeResume()
