@@ -39,6 +39,8 @@ def sentinels_ready(sentinel_clis, master, replica_port):
         if str(replica_port) not in cli("SENTINEL", "replicas", master):
             return False
     return True
+
+
 # e2e/run.sh runs a pass with E2E_LOG_FORMAT=json: every server then logs JSON lines
 # (--log-format json through FORGE_PUSH_TOKEN_LOG_FORMAT), keeps its standard error in
 # E2E_LOG_DIR, and every secret a test sends (device tokens, bearer tokens) is listed in
