@@ -41,7 +41,7 @@
 @usableFromInline
 package final class Locked<State: Sendable>: @unchecked Sendable {
     /// The heap storage: header = state, one element = the mutex.
-    private final class Storage: ManagedBuffer<State, pthread_mutex_t> {
+    @usableFromInline final class Storage: ManagedBuffer<State, pthread_mutex_t> {
         deinit {
             _ = withUnsafeMutablePointerToElements { mutex in
                 pthread_mutex_destroy(mutex)
@@ -51,7 +51,11 @@ package final class Locked<State: Sendable>: @unchecked Sendable {
 
     @usableFromInline let storage: ManagedBuffer<State, pthread_mutex_t>
 
-    /// Creates a box holding `initial`.
+    /// Creates a box holding `initial`. `@inlinable`, so that it is specialised where the state's
+    /// type is known: there the storage's type metadata comes from a cache filled once, instead
+    /// of a look-up in the run time's generic metadata table on every box made (a box per
+    /// `TokenSnapshot`, that is per change; docs/performance.md, "Issue 32, fifth stop").
+    @inlinable
     package init(_ initial: State) {
         storage = Storage.create(minimumCapacity: 1) { buffer in
             buffer.withUnsafeMutablePointerToElements { mutex in

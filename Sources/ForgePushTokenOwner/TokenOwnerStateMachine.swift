@@ -25,37 +25,54 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
         public let rendition: Rendition
         /// Every subscriber at the moment it was applied.
         public let subscribers: [Subscriber]
+
+        @usableFromInline init(rendition: Rendition, subscribers: [Subscriber]) {
+            self.rendition = rendition
+            self.subscribers = subscribers
+        }
     }
 
+    // The commit path (`beginCommit()`, `committed(_:)`, `finishIfDrained()` and what they call)
+    // is `@inlinable`, so that it is specialised for the service's rendition in the module that
+    // runs it (`TokenOwner.commit` is inlined there too). Unspecialised, every commit looked up
+    // the generic metadata of `Delivery`, of the machine and of the subscriber list's element
+    // (an extended existential) at run time: about 2,000 instructions of a `POST /register`'s
+    // 56,000 (docs/performance.md, "Issue 32, fifth stop"). Hence the stored properties it
+    // touches are `@usableFromInline` storage behind read-only public views.
+
     /// The current rendition.
-    public private(set) var current: Rendition
+    @inlinable public var current: Rendition { storedCurrent }
+    @usableFromInline var storedCurrent: Rendition
     /// The store's health, from its reports and the outcomes of commits; `.degraded` with
     /// `StoreHealth.versionExhausted` while the current version is 2^64 - 1 and `health` would
     /// otherwise be `.ok` (every change is refused then, so the service is not well).
-    public private(set) var health: StoreHealth
+    @inlinable public var health: StoreHealth { storedHealth }
+    @usableFromInline var storedHealth: StoreHealth
     /// Whether `stop()` has happened.
-    public private(set) var isStopping = false
+    @inlinable public var isStopping: Bool { storedIsStopping }
+    @usableFromInline var storedIsStopping = false
     /// Commits proposed to the store (`beginCommit()`) whose outcome has not come back yet.
-    public private(set) var commitsInFlight = 0
+    @inlinable public var commitsInFlight: Int { storedCommitsInFlight }
+    @usableFromInline var storedCommitsInFlight = 0
     /// `stop()` happened while commits were in flight: the subscribers are finished when the last
     /// one comes back (`finishIfDrained()`), after its change has reached them.
-    private var finishPending = false
+    @usableFromInline var finishPending = false
     /// The most subscribers at once.
     public let maxSubscribers: Int
-    private var subscribers: [UInt64: Subscriber] = [:] {
+    @usableFromInline var subscribers: [UInt64: Subscriber] = [:] {
         didSet { listed = nil }
     }
     /// `subscribers.values` as an array, made by the first delivery after a subscriber came or
     /// went and kept until the next one does: a delivery hands out this array (one reference)
     /// instead of copying tens of thousands of subscribers, each retained, under the owner's lock.
-    private var listed: [Subscriber]?
+    @usableFromInline var listed: [Subscriber]?
     private var nextSubscriberID: UInt64 = 0
 
     /// A machine whose current state is `initial`, admitting at most `maxSubscribers` (≥ 1).
     public init(initial: TokenState, health: StoreHealth = .ok, maxSubscribers: Int) {
         precondition(maxSubscribers >= 1, "maxSubscribers must be at least 1")
-        self.current = Rendition(initial)
-        self.health = health
+        self.storedCurrent = Rendition(initial)
+        self.storedHealth = health
         self.maxSubscribers = maxSubscribers
         noteVersionExhaustion()
     }
@@ -97,16 +114,17 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 
     /// A commit finished with `outcome` (one begun with `beginCommit()` is no longer in flight).
     /// - Returns: the delivery to make when the outcome carries a newer state.
+    @inlinable
     public mutating func committed(_ outcome: CommitOutcome) -> Delivery? {
-        if commitsInFlight > 0 { commitsInFlight -= 1 }
+        if storedCommitsInFlight > 0 { storedCommitsInFlight -= 1 }
         switch outcome {
         case .applied, .unchanged:
-            if health == .degraded(reason: .stateNotSaved) { health = .ok }
+            if storedHealth == .degraded(reason: .stateNotSaved) { storedHealth = .ok }
         case .notSaved:
-            health = .degraded(reason: .stateNotSaved)
+            storedHealth = .degraded(reason: .stateNotSaved)
         case .versionExhausted:
             // Every change will be refused alike: say so, unless health already names a problem.
-            if health == .ok { health = .degraded(reason: .versionExhausted) }
+            if storedHealth == .ok { storedHealth = .degraded(reason: .versionExhausted) }
         case .unknown, .unavailable, .stopping:
             break
         }
@@ -123,7 +141,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
             defer { noteVersionExhaustion() }
             return apply(state)
         case .health(let health):
-            self.health = health
+            storedHealth = health
             noteVersionExhaustion()
             return nil
         }
@@ -138,9 +156,10 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     /// A write is about to be proposed to the store.
     /// - Returns: the state to propose it on, or `nil` once stopping (the write is not proposed:
     ///   no change may be made after every subscriber has had its last event).
+    @inlinable
     public mutating func beginCommit() -> TokenState? {
-        guard !isStopping else { return nil }
-        commitsInFlight += 1
+        guard !storedIsStopping else { return nil }
+        storedCommitsInFlight += 1
         return current.state
     }
 
@@ -151,7 +170,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     ///   `200` during shutdown is on every stream before it ends (attack finding).
     public mutating func stop() -> [Subscriber] {
         guard !isStopping else { return [] }
-        isStopping = true
+        storedIsStopping = true
         guard commitsInFlight == 0 else {
             finishPending = true
             return []
@@ -161,6 +180,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 
     /// After a commit came back (`committed(_:)`): the subscribers to finish now that the last
     /// commit in flight at `stop()` has come back; empty otherwise.
+    @inlinable
     public mutating func finishIfDrained() -> [Subscriber] {
         guard finishPending, commitsInFlight == 0 else { return [] }
         finishPending = false
@@ -175,15 +195,17 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 
     /// A service at version 2^64 - 1 refuses every change (`TokenState.versionExhausted`): it
     /// says so in its health instead of `ok`. A health that already names a problem is kept.
-    private mutating func noteVersionExhaustion() {
-        if current.state.version == .max, health == .ok {
-            health = .degraded(reason: .versionExhausted)
+    @inlinable
+    mutating func noteVersionExhaustion() {
+        if storedCurrent.state.version == .max, storedHealth == .ok {
+            storedHealth = .degraded(reason: .versionExhausted)
         }
     }
 
-    private mutating func apply(_ state: TokenState) -> Delivery? {
-        guard state.version > current.state.version else { return nil }
-        current = Rendition(state)
+    @inlinable
+    mutating func apply(_ state: TokenState) -> Delivery? {
+        guard state.version > storedCurrent.state.version else { return nil }
+        storedCurrent = Rendition(state)
         if subscribers.isEmpty { return nil }
         let list = listed ?? Array(subscribers.values)
         listed = list
