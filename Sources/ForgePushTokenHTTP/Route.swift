@@ -22,9 +22,23 @@ public enum Route: String, Sendable, CaseIterable {
     /// `GET` / `HEAD /`: the live page.
     case page = "/"
 
-    /// The route of `path`, or `nil` (404).
+    /// The route of `path`, or `nil` (404). A `switch` over the paths rather than
+    /// `init(rawValue:)`, whose synthesized body searches a table of the raw values through the
+    /// standard library's generic string-switch helper on every request; every path here is a
+    /// small string (at most 15 bytes), which `==` compares in place.
     public init?(path: String) {
-        self.init(rawValue: path)
+        switch path {
+        case "/register": self = .register
+        case "/fail": self = .fail
+        case "/token": self = .token
+        case "/token/stream": self = .stream
+        case "/healthz": self = .healthz
+        case "/livez": self = .livez
+        case "/readyz": self = .readyz
+        case "/metrics": self = .metrics
+        case "/": self = .page
+        default: return nil
+        }
     }
 
     /// Who may call a route when the service has tokens (`--auth-token`, `--auth-scope`, or

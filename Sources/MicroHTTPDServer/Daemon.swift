@@ -56,13 +56,16 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// The server (retained: the server's running state holds this daemon until `stop()`).
     let server: MicroHTTPDServer<Application>
 
+    /// The application the server serves (the server's, copied once: this code is not
+    /// specialised for `Application`, and reading it through `server` looked up the server's
+    /// generic metadata on each of the ten reads a request makes).
+    let application: Application
+
     init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) {
         self.server = server
+        self.application = server.application
         super.init(loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes)
     }
-
-    /// The application the server serves.
-    var application: Application { server.application }
 
     override func accessHandler(
         connection: OpaquePointer, url: UnsafePointer<CChar>, method: UnsafePointer<CChar>,

@@ -294,10 +294,9 @@ extension Daemon {
                     wasStream: false))
         case .context(let context):
             server.inFlight.subtract(1, ordering: .acquiringAndReleasing)
-            let elapsed = ContinuousClock.now - context.started
-            let micros =
-                Int(elapsed.components.seconds) * 1_000_000
-                + Int(elapsed.components.attoseconds / 1_000_000_000_000)
+            // `components` once: each reading divides the duration's 128-bit count.
+            let elapsed = (ContinuousClock.now - context.started).components
+            let micros = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
             application.recordFinished(
                 FinishedRequest(
                     method: context.method, path: context.path, route: context.route, status: context.status,

@@ -99,6 +99,18 @@ struct ResponderRouteTests {
         #expect(Route.allCases.count == 9)
     }
 
+    @Test("Route(path:) finds every route by its own path and nothing else")
+    func routeByPath() {
+        for route in Route.allCases {
+            #expect(Route(path: route.rawValue) == route)
+            #expect(Route(path: route.rawValue + "/") == nil)
+            #expect(Route(path: route.rawValue.uppercased()) == (route == .page ? .page : nil))
+        }
+        for path in ["", "//", "/token/", "/token/streams", "/registe", "/register\0", "/Register", "/token%2Fstream"] {
+            #expect(Route(path: path) == nil, "\(path)")
+        }
+    }
+
     // MARK: Query strings
 
     @Test("a query string never changes routing")
