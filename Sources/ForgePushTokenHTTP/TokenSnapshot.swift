@@ -143,10 +143,17 @@ enum JSONText {
         }
         out.append(UInt8(ascii: "\""))
         let utf8 = value.utf8
-        // 0xE2 leads the UTF-8 of U+2028 and U+2029 (E2 80 A8, E2 80 A9).
-        if !utf8.containsByte(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0xE2 }
-        ) {
-            out.append(contentsOf: utf8)  // nothing to escape: hex digits, always, for a token
+        // Nothing to escape (hex digits, always, for a token): the bytes are copied as they are,
+        // from the string's contiguous storage when it has one (native and small strings: always
+        // here) with one `memcpy`, which costs a fraction of appending the view byte by byte.
+        let copied =
+            utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+                guard !bytes.contains(where: needsEscaping) else { return false }
+                out.append(contentsOf: bytes)
+                return true
+            } ?? false
+        if copied || !utf8.contains(where: needsEscaping) {
+            if !copied { out.append(contentsOf: utf8) }
             out.append(UInt8(ascii: "\""))
             return
         }
@@ -185,13 +192,9 @@ enum JSONText {
     }
 }
 
-extension String.UTF8View {
-    /// Whether a byte satisfies `predicate`, scanning the contiguous UTF-8 storage directly when
-    /// there is one (native and small strings: always here), which is several times faster than
-    /// iterating the view.
-    @inline(__always)
-    func containsByte(where predicate: (UInt8) -> Bool) -> Bool {
-        if let found = withContiguousStorageIfAvailable({ $0.contains(where: predicate) }) { return found }
-        return contains(where: predicate)
-    }
+/// Whether JSON text must escape `byte` in a string (`JSONText.append`): quote, backslash, C0
+/// controls, and 0xE2, which leads the UTF-8 of U+2028 and U+2029 (E2 80 A8, E2 80 A9).
+@inline(__always)
+private func needsEscaping(_ byte: UInt8) -> Bool {
+    byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == 0xE2
 }
