@@ -28,7 +28,7 @@ import struct
 import subprocess
 import time
 
-from e2e_support import (HOST, Failure, Server, check, log, main, open_subscribers, request,
+from e2e_support import (HOST, Server, check, log, main, metric_value, open_subscribers, request,
                          streams_ended_settles, token_hex)
 
 TERMINATOR = b"\r\n0\r\n\r\n"
@@ -110,13 +110,6 @@ def read_stream_to_end(port, timeout=5):
         sock.close()
 
 
-def metric(text, name):
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return None
-
-
 def health_check(binary, port, probe):
     """`--health-check=PROBE` of the service on `port`: its exit code."""
     return subprocess.run([binary, "--health-check=" + probe, "--port", str(port)], env={"PATH": "/usr/bin:/bin"},
@@ -145,8 +138,8 @@ def during_the_window(binary, port, pid, pipe):
         results["new_stream"] = read_stream_to_end(port)
         status, _, body = request(port, "GET", "/metrics")
         text = body.decode()
-        results["metrics"] = (status, metric(text, "forge_push_token_draining"),
-                              metric(text, 'forge_push_token_streams_ended_total{reason="drain"}'))
+        results["metrics"] = (status, metric_value(text, "forge_push_token_draining"),
+                              metric_value(text, 'forge_push_token_streams_ended_total{reason="drain"}'))
         time.sleep(2.0)
         os.kill(pid, signal.SIGHUP)  # changes nothing about the drain
         results["sighup_at"] = time.monotonic()

@@ -312,6 +312,22 @@ def request(port, method, path, body=None, headers=None, timeout=5):
         conn.close()
 
 
+def metric_value(text, series):
+    """The value of `series` (a metric's name with its labels, as the exposition writes them) in
+    the text of a /metrics answer, or None when it has no such line."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def metric(port, series, headers=None, timeout=5):
+    """The value of `series` in the /metrics of the service on `port` (None without it)."""
+    status, _, body = request(port, "GET", "/metrics", headers=headers, timeout=timeout)
+    check(status == 200, "GET /metrics answered %s: %r" % (status, body[:200]))
+    return metric_value(body.decode(), series)
+
+
 def streams_ended_settles(port, reason, expected, headers=None, timeout=5):
     """Waits until `forge_push_token_streams_ended_total{reason=...}` reads `expected`; returns it.
 
@@ -325,8 +341,9 @@ def streams_ended_settles(port, reason, expected, headers=None, timeout=5):
     while True:
         status, _, body = request(port, "GET", "/metrics", headers=headers)
         check(status == 200, "GET /metrics answered %s" % status)
-        lines = [line for line in body.decode().splitlines() if line.startswith("forge_push_token_streams_ended_total{")]
-        value = next((float(line.split()[-1]) for line in lines if line.startswith(series + " ")), None)
+        text = body.decode()
+        lines = [line for line in text.splitlines() if line.startswith("forge_push_token_streams_ended_total{")]
+        value = metric_value(text, series)
         check(value is not None and value <= expected, "%s is %s, over %s: %s" % (series, value, expected, lines))
         if value == expected:
             return value

@@ -18,10 +18,9 @@ import signal
 import ssl
 import subprocess
 import tempfile
-import time
 import http.client
 
-from e2e_support import HOST, Failure, Server, check, log, main, request, token_hex, wait_until
+from e2e_support import HOST, Server, check, log, main, request, token_hex, wait_until
 from replicas_test import Redis, free_port
 
 DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "replicas.md")

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from e2e_support import check_list, run_tap_checks, HOST, EventStream, Failure, Server, check
+from e2e_support import check_list, run_tap_checks, HOST, EventStream, Failure, Server, check, metric_value
 
 VERBOSE = False
 
@@ -257,10 +257,9 @@ DEADLINE_ARGS = ["--header-timeout", "2", "--idle-timeout", "8", "--heartbeat", 
 def metric(port, series):
     status, data = exchange(port, head_of("GET", "/metrics", [("Host", HOST), ("Connection", "close")]))
     check(status == 200, "GET /metrics answered %r" % data[:200])
-    for line in data.decode().splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[1])
-    raise Failure("no series %s in /metrics" % series)
+    value = metric_value(data.decode(), series)
+    check(value is not None, "no series %s in /metrics" % series)
+    return value
 
 
 def trickle(sock, first, pieces, interval, stop):

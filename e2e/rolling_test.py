@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 
-from e2e_support import HOST, Failure, Server, check, log, main, request, token_hex, wait_until
+from e2e_support import HOST, Failure, Server, check, log, main, metric, request, token_hex, wait_until
 from replicas_test import Redis, free_port
 
 DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "replicas.md")
@@ -343,14 +343,6 @@ class Writer:
     def close(self):
         self.stop.set()
         self.thread.join(15)
-
-
-def metric(port, name):
-    status, _, body = request(port, "GET", "/metrics", timeout=5)
-    for line in body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return None
 
 
 def peak_per_second(times):

@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 from e2e_support import (SENTINEL_FAILOVER_BOUND, check, sentinels_ready, distinct_free_ports, docs_block_folder, docs_sh_blocks,
                          health_of as health, log, main, request, token_hex, wait_until)

@@ -218,9 +218,9 @@ def failover(binary, certificates=None):
                 n += 1
                 started = time.monotonic()
                 try:
-                    status, headers, body = write(ports[index], token_hex(0x5E00 + index, n), timeout=5)
+                    status, _, body = write(ports[index], token_hex(0x5E00 + index, n), timeout=5)
                 except OSError as error:
-                    status, headers, body = None, {}, {"error": str(error)}
+                    status, body = None, {"error": str(error)}
                 results[index].append((started, time.monotonic(), status, body))
                 time.sleep(0.02)
 

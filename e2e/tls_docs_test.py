@@ -20,7 +20,6 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 
 from e2e_support import EventStream, check, distinct_free_ports, docs_block_folder, docs_sh_blocks, health_of as health, log, main, request, token_hex, wait_until
 

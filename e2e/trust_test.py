@@ -29,20 +29,11 @@ import subprocess
 import threading
 import time
 
-from e2e_support import (HOST, Server, check, docs_sh_blocks, log, loopback_listener, main, request, token_hex,
-                         wait_until)
+from e2e_support import (HOST, Server, check, docs_sh_blocks, log, loopback_listener, main, metric,
+                         token_hex, wait_until)
 from probe_test import DroppingProxy
 from replicas_test import PREFIX, REPLICA_ARGS, Redis, health, token_state, version_of, write
 from sentinel_test import MASTER, Sentinel
-
-
-def metric(port, name):
-    """The value of one series in /metrics (name with its labels), or None."""
-    _, _, body = request(port, "GET", "/metrics", timeout=3)
-    for line in body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
 
 
 def ignored(port, kind):
