@@ -42,17 +42,21 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
 
     /// The current rendition.
     @inlinable public var current: Rendition { storedCurrent }
+    /// `current`, written only by this machine's transitions.
     @usableFromInline var storedCurrent: Rendition
     /// The store's health, from its reports and the outcomes of commits; `.degraded` with
     /// `StoreHealth.versionExhausted` while the current version is 2^64 - 1 and `health` would
     /// otherwise be `.ok` (every change is refused then, so the service is not well).
     @inlinable public var health: StoreHealth { storedHealth }
+    /// `health`, written only by this machine's transitions.
     @usableFromInline var storedHealth: StoreHealth
     /// Whether `stop()` has happened.
     @inlinable public var isStopping: Bool { storedIsStopping }
+    /// `isStopping`, written only by this machine's transitions.
     @usableFromInline var storedIsStopping = false
     /// Commits proposed to the store (`beginCommit()`) whose outcome has not come back yet.
     @inlinable public var commitsInFlight: Int { storedCommitsInFlight }
+    /// `commitsInFlight`, written only by this machine's transitions.
     @usableFromInline var storedCommitsInFlight = 0
     /// `stop()` happened while commits were in flight: the subscribers are finished when the last
     /// one comes back (`finishIfDrained()`), after its change has reached them.
