@@ -326,9 +326,9 @@ func addHeaders(
     _ headers: HTTPHeaders, to response: OpaquePointer, crossOrigin: CrossOriginPolicy, origin: String?
 ) {
     // `withCString`: the implicit conversion of a `String` argument heap-copies a small string.
-    for field in ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin) {
-        _ = field.name.withCString { name in
-            field.value.withCString { value in MHD_add_response_header(response, name, value) }
+    ResponseHeaders.forEachField(of: headers, crossOrigin: crossOrigin, origin: origin) { name, value in
+        _ = name.withCString { name in
+            value.withCString { value in MHD_add_response_header(response, name, value) }
         }
     }
 }

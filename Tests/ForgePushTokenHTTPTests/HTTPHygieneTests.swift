@@ -53,6 +53,29 @@ struct HTTPHygieneTests {
         #expect(own["Cache-Control"] == "no-cache")
     }
 
+    @Test("the engine's walk over an answer's fields (forEachField) gives completing's fields, in order")
+    func forEachFieldIsCompleting() throws {
+        let policy = try CrossOriginPolicy(origins: ["https://app.example"])
+        let inputs: [HTTPHeaders] = [
+            [:], ["Content-Type": "application/json"], ["cache-control": "no-cache", "Vary": "Accept"],
+            ["X-Content-Type-Options": "nosniff", "Cache-Control": "no-store", "ETag": "\"x\""],
+        ]
+        for headers in inputs {
+            for (crossOrigin, origin) in [
+                (CrossOriginPolicy(), nil), (CrossOriginPolicy(), "https://app.example"), (policy, nil),
+                (policy, "https://app.example"), (policy, "https://other.example"),
+            ] {
+                var walked: [String] = []
+                ResponseHeaders.forEachField(of: headers, crossOrigin: crossOrigin, origin: origin) {
+                    walked.append("\($0): \($1)")
+                }
+                let completed = ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin)
+                #expect(walked == completed.fields.map { "\($0.name): \($0.value)" })
+                #expect(walked.count >= headers.fields.count + (crossOrigin.isEnabled ? 1 : 0))
+            }
+        }
+    }
+
     @Test(
         "each route names the cache policy it means",
         arguments: [
