@@ -82,6 +82,22 @@ struct HexEncodingTests {
         }
     }
 
+    @Test("lowercased accepts exactly the hex digits, at every position, of all 256 byte values")
+    func lowercasedEveryByte() {
+        let hex = Set("0123456789abcdefABCDEF".utf8)
+        for byte in 0...255 {
+            let codeUnit = UInt8(byte)
+            for text in [[codeUnit, 0x30], [0x30, codeUnit], [0x61, 0x41, codeUnit, 0x46]] {
+                let lowered = text.withUnsafeBufferPointer { DeviceTokenHex.lowercased(buffer: $0) }
+                if hex.contains(codeUnit) {
+                    #expect(lowered == String(decoding: text, as: UTF8.self).lowercased(), "\(text)")
+                } else {
+                    #expect(lowered == nil, "\(text)")
+                }
+            }
+        }
+    }
+
     @Test("a sequence without contiguous storage encodes like an array")
     func nonContiguousSequenceEncodes() {
         #expect(DeviceTokenHex.encode((0..<4).lazy.map { UInt8($0 * 0x41) }) == "004182c3")
