@@ -169,11 +169,16 @@ public enum RequestFraming {
         public mutating func countHeader(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) {
             records += 1
             let cr = UInt8(ascii: "\r")
-            if name.contains(cr) || value?.contains(cr) == true { bareCR += 1 }
-            if name.isEmpty || name.contains(where: { $0 == 0 || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
-            {
-                malformedNames += 1
+            // One pass over the name for both of its checks (this runs for every field of every
+            // request), with the flags as bits rather than `||`, so that the loop has no branch.
+            var nameHasCR: UInt8 = 0
+            var nameMalformed: UInt8 = name.isEmpty ? 1 : 0
+            for byte in name {
+                nameHasCR |= byte == cr ? 1 : 0
+                nameMalformed |= byte == 0 || byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") ? 1 : 0
             }
+            if nameHasCR != 0 || value?.contains(cr) == true { bareCR += 1 }
+            if nameMalformed != 0 { malformedNames += 1 }
             if Self.named(name, "Host") {
                 host += 1
             } else if Self.named(name, "Content-Length") {
