@@ -139,10 +139,13 @@ def wait_until(predicate, timeout, interval=0.02, what="condition"):
 class Server:
     """One forge-push-token-server process; standard error goes to a file (never a full pipe)."""
 
-    def __init__(self, binary, args=(), env=None, workdir=None):
-        self.binary = binary
+    def __init__(self, binary, args=(), env=None, workdir=None, cwd=None):
+        """`cwd`: the process's working directory (the test's own when None)."""
+        # Absolute, so that a relative PATH still names the binary from another `cwd`.
+        self.binary = os.path.abspath(binary) if os.sep in binary else binary
         self.args = list(args)
         self.env = env
+        self.cwd = cwd
         self.workdir = workdir or tempfile.mkdtemp(prefix="e2e-server-")
         self.proc = None
         self.port = None
@@ -175,7 +178,7 @@ class Server:
         self.started_at = time.time()
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen([self.binary] + self.args, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=err, env=environment)
+                                         stdout=subprocess.DEVNULL, stderr=err, env=environment, cwd=self.cwd)
         with _started_lock:
             _started[self.proc.pid] = self.proc
         return self

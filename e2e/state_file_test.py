@@ -118,7 +118,30 @@ def restart_keeps_token(binary, workdir):
     finally:
         flag.stop()
         flag.kill()
-    log("(a) ok: token B and id %d survived a restart; version continued to 3" % last_id)
+
+    # A bare name is a file in the working directory, saved there and read back from there (the
+    # save once wrote it under its name less the first letter, and a restart lost the token).
+    here = os.path.join(workdir, "a", "bare")
+    os.makedirs(here)
+    d = token_hex(0xD, 4)
+    bare = Server(binary, BASE_ARGS + ["--state-file", "state.json"], workdir=workdir, cwd=here).start()
+    try:
+        status, _, body = bare.register(d)
+        check(status == 200, "register with --state-file state.json answered %s: %r" % (status, body))
+        check(sorted(os.listdir(here)) == ["state.json"], "the folder holds %r, not state.json alone"
+              % sorted(os.listdir(here)))
+        check(read_state(os.path.join(here, "state.json")) == {"token": d, "version": 1},
+              "state.json holds %r" % read_state(os.path.join(here, "state.json")))
+        check(bare.stop() == 0, "the bare-name server did not exit 0 on SIGTERM")
+    finally:
+        bare.kill()
+    bare = Server(binary, BASE_ARGS + ["--state-file", "state.json"], workdir=workdir, cwd=here).start()
+    try:
+        check(bare.token() == d, "after a restart with a bare name GET /token is %r, not %s" % (bare.token(), d))
+    finally:
+        bare.stop()
+        bare.kill()
+    log("(a) ok: token B and id %d survived a restart; version continued to 3; a bare name too" % last_id)
 
 
 # -- (e) ----------------------------------------------------------------------------------------

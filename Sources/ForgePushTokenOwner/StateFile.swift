@@ -72,6 +72,11 @@ public struct StateFile: Sendable {
     /// A state file at `path` (it need not exist yet).
     public init(path: String) {
         self.path = path
+        let slash = path.lastIndex(of: "/")
+        let name = String(slash.map { path[path.index(after: $0)...] } ?? path[...])
+        self.name = name
+        self.temporaryName = name + ".tmp"
+        self.folder = slash.map { slash in slash == path.startIndex ? "/" : String(path[..<slash]) } ?? "."
     }
 
     /// Reads the file.
@@ -179,10 +184,11 @@ public struct StateFile: Sendable {
     var temporary: String { path + ".tmp" }
 
     /// The temporary file's name in the folder.
-    var temporaryName: String { name + ".tmp" }
+    let temporaryName: String
 
-    /// The target's name in the folder.
-    var name: String { String(path[path.index(after: path.lastIndex(of: "/") ?? path.startIndex)...]) }
+    /// The target's name in the folder: what follows the path's last `/`, or the whole path when
+    /// it has none (a name in the working directory).
+    let name: String
 
     /// The second stage of `save(_:)`: flushes the folder `replacement` was renamed in (`fsync`),
     /// which makes the rename, and so the new contents, durable. One flush covers every rename
@@ -194,11 +200,7 @@ public struct StateFile: Sendable {
 
     /// The folder that holds the file (and its temporary twin): `.` for a bare name, `/` for a
     /// file at the root.
-    public var folder: String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        let folder = String(path[..<slash])
-        return folder.isEmpty ? "/" : folder
-    }
+    public let folder: String
 
     private func failure(_ step: String, _ file: String) -> Failure {
         Failure(description: "cannot \(step) state file \(file): \(systemErrorText(errno))")

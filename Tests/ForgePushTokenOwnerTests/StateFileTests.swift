@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwnerTestSupport
+import ForgePushTokenTestSupport
 import Testing
 
 @testable import ForgePushTokenOwner
@@ -40,6 +41,39 @@ import Testing
         try file.save(.init(token: nil, version: 8))
         #expect(try file.load() == .init(token: nil, version: 8))
         #expect(access(file.path + ".tmp", F_OK) != 0, "the temporary file is renamed away")
+    }
+
+    @Test(
+        "a save writes the file at its path, whatever the path's shape (a bare name lost its first letter)",
+        arguments: [
+            ("state.json", ".", "state.json"), ("./state.json", ".", "state.json"), ("/state.json", "/", "state.json"),
+            ("/var/lib/forge/state.json", "/var/lib/forge", "state.json"), ("data/s", "data", "s"),
+            ("a//b", "a/", "b"),
+        ])
+    func pathShapes(path: String, folder: String, name: String) {
+        let file = StateFile(path: path)
+        #expect(file.folder == folder)
+        #expect(file.name == name)
+        #expect(file.temporaryName == name + ".tmp")
+        #expect(file.temporary == path + ".tmp")
+    }
+
+    @Test("a relative path is saved to and loaded from that path, in a folder of its own")
+    func relativePathRoundTrips() throws {
+        let dir = folder()
+        var cwd = [CChar](repeating: 0, count: 4096)
+        let here = String(cString: getcwd(&cwd, cwd.count)!)
+        // The same folder, reached from the working directory through "..": a relative path
+        // with a folder part, without changing the process's working directory.
+        let relative = String(repeating: "../", count: here.split(separator: "/").count) + String(dir.dropFirst())
+        let file = StateFile(path: relative + "/state.json")
+        defer {
+            unlink(dir + "/state.json")
+            rmdir(dir)
+        }
+        try file.save(.init(token: "c3d4", version: 2))
+        #expect(try StateFile(path: dir + "/state.json").load() == .init(token: "c3d4", version: 2))
+        #expect(try file.load() == .init(token: "c3d4", version: 2))
     }
 
     @Test(arguments: [
