@@ -59,8 +59,29 @@ public struct StateFile: Sendable {
 
         enum CodingKeys: String, CodingKey { case token, version }
 
-        /// What the file holds for these contents: the JSON object and a newline.
-        var bytes: [UInt8] { JSONBody.encode(self) + [0x0A] }
+        /// What the file holds for these contents: the JSON object and a newline. For the tokens
+        /// the service stores (lowercase hex, or none) written directly, as the same bytes
+        /// `JSONBody.encode` makes (sorted keys, so `token` first; nothing in hex to escape):
+        /// `JSONEncoder` cost 25,000 instructions a save, on the path every write waits for
+        /// (docs/performance.md, "Issue 32, fifth stop"). Any other token goes through it.
+        var bytes: [UInt8] {
+            let hex = token?.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) } ?? true
+            guard hex else { return JSONBody.encode(self) + [0x0A] }
+            var out: [UInt8] = []
+            out.reserveCapacity(40 + (token?.utf8.count ?? 0))
+            out.append(contentsOf: #"{"token":"#.utf8)
+            if let token {
+                out.append(UInt8(ascii: "\""))
+                out.append(contentsOf: token.utf8)
+                out.append(UInt8(ascii: "\""))
+            } else {
+                out.append(contentsOf: "null".utf8)
+            }
+            out.append(contentsOf: #","version":"#.utf8)
+            out.append(contentsOf: String(version).utf8)
+            out.append(contentsOf: "}\n".utf8)
+            return out
+        }
     }
 
     /// Why the state file could not be read or written; `description` is one line naming the file.

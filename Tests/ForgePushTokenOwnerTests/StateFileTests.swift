@@ -76,6 +76,28 @@ import Testing
         #expect(try file.load() == .init(token: "c3d4", version: 2))
     }
 
+    @Test("the file's bytes are JSONEncoder's with sorted keys, written directly for hex tokens and none")
+    func contentsBytes() throws {
+        var generator = SeededGenerator(state: 32)
+        var samples: [StateFile.Contents] = [
+            .init(token: nil, version: 0), .init(token: nil, version: .max), .init(token: "", version: 1),
+            .init(token: "00", version: 10), .init(token: String(repeating: "f", count: 512), version: 12_345),
+            // Not hex: through JSONEncoder, escapes and all.
+            .init(token: "AB", version: 3), .init(token: "a\"b\\c\u{2028}\n", version: 4),
+        ]
+        for _ in 0..<200 {
+            let bytes = (0..<Int.random(in: 1...64, using: &generator)).map { _ in
+                UInt8.random(in: 0...255, using: &generator)
+            }
+            samples.append(
+                .init(
+                    token: DeviceTokenHex.encode(bytes), version: UInt64.random(in: 0...UInt64.max, using: &generator)))
+        }
+        for contents in samples {
+            #expect(contents.bytes == JSONBody.encode(contents) + [0x0A], "\(contents)")
+        }
+    }
+
     @Test(arguments: [
         "", "{", "[]", #"{"version":1}"#, #"{"token":"a1","version":-1}"#, #"{"token":"A1","version":1}"#,
         #"{"token":"abc","version":1}"#, #"{"token":7,"version":1}"#, "garbage",
