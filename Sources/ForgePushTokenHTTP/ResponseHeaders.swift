@@ -37,7 +37,7 @@ public enum ResponseHeaders {
         _ headers: HTTPHeaders, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), origin: String? = nil
     ) -> HTTPHeaders {
         var completed = HTTPHeaders()
-        completed.reserveCapacity(headers.fields.count + defaults.count + (crossOrigin.isEnabled ? 3 : 0))
+        completed.reserveCapacity(headers.fields.count + defaults.count)
         forEachField(of: headers, crossOrigin: crossOrigin, origin: origin) { completed.add($0, $1) }
         return completed
     }

@@ -146,14 +146,20 @@ enum JSONText {
         // Nothing to escape (hex digits, always, for a token): the bytes are copied as they are,
         // from the string's contiguous storage when it has one (native and small strings: always
         // here) with one `memcpy`, which costs a fraction of appending the view byte by byte.
-        let copied =
-            utf8.withContiguousStorageIfAvailable { bytes -> Bool in
-                guard !bytes.contains(where: needsEscaping) else { return false }
-                out.append(contentsOf: bytes)
-                return true
-            } ?? false
-        if copied || !utf8.contains(where: needsEscaping) {
-            if !copied { out.append(contentsOf: utf8) }
+        let plain: Bool
+        if let copied = utf8.withContiguousStorageIfAvailable({ bytes -> Bool in
+            guard !bytes.contains(where: needsEscaping) else { return false }
+            out.append(contentsOf: bytes)
+            return true
+        }) {
+            plain = copied
+        } else if !utf8.contains(where: needsEscaping) {
+            out.append(contentsOf: utf8)
+            plain = true
+        } else {
+            plain = false
+        }
+        if plain {
             out.append(UInt8(ascii: "\""))
             return
         }
