@@ -105,7 +105,13 @@ if let redis = options.redis {
                 + systemErrorText(errno), format: options.logFormat)
         exit(1)
     }
-    log.log(.info, "state file \(path): version \(initial.version)")
+    // A relative path names a file in the working directory: the log says which one.
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let directory = buffer.withUnsafeMutableBufferPointer { buffer in
+        getcwd(buffer.baseAddress, buffer.count).map { String(cString: $0) }
+    }
+    let whereRelative = path.hasPrefix("/") ? "" : directory.map { " (in \($0))" } ?? ""
+    log.log(.info, "state file \(path)\(whereRelative): version \(initial.version)")
     store = fileStore
 } else {
     store = MemoryTokenStore()
