@@ -93,11 +93,14 @@ public struct StateFile: Sendable {
     /// A state file at `path` (it need not exist yet).
     public init(path: String) {
         self.path = path
-        let slash = path.lastIndex(of: "/")
-        let name = String(slash.map { path[path.index(after: $0)...] } ?? path[...])
+        // The last `/` byte: the kernel splits a path at bytes, where `Character`s could hold a
+        // `/` together with a neighbouring combining or prepended mark and hide it.
+        let bytes = path.utf8
+        let slash = bytes.lastIndex(of: UInt8(ascii: "/"))
+        let name = String(Substring(slash.map { bytes[bytes.index(after: $0)...] } ?? bytes[...]))
         self.name = name
         self.temporaryName = name + ".tmp"
-        self.folder = slash.map { slash in slash == path.startIndex ? "/" : String(path[..<slash]) } ?? "."
+        self.folder = slash.map { slash in slash == bytes.startIndex ? "/" : String(Substring(bytes[..<slash])) } ?? "."
     }
 
     /// Reads the file.

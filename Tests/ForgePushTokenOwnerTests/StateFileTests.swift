@@ -49,6 +49,8 @@ import Testing
             ("state.json", ".", "state.json"), ("./state.json", ".", "state.json"), ("/state.json", "/", "state.json"),
             ("/var/lib/forge/state.json", "/var/lib/forge", "state.json"), ("data/s", "data", "s"),
             ("a//b", "a/", "b"),
+            // A `/` that one `Character` holds with a mark beside it is still where the path splits.
+            ("dir\u{600}/x", "dir\u{600}", "x"), ("a/\u{301}b", "a", "\u{301}b"), ("é/é.json", "é", "é.json"),
         ])
     func pathShapes(path: String, folder: String, name: String) {
         let file = StateFile(path: path)
@@ -84,6 +86,9 @@ import Testing
             .init(token: "00", version: 10), .init(token: String(repeating: "f", count: 512), version: 12_345),
             // Not hex: through JSONEncoder, escapes and all.
             .init(token: "AB", version: 3), .init(token: "a\"b\\c\u{2028}\n", version: 4),
+            // Printable ASCII that is not lowercase hex, each needing an escape or not.
+            .init(token: "a\"b", version: 5), .init(token: "a\\b", version: 6), .init(token: "\"", version: 7),
+            .init(token: "a/b", version: 8), .init(token: "g", version: 9), .init(token: "\u{1F}", version: 10),
         ]
         for _ in 0..<200 {
             let bytes = (0..<Int.random(in: 1...64, using: &generator)).map { _ in
