@@ -44,6 +44,7 @@ struct HTTPHygieneTests {
     @Test("every answer gets nosniff, and no-store unless it names its own Cache-Control")
     func completing() {
         let plain = ResponseHeaders.completing(["Content-Type": "application/json"])
+        #expect(plain.fields.map(\.name) == ["Content-Type", "X-Content-Type-Options", "Cache-Control"])
         #expect(plain["X-Content-Type-Options"] == "nosniff")
         #expect(plain["Cache-Control"] == "no-store")
         #expect(plain.fields.count == 3)

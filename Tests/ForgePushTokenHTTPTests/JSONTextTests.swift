@@ -37,6 +37,27 @@ struct JSONTextTests {
         #expect(try Self.decoded(literal) == value)
     }
 
+    @Test("each character that must be escaped is escaped alone, first, last and between plain ones")
+    func everyEscapeAlone() throws {
+        // Never raw: the C0 controls and the two separators.
+        let neverRaw = (0..<0x20).map { Character(Unicode.Scalar(UInt8($0))) } + ["\u{2028}", "\u{2029}"]
+        for character in neverRaw {
+            for value in [String(character), "\(character)ab", "ab\(character)", "a\(character)b"] {
+                let literal = Self.escaped(value)
+                #expect(!literal.contains(character), "\(value.unicodeScalars.map(\.value))")
+                #expect(try Self.decoded(literal) == value)
+            }
+        }
+        // Quote and backslash: preceded by a backslash.
+        #expect(Self.escaped("\"") == #""\"""#)
+        #expect(Self.escaped("\\") == #""\\""#)
+        #expect(Self.escaped("a\"") == #""a\"""#)
+        #expect(Self.escaped("\\b") == #""\\b""#)
+        for plain in ["ab01", "/", "~", "€", "é", "\u{7F}", " "] {
+            #expect(Self.escaped(plain) == "\"" + plain + "\"")
+        }
+    }
+
     @Test("U+2028 and U+2029 are written as \\u2028 and \\u2029; other E2-led characters stay raw")
     func separators() {
         #expect(Self.escaped("a\u{2028}b\u{2029}c") == #""a\u2028b\u2029c""#)

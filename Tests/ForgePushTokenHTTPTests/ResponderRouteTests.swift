@@ -106,7 +106,11 @@ struct ResponderRouteTests {
             #expect(Route(path: route.rawValue + "/") == nil)
             #expect(Route(path: route.rawValue.uppercased()) == (route == .page ? .page : nil))
         }
-        for path in ["", "//", "/token/", "/token/streams", "/registe", "/register\0", "/Register", "/token%2Fstream"] {
+        for path in [
+            "", "//", "/token/", "/token/streams", "/token/x", "/registe", "/register\0", "/Register",
+            "/token%2Fstream",
+            "/index.html", "/tokens", "/metrics/", "token", " /token",
+        ] {
             #expect(Route(path: path) == nil, "\(path)")
         }
     }

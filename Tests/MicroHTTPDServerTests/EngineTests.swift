@@ -47,6 +47,23 @@ import Testing
         #expect(record.route == .register && record.status == 200 && record.bytes == 10 && record.microseconds != nil)
     }
 
+    @Test("a request is recorded with its duration in microseconds, from its head to its answer")
+    func durationInMicroseconds() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        defer { client.close() }
+        let started = ContinuousClock.now
+        try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
+        usleep(300_000)  // the body comes at least 0.3 s after the head: a lower bound, not a wait
+        try client.send("ab")
+        #expect(try client.readResponse().status == 200)
+        #expect(eventually { live.finished.count == 1 })
+        let elapsed = ContinuousClock.now - started  // after the record: it spans the server's own
+        let microseconds = try #require(live.finished.first?.microseconds)
+        let bound = elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000
+        #expect(microseconds >= 300_000 && Int64(microseconds) <= bound, "\(microseconds) µs, \(bound) µs seen here")
+    }
+
     @Test("the head handed over: the header fields and query parameters the application reads, no others")
     func headHandedOver() throws {
         let live = try FakeServer()
