@@ -54,7 +54,10 @@ import Testing
         defer { client.close() }
         let started = ContinuousClock.now
         try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
-        usleep(300_000)  // the body comes at least 0.3 s after the head: a lower bound, not a wait
+        // The request's clock starts when the engine opens it, which admits it: once admitted, a
+        // body sent 0.3 s later makes its duration at least that (a lower bound, not a wait).
+        #expect(eventually { live.application.admitted.value == 1 })
+        usleep(300_000)
         try client.send("ab")
         #expect(try client.readResponse().status == 200)
         #expect(eventually { live.finished.count == 1 })
