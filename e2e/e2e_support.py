@@ -141,8 +141,7 @@ class Server:
 
     def __init__(self, binary, args=(), env=None, workdir=None, cwd=None):
         """`cwd`: the process's working directory (the test's own when None)."""
-        # Absolute, so that a relative PATH still names the binary from another `cwd`.
-        self.binary = os.path.abspath(binary) if os.sep in binary else binary
+        self.binary = binary
         self.args = list(args)
         self.env = env
         self.cwd = cwd
@@ -177,7 +176,9 @@ class Server:
                 remember_secret(arg.split("=", 1)[1])
         self.started_at = time.time()
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([self.binary] + self.args, stdin=subprocess.DEVNULL,
+            # Absolute, so that a relative path still names the binary from another `cwd`.
+            binary = os.path.abspath(self.binary) if self.cwd and os.sep in self.binary else self.binary
+            self.proc = subprocess.Popen([binary] + self.args, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=err, env=environment, cwd=self.cwd)
         with _started_lock:
             _started[self.proc.pid] = self.proc
