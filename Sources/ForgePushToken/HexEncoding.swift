@@ -121,6 +121,13 @@ package enum DeviceTokenHex {
         nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") - 10 + nibble
     }
 
+    /// Whether `codeUnit` is one of the digits `encode` writes (`0`–`9`, `a`–`f`): the canonical
+    /// form the service keeps a token in. Stateless; thread-safe.
+    @inline(__always)
+    package static func isLowercaseDigit(_ codeUnit: UInt8) -> Bool {
+        (codeUnit &- UInt8(ascii: "0")) < 10 || (codeUnit &- UInt8(ascii: "a")) < 6
+    }
+
     /// The value of one ASCII hex digit, or `nil` if `codeUnit` is not one.
     @inline(__always)
     private static func nibble(_ codeUnit: UInt8) -> UInt8? {

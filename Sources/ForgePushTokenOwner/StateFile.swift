@@ -65,7 +65,7 @@ public struct StateFile: Sendable {
         /// `JSONEncoder` cost 25,000 instructions a save, on the path every write waits for
         /// (docs/performance.md, "Issue 32, fifth stop"). Any other token goes through it.
         var bytes: [UInt8] {
-            let hex = token?.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) } ?? true
+            let hex = token?.utf8.allSatisfy(DeviceTokenHex.isLowercaseDigit) ?? true
             guard hex else { return JSONBody.encode(self) + [0x0A] }
             var out: [UInt8] = []
             out.reserveCapacity(40 + (token?.utf8.count ?? 0))
