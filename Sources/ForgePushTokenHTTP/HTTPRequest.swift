@@ -104,7 +104,9 @@ extension StringProtocol {
     }
 }
 
-@inline(__always)
-func asciiLower(_ byte: UInt8) -> UInt8 {
+/// `byte` with an ASCII capital letter made small, any other byte as it is (the case folding of
+/// RFC 9110 §5.1's case-insensitive field names). Inlined across modules.
+@inlinable @inline(__always)
+public func asciiLower(_ byte: UInt8) -> UInt8 {
     (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")) ? byte | 0x20 : byte
 }

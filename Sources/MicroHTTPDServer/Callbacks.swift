@@ -106,8 +106,9 @@ func mhdStreamFree(_ cls: UnsafeMutableRawPointer?) {
 }
 
 /// `MHD_KeyValueIteratorN` of `scanFraming`: one record of a request's head (a header field, query
-/// argument or cookie), counted into the `FramingScan` that `cls` points to. Keys and values come
-/// with their full lengths, NULs included.
+/// argument or cookie), counted into the `FramingScan` that `cls` points to, and kept there when
+/// its name is one the scan's `HeadFieldCapture` holds. Keys and values come with their full
+/// lengths, NULs included.
 func mhdFramingIterator(
     _ cls: UnsafeMutableRawPointer?, _ kind: MHD_ValueKind, _ key: UnsafePointer<CChar>?, _ keySize: Int,
     _ value: UnsafePointer<CChar>?, _ valueSize: Int
@@ -116,8 +117,12 @@ func mhdFramingIterator(
     let scan = cls.assumingMemoryBound(to: FramingScan.self)
     guard let key, kind == .HEADER_KIND else {
         scan.pointee.counts.countRecord()
+        if let key, kind == .GET_ARGUMENT_KIND {
+            scan.pointee.keep(name: key, count: keySize, value: value, isArgument: true)
+        }
         return .YES
     }
+    scan.pointee.keep(name: key, count: keySize, value: value, isArgument: false)
     if scan.pointee.firstName == nil { scan.pointee.firstName = key }
     scan.pointee.place(name: key, value: value, valueCount: valueSize)
     scan.pointee.counts.countHeader(

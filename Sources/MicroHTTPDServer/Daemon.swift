@@ -61,9 +61,16 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// generic metadata on each of the ten reads a request makes).
     let application: Application
 
+    /// The header fields and query parameters the first pass over a request's records keeps
+    /// (the engine's and the application's).
+    let capture: HeadFieldCapture
+
     init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) {
         self.server = server
         self.application = server.application
+        self.capture = HeadFieldCapture(
+            headerFields: server.application.headerFieldsRead,
+            queryParameters: server.application.queryParametersRead)
         super.init(loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes)
     }
 

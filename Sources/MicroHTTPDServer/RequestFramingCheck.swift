@@ -25,6 +25,11 @@ import ForgePushTokenHTTP
 /// name is moved out of the head altogether (`process_broken_line` appends the folded line to it
 /// in a new block of the pool).
 struct FramingScan {
+    /// The names whose first value the pass keeps (the daemon's, which outlives every scan: a
+    /// scan lives within one call of the access handler).
+    unowned(unsafe) let capture: HeadFieldCapture
+    /// Their first values.
+    var fields = CapturedFields()
     var counts = RequestFraming.FieldCounts()
     /// The first header field's name as it lies in libmicrohttpd's read buffer (`nil` without
     /// one): where the line after the request line starts.
@@ -39,6 +44,15 @@ struct FramingScan {
     var previousEnd: UnsafePointer<CChar>?
     /// Header fields folded or holding a NUL byte (`RequestFraming.Facts.foldedOrNUL`).
     var foldedOrNUL = 0
+
+    init(capture: HeadFieldCapture) {
+        self.capture = capture
+    }
+
+    /// Keeps the value of a header field or query argument whose name `capture` holds.
+    mutating func keep(name: UnsafePointer<CChar>, count: Int, value: UnsafePointer<CChar>?, isArgument: Bool) {
+        if let slot = capture.slot(of: name, count: count, isArgument: isArgument) { fields.keep(value, in: slot) }
+    }
 
     /// Notes where a header field's `name` and `value` (`valueCount` bytes, as libmicrohttpd
     /// counts them: up to the first NUL) lie: the name must follow the previous field's value
@@ -72,10 +86,10 @@ struct FramingScan {
 
 /// Reads `connection`'s header fields, query arguments and cookies in one pass
 /// (`MHD_get_connection_values_n` with `mhdFramingIterator`, through `fpt_get_head_records`), the
-/// head's size, and where each header field lies in the head, which starts at `method`.
-/// Allocates nothing.
-func scanFraming(_ connection: OpaquePointer, method: UnsafePointer<CChar>) -> FramingScan {
-    var scan = FramingScan()
+/// head's size, where each header field lies in the head, which starts at `method`, and the first
+/// value of each name `capture` holds. Allocates nothing.
+func scanFraming(_ connection: OpaquePointer, method: UnsafePointer<CChar>, capture: HeadFieldCapture) -> FramingScan {
+    var scan = FramingScan(capture: capture)
     scan.headBytes = fpt_request_header_size(connection)
     if scan.headBytes > 0 { scan.head = UnsafeBufferPointer(start: method, count: scan.headBytes) }
     _ = withUnsafeMutablePointer(to: &scan) { pointer in
@@ -161,8 +175,11 @@ func framingRefusal(
     // libmicrohttpd answers a non-numeric Content-Length itself, but takes an empty one (as an
     // obs-fold "Content-Length:\r\n 62" arrives) as no body at all: the body would then be read
     // as the next request.
-    if counts.contentLength == 1, let value = header(connection, "Content-Length"),
-        !value.utf8.contains(where: { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") })
+    if counts.contentLength == 1,
+        let value = scan.fields.value(scan.capture.contentLength, name: "Content-Length", on: connection),
+        !UnsafeRawBufferPointer(start: value, count: strlen(value)).contains(where: {
+            $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")
+        })
     {
         return .error(400, ServiceError("invalid_request", "the Content-Length field has no number"))
     }
@@ -172,7 +189,10 @@ func framingRefusal(
     }
     // Exactly "chunked", as libmicrohttpd matches it: with a trailing space it would not take the
     // body as chunked, and the connection would wait for a body it never reads.
-    if counts.transferEncoding > 1 || header(connection, "Transfer-Encoding")?.lowercased() != "chunked" {
+    if counts.transferEncoding > 1
+        || scan.fields.string(scan.capture.transferEncoding, name: "Transfer-Encoding", on: connection)?
+            .lowercased() != "chunked"
+    {
         return .error(501, ServiceError("not_implemented", "the only transfer coding accepted is chunked"))
     }
     return nil

@@ -85,7 +85,8 @@ extension Daemon {
         guard
             deadlines.headReceived(
                 connection, at: .now, bodyExpected: facts.expectsBody,
-                origin: facts.expectsBody && crossOrigin.isEnabled ? header(connection, "Origin") : nil)
+                origin: facts.expectsBody && crossOrigin.isEnabled
+                    ? facts.scan.fields.string(capture.origin, name: "Origin", on: connection) : nil)
         else { return .NO }
         server.inFlight.add(1, ordering: .acquiringAndReleasing)
         // The cached read answers in the second call. Kept off it: a body announced by
@@ -119,9 +120,11 @@ extension Daemon {
 
     /// Reads the head's framing facts from libmicrohttpd (one pass over its records).
     private func readHead(_ call: RequestCall) -> HeadFacts {
-        let scan = scanFraming(call.connection, method: call.method)
+        let scan = scanFraming(call.connection, method: call.method, capture: capture)
         return HeadFacts(
-            scan: scan, contentLength: header(call.connection, "Content-Length").flatMap { UInt64($0) },
+            scan: scan,
+            contentLength: scan.fields.string(capture.contentLength, name: "Content-Length", on: call.connection)
+                .flatMap { UInt64($0) },
             chunked: scan.counts.transferEncoding > 0,
             framingRefusal: framingRefusal(
                 call.connection, scan: scan, method: call.method, url: call.url, version: call.version,
@@ -134,12 +137,12 @@ extension Daemon {
     private func open(_ call: RequestCall, facts: HeadFacts, flaw: TargetFlaw?, cachedRead: Bool) -> MHD_Result {
         let head = requestHead(
             call.connection, method: String(cString: call.method), path: String(cString: call.url),
-            fields: application.headerFieldsRead, parameters: application.queryParametersRead)
+            fields: application.headerFieldsRead, parameters: application.queryParametersRead, scan: facts.scan)
         // The engine's own answers carry the CORS fields too: `Origin` is read whether or not the
         // application reads it.
         let context = RequestContext(
             method: head.method, path: head.path, chunked: facts.chunked,
-            origin: head.headers["Origin"] ?? header(call.connection, "Origin"),
+            origin: facts.scan.fields.string(capture.origin, name: "Origin", on: call.connection),
             crossOrigin: application.crossOrigin, limit: server.configuration.maxBodyBytes)
         context.headCost = (facts.scan.headBytes, facts.scan.counts.records, facts.scan.counts.cookieValueBytes)
         RequestSlot.context(context).store(in: call.slot)

@@ -14,18 +14,21 @@ import ForgePushTokenHTTP
 
 /// The head of a request as the application sees it: `method`, `path` (libmicrohttpd has split off
 /// the query), the header fields named in `fields` that the request has, and as the query the
-/// parameters named in `parameters` alone (re-encoded from libmicrohttpd's decoded values).
+/// parameters named in `parameters` alone (re-encoded from libmicrohttpd's decoded values), their
+/// values as `scan` kept them (`HeadFieldCapture`: `fields` and `parameters` are the ones its
+/// slots were made for).
 func requestHead(
-    _ connection: OpaquePointer, method: String, path: String, fields: [String], parameters: [String]
+    _ connection: OpaquePointer, method: String, path: String, fields: [String], parameters: [String],
+    scan: FramingScan
 ) -> HTTPRequest {
     var headers = HTTPHeaders()
     headers.reserveCapacity(fields.count)
-    for name in fields {
-        if let value = header(connection, name) { headers.add(name, value) }
+    for (name, slot) in zip(fields, scan.capture.headerSlots) {
+        if let value = scan.fields.string(slot, name: name, on: connection) { headers.add(name, value) }
     }
     var query: String?
-    for name in parameters {
-        guard let value = name.withCString({ MHD_lookup_connection_value(connection, .GET_ARGUMENT_KIND, $0) })
+    for (name, slot) in zip(parameters, scan.capture.parameterSlots) {
+        guard let value = scan.fields.value(slot, name: name, kind: .GET_ARGUMENT_KIND, on: connection)
         else { continue }
         let pair = name + "=" + percentEncoded(UnsafeRawBufferPointer(start: value, count: strlen(value)))
         query = query.map { $0 + "&" + pair } ?? pair
@@ -51,15 +54,4 @@ func percentEncoded(_ bytes: UnsafeRawBufferPointer) -> String {
         }
     }
     return String(decoding: encoded, as: UTF8.self)
-}
-
-/// The value of request header `name`, or `nil`.
-///
-/// `withCString`, not the implicit conversion of a `String` argument: that conversion copies a
-/// small string (up to 15 bytes, most field names) to a new heap array on every call, and this
-/// runs for every field a route reads on every request (`e2e/allocation_test.py` logs the count).
-func header(_ connection: OpaquePointer, _ name: String) -> String? {
-    name.withCString { name in
-        MHD_lookup_connection_value(connection, .HEADER_KIND, name).map { String(cString: $0) }
-    }
 }

@@ -78,6 +78,22 @@ import Testing
         #expect(response.headers["x-fields"] == "1", "X-Other and Content-Type are not read")
     }
 
+    @Test("the head handed over: the first field or parameter of a name, in any case, as libmicrohttpd looks it up")
+    func headFirstOfEachName() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        defer { client.close() }
+        try client.send(
+            "POST /register?Q=first&q=second HTTP/1.1\r\nHost: x\r\nx-echo: first\r\nX-ECHO: second\r\n"
+                + "CONTENT-length: 3\r\n\r\nabc")
+        let response = try client.readResponse(method: "POST")
+        #expect(response.status == 200)
+        #expect(response.headers["x-echo"] == "first")
+        #expect(response.headers["x-query"] == "q=first")
+        #expect(response.headers["x-fields"] == "1")
+        #expect(response.body == Array("abc".utf8), "the Content-Length in capitals framed the body")
+    }
+
     @Test("a chunked body on the cached read's path turns it into an ordinary request, with its limit")
     func chunkedCachedRead() throws {
         let live = try FakeServer { $0.maxBodyBytes = 4 }
