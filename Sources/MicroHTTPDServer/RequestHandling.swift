@@ -256,7 +256,7 @@ extension Daemon {
             admitted.request.body = context.body
             context.body = []
             let reply = application.respond(to: admitted)
-            return perform(context.machine.replied(reply), call, context)
+            return perform(context.machine.replied(reply, to: admitted), call, context)
         case .openStream(let admitted):
             return openStream(admitted, on: connection, context: context)
         case .takeOrSuspend(let pending):

@@ -28,8 +28,10 @@ struct RequestStateMachine {
         case tooLarge
         /// The cached read (`HTTPApplication.cachedReadPath`): answered from the engine's cache.
         case cachedRead
-        /// The application is asked (`.respond`): its reply comes back as `replied(_:)`.
-        case responding(AdmittedRequest)
+        /// The application is asked (`.respond`): its reply comes back as `replied(_:to:)`, with
+        /// the request, which the machine no longer holds (handed over, not copied: a request's
+        /// fields are half a dozen references to retain and release per copy).
+        case responding
         /// A write whose answer is decided later: the connection is suspended until it is.
         case waiting(PendingResponse)
         /// A response is queued (or a stream opened).
@@ -69,7 +71,7 @@ struct RequestStateMachine {
         /// Queue the cached read's response (or its 304).
         case queueCachedRead
         /// Ask the application (`HTTPApplication.respond(to:)`) with the body kept, and pass its
-        /// reply to `replied(_:)`.
+        /// reply to `replied(_:to:)`.
         case respond(AdmittedRequest)
         /// Open the event stream (`HTTPApplication.openStream(for:wake:)`).
         case openStream(AdmittedRequest)
@@ -161,7 +163,7 @@ struct RequestStateMachine {
 
     /// The body is complete (or there was none), or a suspended connection was resumed.
     /// - Returns: `.queue` (a refusal, or the 413), `.queueCachedRead`, `.respond` (then call
-    ///   `replied(_:)`), `.takeOrSuspend` (resumed while waiting), or `.none` once answered.
+    ///   `replied(_:to:)`), `.takeOrSuspend` (resumed while waiting), or `.none` once answered.
     mutating func complete() -> Step {
         switch state {
         case .idle, .answered, .responding:
@@ -177,8 +179,11 @@ struct RequestStateMachine {
             return .queueCachedRead
         case .waiting(let pending):
             return .takeOrSuspend(pending)
-        case .admitted(let admitted):
-            state = .responding(admitted)
+        case .admitted:
+            // Moved out of the state, which becomes `.responding`: no copy of the request.
+            var taken = State.responding
+            swap(&state, &taken)
+            guard case .admitted(let admitted) = consume taken else { return .none }
             return .respond(admitted)
         }
     }
@@ -199,10 +204,11 @@ struct RequestStateMachine {
         }
     }
 
-    /// The application replied to `.respond`.
-    /// - Returns: `.queue`, `.openStream`, or `.takeOrSuspend` for an answer decided later.
-    mutating func replied(_ reply: HTTPReply) -> Step {
-        guard case .responding(let admitted) = state else { return .none }
+    /// The application replied `reply` to `.respond(admitted)`.
+    /// - Returns: `.queue`, `.openStream(admitted)`, or `.takeOrSuspend` for an answer decided
+    ///   later; `.none` when no reply was asked for.
+    mutating func replied(_ reply: HTTPReply, to admitted: consuming AdmittedRequest) -> Step {
+        guard case .responding = state else { return .none }
         switch reply {
         case .response(let response):
             state = .answered

@@ -47,7 +47,7 @@ struct RequestStateMachineTests {
         var write = RequestStateMachine(limit: Self.limit)
         #expect(describe(write.head(.admitted(admitted("POST", .fail)), contentLength: 0, chunked: false)) == "readOn")
         #expect(describe(write.complete()) == "respond POST /fail")
-        #expect(describe(write.replied(.response(.json(200, [])))) == "queue 200")
+        #expect(describe(write.replied(.response(.json(200, [])), to: admitted("POST", .fail))) == "queue 200")
         #expect(describe(write.complete()) == "none")
         var read = RequestStateMachine(limit: Self.limit)
         #expect(describe(read.head(.cachedRead, contentLength: nil, chunked: false)) == "readOn")
@@ -98,7 +98,7 @@ struct RequestStateMachineTests {
         #expect(machine.kept == 16 && machine.received == 16)
         #expect(describe(machine.complete()) == "respond POST /register")
         #expect(describe(machine.complete()) == "none", "a call while the responder is asked does nothing")
-        #expect(describe(machine.replied(.response(HTTPResponse(status: 200)))) == "queue 200")
+        #expect(describe(machine.replied(.response(HTTPResponse(status: 200)), to: admitted())) == "queue 200")
         #expect(describe(machine.complete()) == "none")
     }
 
@@ -156,7 +156,7 @@ struct RequestStateMachineTests {
         var machine = RequestStateMachine(limit: Self.limit)
         _ = machine.head(.admitted(admitted("GET", .stream)), contentLength: nil, chunked: false)
         #expect(describe(machine.complete()) == "respond GET /token/stream")
-        #expect(describe(machine.replied(.eventStream)) == "openStream /token/stream")
+        #expect(describe(machine.replied(.eventStream, to: admitted("GET", .stream))) == "openStream /token/stream")
         #expect(describe(machine.complete()) == "none")
     }
 
@@ -167,7 +167,7 @@ struct RequestStateMachineTests {
         _ = machine.bodyChunk(count: 2)
         _ = machine.complete()
         let pending = PendingResponse()
-        guard case .takeOrSuspend(let first) = machine.replied(.later(pending)) else {
+        guard case .takeOrSuspend(let first) = machine.replied(.later(pending), to: admitted()) else {
             Issue.record("a later answer is not taken or waited for")
             return
         }
@@ -175,7 +175,9 @@ struct RequestStateMachineTests {
         #expect(describe(machine.complete()) == "takeOrSuspend", "resumed")
         machine.sent()
         #expect(describe(machine.complete()) == "none")
-        #expect(describe(machine.replied(.response(HTTPResponse(status: 200)))) == "none", "no reply was asked for")
+        #expect(
+            describe(machine.replied(.response(HTTPResponse(status: 200)), to: admitted())) == "none",
+            "no reply was asked for")
     }
 
     @Test("GET /token from the cache: after its body (if any, within the limit), the cached answer")
