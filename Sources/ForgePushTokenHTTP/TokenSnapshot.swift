@@ -1,6 +1,5 @@
 import ForgePushToken
 import ForgePushTokenOwner
-import Synchronization
 
 /// The service's token at one version, with the bytes every reader of that version shares: the
 /// HTTP layer's `TokenRendition`, which the `TokenOwner` makes once per version it applies.
@@ -15,10 +14,11 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     public let version: UInt64
     /// The device token as lowercase hex digits (2 per byte), or `nil` when none is registered.
     public let token: String?
-    /// The rendering, once its first reader has made it; shared by every copy. Behind a lock (an
-    /// ordering Thread Sanitizer sees: with `AtomicLazyReference` here a debug build drew a report
-    /// of the rendering's fields), held only to read or set the reference, never while rendering.
-    private let rendering: RenderingSlot
+    /// The rendering, once its first reader has made it; shared by every copy. A `Locked` (a
+    /// `pthread_mutex_t`, an ordering Thread Sanitizer sees: with `AtomicLazyReference` here a
+    /// debug build drew a report of the rendering's fields), held only to read or set the
+    /// reference, never while rendering.
+    private let rendering: Locked<Rendering?>
     /// The rendering itself, in a copy made by `prepared()`: read without the lock. A delivery to
     /// 10,000 subscribers on two threads reads it 10,000 times, and the lock, shared by every
     /// copy, would have them contend.
@@ -41,9 +41,9 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     /// each make one, the first stored wins and every reader returns that one.
     private var rendered: Rendering {
         if let ready { return ready }
-        if let rendered = rendering.stored.withLock({ $0 }) { return rendered }
+        if let rendered = rendering.withLock({ $0 }) { return rendered }
         let fresh = Rendering(version: version, token: token)
-        return rendering.stored.withLock { stored in
+        return rendering.withLock { stored in
             if let first = stored { return first }
             stored = fresh
             return fresh
@@ -62,12 +62,12 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     public init(version: UInt64, token: String?) {
         self.version = version
         self.token = token
-        self.rendering = RenderingSlot()
+        self.rendering = Locked(nil)
         self.ready = nil
         self.preparedEvent = []
     }
 
-    private init(version: UInt64, token: String?, rendering: RenderingSlot, ready: Rendering) {
+    private init(version: UInt64, token: String?, rendering: Locked<Rendering?>, ready: Rendering) {
         self.version = version
         self.token = token
         self.rendering = rendering
@@ -99,15 +99,6 @@ public struct TokenSnapshot: TokenRendition, Equatable {
     public static func == (lhs: TokenSnapshot, rhs: TokenSnapshot) -> Bool {
         lhs.version == rhs.version && lhs.token == rhs.token
     }
-}
-
-/// Where the copies of one `TokenSnapshot` find its rendering, once made. One is made per version
-/// the owner applies, read or not (a burst of writes makes one each): a `Mutex` (a futex word, no
-/// set-up or tear-down call) rather than a `Locked`, whose `pthread_mutex_t` took four libc calls to
-/// set up and one to destroy, about 700 instructions per change. Thread-safety: the mutex.
-final class RenderingSlot: Sendable {
-    /// The rendering, or `nil` until a reader has made it.
-    let stored = Mutex<Rendering?>(nil)
 }
 
 /// The bytes of one `TokenSnapshot`, made by its first reader and shared by every copy after.
