@@ -103,6 +103,14 @@ static inline int fpt_connection_fd(struct MHD_Connection *connection) {
     return info == NULL ? -1 : (int)info->connect_fd;
 }
 
+/* The word the connection-notify callback stored for a connection (MHD_CONNECTION_INFO_SOCKET_CONTEXT),
+   or NULL. */
+static inline void *fpt_socket_context(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == NULL ? NULL : info->socket_context;
+}
+
 /* Sets a connection's idle timeout in seconds; 0 means none (MHD_CONNECTION_OPTION_TIMEOUT). */
 static inline enum MHD_Result fpt_set_connection_timeout(struct MHD_Connection *connection,
                                                          unsigned int seconds) {

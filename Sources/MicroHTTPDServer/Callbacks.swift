@@ -64,12 +64,12 @@ func mhdConnectionNotify(
     let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
     switch code.rawValue {
     case ConnectionNotification.started:
-        socketContext.pointee = admittedConnectionMark
-        daemon.deadlines.connected(connection, at: .now)
+        // Non-nil: also marks a connection that holds a place in the `ConnectionLimiter`.
+        socketContext.pointee = daemon.deadlines.connected(connection, at: .now)
     case ConnectionNotification.closed:
-        guard socketContext.pointee == admittedConnectionMark else { return }
+        guard let context = socketContext.pointee else { return }
         socketContext.pointee = nil
-        daemon.deadlines.closed(connection)
+        daemon.deadlines.closed(connection, context: context)
         daemon.limiter.release(fpt_connection_address(connection).flatMap(ClientAddress.init))
     default:
         return

@@ -28,11 +28,6 @@ let fdSetSize: UInt32 = 1024
 /// `MHD_SIZE_UNKNOWN`: a response body of unknown size (sent chunked).
 let responseSizeUnknown = UInt64.max
 
-/// `*socket_context` of a connection that holds a place in the `ConnectionLimiter`: libmicrohttpd
-/// only stores and hands back the word (`MHD_NotifyConnectionCallback`); it is compared, never
-/// dereferenced.
-var admittedConnectionMark: UnsafeMutableRawPointer? { UnsafeMutableRawPointer(bitPattern: 1) }
-
 /// A request target `mhdURILog` refuses before libmicrohttpd parses it (`targetFlaw`), answered
 /// by `targetRefusal` (RequestFramingCheck.swift).
 enum TargetFlaw: UInt, CaseIterable {
