@@ -31,10 +31,17 @@ public struct HTTPResponse: Sendable {
 
     /// A response whose body is already-encoded JSON bytes.
     public static func json(_ status: Int, _ body: [UInt8], headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse {
-        var all: HTTPHeaders = ["Content-Type": jsonContentType]
+        // Shared, not built: every `POST /register` answers through here, and a literal allocated
+        // two arrays each time.
+        guard !headers.fields.isEmpty else { return HTTPResponse(status: status, headers: jsonHeaders, body: body) }
+        var all = jsonHeaders
+        all.reserveCapacity(1 + headers.fields.count)
         for field in headers { all.add(field.name, field.value) }
         return HTTPResponse(status: status, headers: all, body: body)
     }
+
+    /// `Content-Type: application/json; charset=utf-8` alone.
+    private static let jsonHeaders: HTTPHeaders = ["Content-Type": jsonContentType]
 
     /// A response whose body is `value` encoded by Foundation's `JSONEncoder`.
     public static func json(_ status: Int, encoding value: some Encodable, headers: HTTPHeaders = HTTPHeaders())
