@@ -100,6 +100,13 @@ public final class ServiceMetrics: Sendable {
         let route: UInt8
         let method: UInt8
         let status: Int
+
+        /// One word hashed, not three values: once per request, and the synthesized hashing fed
+        /// the hasher three times (statuses fit in 48 bits many times over; equality still
+        /// compares every field).
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(UInt64(route) | UInt64(method) << 8 | UInt64(truncatingIfNeeded: status) << 16)
+        }
     }
 
     struct State: Sendable {

@@ -148,7 +148,7 @@ enum JSONText {
         // here) with one `memcpy`, which costs a fraction of appending the view byte by byte.
         let plain: Bool
         if let copied = utf8.withContiguousStorageIfAvailable({ bytes -> Bool in
-            guard !bytes.contains(where: needsEscaping) else { return false }
+            guard !anyNeedsEscaping(UnsafeRawBufferPointer(bytes)) else { return false }
             out.append(contentsOf: bytes)
             return true
         }) {
@@ -201,6 +201,33 @@ enum JSONText {
 /// Whether JSON text must escape `byte` in a string (`JSONText.append`): quote, backslash, C0
 /// controls, and 0xE2, which leads the UTF-8 of U+2028 and U+2029 (E2 80 A8, E2 80 A9).
 @inline(__always)
-private func needsEscaping(_ byte: UInt8) -> Bool {
+func needsEscaping(_ byte: UInt8) -> Bool {
     byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == 0xE2
+}
+
+/// Whether any byte of `bytes` `needsEscaping`, eight bytes at a time: the "has a byte less than
+/// n" and "has a zero byte" tests of Bit Twiddling Hacks (Sean Eron Anderson, Stanford), exact as
+/// answers to "any" for n at most 128, on each 8-byte word, then the tail byte by byte. A 64-digit
+/// device token is eight words, where the byte-wise scan took about ten instructions a byte on
+/// every `POST /register`.
+func anyNeedsEscaping(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    let ones: UInt64 = 0x0101_0101_0101_0101
+    let highs: UInt64 = 0x8080_8080_8080_8080
+    // Each term's high bit is set in a byte that is what it looks for (or above one that is):
+    // below 0x20, a quote, a backslash, 0xE2 (a zero byte once XORed with it). One branch a word.
+    @inline(__always) func zeroBytes(_ word: UInt64) -> UInt64 { (word &- ones) & ~word }
+    var offset = 0
+    while offset + 8 <= bytes.count {
+        let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+        let found =
+            (word &- ones &* 0x20) & ~word | zeroBytes(word ^ (ones &* 0x22))
+            | zeroBytes(word ^ (ones &* 0x5C)) | zeroBytes(word ^ (ones &* 0xE2))
+        if found & highs != 0 { return true }
+        offset += 8
+    }
+    while offset < bytes.count {
+        if needsEscaping(bytes[offset]) { return true }
+        offset += 1
+    }
+    return false
 }

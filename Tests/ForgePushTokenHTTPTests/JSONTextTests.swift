@@ -91,4 +91,40 @@ struct JSONTextTests {
         let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String]
         #expect(object?["msg"] == message)
     }
+
+    @Test("the eight-bytes-at-a-time scan finds every byte that needs escaping, at every place in a word")
+    func wordScan() {
+        // Every byte value, alone and among plain ones, at each offset of strings of 0 to 24
+        // bytes: the scan must say what the byte-wise test says.
+        let plain = UInt8(ascii: "a")
+        for length in 0...24 {
+            #expect(!anyNeedsEscaping(bytes: [UInt8](repeating: plain, count: length)))
+            for offset in 0..<length {
+                for value in 0...255 {
+                    var bytes = [UInt8](repeating: plain, count: length)
+                    bytes[offset] = UInt8(value)
+                    let expected = needsEscaping(UInt8(value))
+                    if anyNeedsEscaping(bytes: bytes) != expected {
+                        Issue.record("byte \(value) at \(offset) of \(length): not \(expected)")
+                        return
+                    }
+                }
+            }
+        }
+        // Bytes just above the bounds beside ones just below, which a borrow could confuse.
+        var generator = SystemRandomNumberGenerator()
+        let edges: [UInt8] = [
+            0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0xE1, 0xE2, 0xE3, 0x7F, 0x80, 0xFF, 0x00, 0x01,
+        ]
+        for _ in 0..<20_000 {
+            let bytes = (0..<Int.random(in: 0...40, using: &generator)).map { _ in
+                Bool.random(using: &generator) ? edges.randomElement(using: &generator)! : UInt8.random(in: 0x23...0x5B)
+            }
+            #expect(anyNeedsEscaping(bytes: bytes) == bytes.contains(where: needsEscaping), "\(bytes)")
+        }
+    }
+
+    func anyNeedsEscaping(bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { ForgePushTokenHTTP.anyNeedsEscaping($0) }
+    }
 }
