@@ -12,22 +12,28 @@ import ForgePushTokenHTTP
 /// the request-completed callback. Only the connection's polling thread touches it. Where the
 /// request stands is one value, `machine` (`RequestStateMachine`); the rest is what the engine
 /// keeps beside it (the body's bytes, what was sent, for the metrics and the access log).
+///
+/// Its variables are `@exclusivity(unchecked)` (SE-0176's per-declaration opt-out of the run-time
+/// exclusivity check, which cost about 550 instructions a `POST /register`): sound because one
+/// thread touches them, and no access to one of them is held across a call that touches the same
+/// one (the engine reads or sets each in one statement; `machine`'s mutating steps and `body`'s
+/// appends call nothing that reaches this context).
 final class RequestContext {
     let method: String
     let path: String
     let started = ContinuousClock.now
     /// Where the request stands, and the body bytes received.
-    var machine: RequestStateMachine
+    @exclusivity(unchecked) var machine: RequestStateMachine
     /// The route `HTTPApplication.admit` matched (kept for the metrics once the request is over).
-    var route: Route?
+    @exclusivity(unchecked) var route: Route?
     /// The body bytes kept (`RequestStateMachine.Action.keep`).
-    var body: [UInt8] = []
+    @exclusivity(unchecked) var body: [UInt8] = []
     /// Whether the body comes chunked (its connection has a short idle timeout until it is complete).
     let chunked: Bool
-    var status = 0
-    var bytes = 0
+    @exclusivity(unchecked) var status = 0
+    @exclusivity(unchecked) var bytes = 0
     /// The event stream opened for it, if any.
-    var stream: StreamResponse?
+    @exclusivity(unchecked) var stream: StreamResponse?
     /// The request's `Origin` field value, kept from its head on so that every answer to it, the
     /// engine's own included, gets the same CORS fields (`ResponseHeaders.completing`).
     let origin: String?
@@ -36,9 +42,9 @@ final class RequestContext {
     /// What the head costs in libmicrohttpd's pool (`RequestHeadBudget`): its bytes, its records
     /// (fields, query arguments, cookies) and its first `Cookie` value's length; what a chunked
     /// body's trailer fields add to it is checked against the same budget (`trailerRefusal`).
-    var headCost = (bytes: 0, records: 0, cookieValueBytes: Int?.none)
+    @exclusivity(unchecked) var headCost = (bytes: 0, records: 0, cookieValueBytes: Int?.none)
     /// Whether the trailer fields were checked (once, in the call where the body is complete).
-    var trailerChecked = false
+    @exclusivity(unchecked) var trailerChecked = false
 
     init(
         method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy, limit: Int
