@@ -30,13 +30,15 @@ final class ConnectionDeadlines: Sendable {
     /// `POST /register`.
     ///
     /// `@unchecked Sendable` is sound because every access to its fields is made under
-    /// `ConnectionDeadlines`' lock (outside this file the box is only an opaque word).
+    /// `ConnectionDeadlines`' lock (outside this file the box is only an opaque word), which also
+    /// makes its variables' run-time exclusivity check redundant (`@exclusivity(unchecked)`,
+    /// SE-0176): no two accesses can overlap, and none calls out while it lasts.
     private final class Entry: @unchecked Sendable {
-        var deadline: RequestDeadline
+        @exclusivity(unchecked) var deadline: RequestDeadline
         let fd: Int32
         /// The `Origin` of the request whose body is arriving (kept only while CORS is on), for
         /// the CORS fields of its 408.
-        var origin: String?
+        @exclusivity(unchecked) var origin: String?
 
         init(deadline: RequestDeadline, fd: Int32) {
             self.deadline = deadline
