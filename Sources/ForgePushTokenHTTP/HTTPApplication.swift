@@ -44,8 +44,10 @@ public protocol HTTPApplication: Sendable {
 
     /// What a request's head alone decides: an answer (404, 405, 401, 403, `OPTIONS`), or to
     /// read the body and call `respond(to:)`. Called once per request, as soon as the head has
-    /// arrived; never for a request the engine refused itself (its target or framing).
-    func admit(_ head: HTTPRequest) -> HTTPAdmission
+    /// arrived; never for a request the engine refused itself (its target or framing). The head is
+    /// handed over (`consuming`): an application that keeps it, in `AdmittedRequest`, moves it
+    /// there instead of copying its fields.
+    func admit(_ head: consuming HTTPRequest) -> HTTPAdmission
 
     // MARK: 2. Answering
 

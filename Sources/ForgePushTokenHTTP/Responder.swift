@@ -92,7 +92,7 @@ public final class Responder: Sendable {
     /// service's, 403 `insufficient_scope` for a write sent with a read token. The
     /// engine calls it once, as soon as the header fields have arrived, so that a refused
     /// request's body is never kept.
-    public func admit(_ head: HTTPRequest) -> Admission {
+    public func admit(_ head: consuming HTTPRequest) -> Admission {
         guard let route = Route(path: head.path) else {
             return .answer(.error(404, ServiceError("not_found", "no route for \(head.path)")), route: nil)
         }

@@ -236,7 +236,7 @@ extension Daemon {
 
     /// Carries out a step of the request's `RequestStateMachine`: the libmicrohttpd calls, and the
     /// application's, whose reply goes back to the machine.
-    private func perform(_ step: RequestStateMachine.Step, _ call: RequestCall, _ context: RequestContext)
+    private func perform(_ step: consuming RequestStateMachine.Step, _ call: RequestCall, _ context: RequestContext)
         -> MHD_Result
     {
         let connection = call.connection

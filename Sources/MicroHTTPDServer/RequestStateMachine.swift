@@ -112,7 +112,7 @@ struct RequestStateMachine {
     ///   answers it at the end as any other (it ignores the extra call libmicrohttpd makes when more
     ///   bytes are buffered behind it, where no answer can be queued: RequestHandling.swift), so
     ///   the connection stays open for the requests behind it (issue 27 §6).
-    mutating func head(_ head: Head, contentLength: UInt64?, chunked: Bool) -> Step {
+    mutating func head(_ head: consuming Head, contentLength: UInt64?, chunked: Bool) -> Step {
         switch head {
         case .refused(let response):
             let status = response.status

@@ -44,7 +44,7 @@ final class FakeApplication: HTTPApplication {
     let headerFieldsRead = ["If-None-Match", "X-Echo"]
     let queryParametersRead = ["q"]
 
-    func admit(_ head: HTTPRequest) -> HTTPAdmission {
+    func admit(_ head: consuming HTTPRequest) -> HTTPAdmission {
         admitted.increment()
         guard let route = Route(path: head.path) else {
             return .answer(.error(404, ServiceError("not_found", "no route")), route: nil)
