@@ -79,15 +79,26 @@ final class ConnectionDeadlines: Sendable {
     /// - Returns: the word to store as its socket context (never `nil`): its deadline's box,
     ///   retained until `closed(_:context:)` is given it back.
     func connected(_ connection: OpaquePointer, at now: ContinuousClock.Instant) -> UnsafeMutableRawPointer {
-        let entry = Entry(deadline: RequestDeadline(connectedAt: now), fd: fpt_connection_fd(connection))
-        state.withLock { $0.entries[UInt(bitPattern: connection)] = entry }
+        register(UInt(bitPattern: connection), fd: fpt_connection_fd(connection), at: now)
+    }
+
+    /// `connected(_:at:)` for the connection whose pointer's bit pattern is `key` and whose socket
+    /// is `fd` (apart, so that a test can hold a box's life to account without libmicrohttpd).
+    func register(_ key: UInt, fd: Int32, at now: ContinuousClock.Instant) -> UnsafeMutableRawPointer {
+        let entry = Entry(deadline: RequestDeadline(connectedAt: now), fd: fd)
+        state.withLock { $0.entries[key] = entry }
         return Unmanaged.passRetained(entry).toOpaque()
     }
 
     /// A connection was closed (`MHD_CONNECTION_NOTIFY_CLOSED`); `context` is what `connected`
     /// returned for it (released here).
     func closed(_ connection: OpaquePointer, context: UnsafeMutableRawPointer) {
-        state.withLock { _ = $0.entries.removeValue(forKey: UInt(bitPattern: connection)) }
+        unregister(UInt(bitPattern: connection), context: context)
+    }
+
+    /// `closed(_:context:)` by key (`register`).
+    func unregister(_ key: UInt, context: UnsafeMutableRawPointer) {
+        state.withLock { _ = $0.entries.removeValue(forKey: key) }
         Unmanaged<Entry>.fromOpaque(context).release()
     }
 
@@ -100,7 +111,12 @@ final class ConnectionDeadlines: Sendable {
 
     /// An event stream was opened on `connection`: it has no deadline from now on.
     func forget(_ connection: OpaquePointer) {
-        state.withLock { _ = $0.entries.removeValue(forKey: UInt(bitPattern: connection)) }
+        forget(UInt(bitPattern: connection))
+    }
+
+    /// `forget(_:)` by key (`register`): the box stays alive, held by the socket context.
+    func forget(_ key: UInt) {
+        state.withLock { _ = $0.entries.removeValue(forKey: key) }
     }
 
     /// A request's head has arrived, from `origin` (its `Origin`, `nil` while CORS is off); false

@@ -94,6 +94,33 @@ import Testing
         #expect(response.body == Array("abc".utf8), "the Content-Length in capitals framed the body")
     }
 
+    @Test("the head handed over: a cookie or a query argument named like a header field is not that field")
+    func cookiesAndArgumentsAreNotFields() throws {
+        let live = try FakeServer()
+        let response = try live.request(
+            "POST", "/register?X-Echo=argument", body: [], headers: ["Cookie": "X-Echo=cookie; q=cookie"])
+        #expect(response.status == 200)
+        #expect(response.headers["x-echo"] == nil, "neither the cookie nor the query argument is X-Echo")
+        #expect(response.headers["x-query"] == nil, "a cookie named q is not the query parameter q")
+        let both = try live.request(
+            "POST", "/register?q=argument", body: [], headers: ["Cookie": "X-Echo=cookie; q=cookie", "X-Echo": "field"])
+        #expect(both.headers["x-echo"] == "field")
+        #expect(both.headers["x-query"] == "q=argument")
+    }
+
+    @Test("the head handed over: names past the 16 the engine keeps are looked up, each of its own kind")
+    func namesPastTheKeptOnes() throws {
+        let live = try FakeServer(application: FakeApplication(fillerFields: 14))
+        let response = try live.request(
+            "POST", "/register?q=argument", body: [], headers: ["X-Echo": "field", "X-Filler-3": "x"])
+        #expect(response.status == 200)
+        #expect(response.headers["x-echo"] == "field", "X-Echo is the 18th name read")
+        #expect(response.headers["x-query"] == "q=argument", "q, past them too, is a query argument")
+        #expect(response.headers["x-fields"] == "2")
+        let none = try live.request("POST", "/register", body: [], headers: ["q": "a field, not the argument"])
+        #expect(none.headers["x-query"] == nil)
+    }
+
     @Test("a chunked body on the cached read's path turns it into an ordinary request, with its limit")
     func chunkedCachedRead() throws {
         let live = try FakeServer { $0.maxBodyBytes = 4 }

@@ -32,16 +32,19 @@ final class FakeApplication: HTTPApplication {
     let seconds = Counter()
     private let nextID = Locked<UInt64>(1)
 
+    /// `fillerFields` more header field names read before `X-Echo` (none by default): past the
+    /// engine's 16 kept names, `X-Echo` and `q` are looked up instead (`HeadFieldCapture`).
     init(
         crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), recordsEveryRequest: Bool = false,
-        secondTicks: Bool = false
+        secondTicks: Bool = false, fillerFields: Int = 0
     ) {
         self.crossOrigin = crossOrigin
         self.recordsEveryRequest = recordsEveryRequest
         self.wantsSecondTicks = secondTicks
+        self.headerFieldsRead = ["If-None-Match"] + (0..<fillerFields).map { "X-Filler-\($0)" } + ["X-Echo"]
     }
 
-    let headerFieldsRead = ["If-None-Match", "X-Echo"]
+    let headerFieldsRead: [String]
     let queryParametersRead = ["q"]
 
     func admit(_ head: consuming HTTPRequest) -> HTTPAdmission {
