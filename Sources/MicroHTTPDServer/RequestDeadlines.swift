@@ -30,15 +30,19 @@ final class ConnectionDeadlines: Sendable {
     /// `POST /register`.
     ///
     /// `@unchecked Sendable` is sound because every access to its fields is made under
-    /// `ConnectionDeadlines`' lock (outside this file the box is only an opaque word), which also
+    /// `ConnectionDeadlines`' lock (outside it the box is only an opaque word, or an `Unmanaged` handed
+    /// back to it), which also
     /// makes its variables' run-time exclusivity check redundant (`@exclusivity(unchecked)`,
     /// SE-0176): no two accesses can overlap, and none calls out while it lasts.
-    private final class Entry: @unchecked Sendable {
+    final class Entry: @unchecked Sendable {
         @exclusivity(unchecked) var deadline: RequestDeadline
         let fd: Int32
         /// The `Origin` of the request whose body is arriving (kept only while CORS is on), for
         /// the CORS fields of its 408.
         @exclusivity(unchecked) var origin: String?
+        /// Whether the sweep sees it: not while its connection carries an event stream
+        /// (`forget`), again once that stream's request is over (`completed`).
+        @exclusivity(unchecked) var swept = true
 
         init(deadline: RequestDeadline, fd: Int32) {
             self.deadline = deadline
@@ -75,6 +79,12 @@ final class ConnectionDeadlines: Sendable {
         }
     }
 
+    /// How many connections the sweep (`due`) looks at: every open one but those carrying an
+    /// event stream.
+    var sweptConnections: Int {
+        state.withLock { $0.entries.count }
+    }
+
     /// A connection was accepted (`MHD_CONNECTION_NOTIFY_STARTED`).
     /// - Returns: the word to store as its socket context (never `nil`): its deadline's box,
     ///   retained until `closed(_:context:)` is given it back.
@@ -109,14 +119,17 @@ final class ConnectionDeadlines: Sendable {
         fpt_socket_context(connection).map { Unmanaged<Entry>.fromOpaque($0) }
     }
 
-    /// An event stream was opened on `connection`: it has no deadline from now on.
+    /// An event stream was opened on `connection`: it has no deadline while the stream lasts.
     func forget(_ connection: OpaquePointer) {
         forget(UInt(bitPattern: connection))
     }
 
-    /// `forget(_:)` by key (`register`): the box stays alive, held by the socket context.
+    /// `forget(_:)` by key (`register`): the box stays alive, held by the socket context, and goes
+    /// back to the sweep when the stream's request is over (`completed`).
     func forget(_ key: UInt) {
-        state.withLock { _ = $0.entries.removeValue(forKey: key) }
+        state.withLock { state in
+            state.entries.removeValue(forKey: key)?.swept = false
+        }
     }
 
     /// A request's head has arrived, from `origin` (its `Origin`, `nil` while CORS is off); false
@@ -140,12 +153,27 @@ final class ConnectionDeadlines: Sendable {
         return state.withLock { _ in entry?.takeUnretainedValue().deadline.bodyReceived() ?? true }
     }
 
-    /// A request on `connection` is over (it may stay open for the next).
+    /// A request on `connection` is over (it may stay open for the next). After an event stream
+    /// that ended cleanly the connection is kept alive like any other, so its box goes back to
+    /// the sweep: the next request's head is bound by `--header-timeout` again.
     func completed(_ connection: OpaquePointer, at now: ContinuousClock.Instant) {
-        let entry = entry(of: connection)
+        guard let entry = entry(of: connection) else {
+            state.withLock { $0.progressed = true }
+            return
+        }
+        completed(UInt(bitPattern: connection), entry: entry, at: now)
+    }
+
+    /// `completed(_:at:)` by key (`register`), with the box.
+    func completed(_ key: UInt, entry: Unmanaged<Entry>, at now: ContinuousClock.Instant) {
         state.withLock { state in
             state.progressed = true
-            entry?.takeUnretainedValue().completed(at: now)
+            let entry = entry.takeUnretainedValue()
+            entry.completed(at: now)
+            if !entry.swept {
+                entry.swept = true
+                state.entries[key] = entry
+            }
         }
     }
 

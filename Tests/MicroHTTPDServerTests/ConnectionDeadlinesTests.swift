@@ -13,12 +13,15 @@ import Testing
         let context = deadlines.register(1, fd: -1, at: .now)
         box = Unmanaged<AnyObject>.fromOpaque(context).takeUnretainedValue()
         #expect(box != nil)
+        #expect(deadlines.sweptConnections == 1)
         deadlines.forget(1)
         #expect(box != nil, "an event stream's connection still holds its box in its socket context")
-        #expect(
-            deadlines.due(at: .now + .seconds(3600), timeout: .seconds(1)).isEmpty, "but the sweep no longer sees it")
+        #expect(deadlines.sweptConnections == 0, "but the sweep no longer sees it")
+        deadlines.completed(1, entry: Unmanaged.fromOpaque(context), at: .now)
+        #expect(deadlines.sweptConnections == 1, "the stream's request is over: the sweep sees it again")
         deadlines.unregister(1, context: context)
         #expect(box == nil, "the close released the last reference")
+        #expect(deadlines.sweptConnections == 0)
     }
 
     @Test("the sweep sees each open connection's box, not a closed one's")

@@ -173,6 +173,25 @@ import Testing
         #expect(live.finished.first?.wasStream == true)
     }
 
+    @Test("after an event stream that ended cleanly, the connection's next head is bound by --header-timeout again")
+    func streamThenSlowHead() throws {
+        let live = try FakeServer { $0.headerTimeoutSeconds = 1 }
+        let client = try live.client()
+        defer { client.close() }
+        try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(try client.readHead().0 == 200)
+        #expect(eventually { live.application.streams.withLock { $0.count } == 1 })
+        live.application.endAll()
+        while try client.readChunk() != nil {}
+        // The stream's request is over and the connection kept alive: a head that never ends
+        // gets the 408, not the idle timeout's silent close (issue 32's attack, sixth stop). Sent
+        // past the first 100 ms after the answer, which an idle connection's look at its socket
+        // leaves out (`RequestDeadline.receiveClockSlack`); a slower run only widens the gap.
+        usleep(300_000)
+        try client.send("GET /token HTTP/1.1\r\nHost: x\r\n")
+        #expect(try client.readResponse().status == 408)
+    }
+
     @Test("the heartbeat: the engine ticks the application every heartbeat period")
     func heartbeat() throws {
         let live = try FakeServer(application: FakeApplication(secondTicks: true))
