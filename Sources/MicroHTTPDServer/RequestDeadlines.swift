@@ -30,10 +30,10 @@ final class ConnectionDeadlines: Sendable {
     /// `POST /register`.
     ///
     /// `@unchecked Sendable` is sound because every access to its fields is made under
-    /// `ConnectionDeadlines`' lock (outside it the box is only an opaque word, or an `Unmanaged` handed
-    /// back to it), which also
-    /// makes its variables' run-time exclusivity check redundant (`@exclusivity(unchecked)`,
-    /// SE-0176): no two accesses can overlap, and none calls out while it lasts.
+    /// `ConnectionDeadlines`' lock (outside it the box is only an opaque word, or an `Unmanaged`
+    /// handed back to it), which also makes its variables' run-time exclusivity check redundant
+    /// (`@exclusivity(unchecked)`, SE-0176): no two accesses can overlap, and none calls out while
+    /// it lasts.
     final class Entry: @unchecked Sendable {
         @exclusivity(unchecked) var deadline: RequestDeadline
         let fd: Int32
