@@ -92,7 +92,8 @@ final class HeadFieldCapture: @unchecked Sendable {
         entries.deallocate()
     }
 
-    /// The slot of the record `name` (`count` bytes) of `kind`, or `nil` when no name kept matches.
+    /// The slot of the record `name` (`count` bytes: a header field, or a query argument when
+    /// `isArgument`), or `nil` when no name kept matches.
     func slot(of name: UnsafePointer<CChar>, count: Int, isArgument: Bool) -> Int? {
         guard count < 64, lengths & (UInt64(1) << UInt64(count)) != 0 else { return nil }
         for index in 0..<entries.count {
