@@ -13,56 +13,86 @@ struct ServerDidNotStart: Error, CustomStringConvertible {
     var description: String { "\(what) did not accept connections within 60 s" }
 }
 
-/// A `redis-server` started for one test on a free loopback port (`--save '' --appendonly no`),
-/// stopped by its pid.
-final class RedisServerProcess {
-    let port: Int
-    /// The server's pid (spawned with posix_spawn: Foundation's Process leaks a weak reference per
-    /// run, which LeakSanitizer reports).
-    let pid: pid_t
-
-    /// Starts a server; with `tls`, the port is its TLS port (`--port 0 --tls-port PORT` and the
-    /// `--tls-*` arguments `tls` holds) and the server is ready once it accepts TCP connections.
-    init(extra: [String] = [], tls: [String]? = nil) throws {
-        let chosen = try freeLoopbackPort()
-        port = chosen
-        let ports = tls.map { ["--port", "0", "--tls-port", String(chosen)] + $0 } ?? ["--port", String(chosen)]
-        let arguments =
-            ["redis-server"] + ports + ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] + extra
+/// Starts `redis-server` with the arguments `arguments` makes for a free loopback port (output to
+/// /dev/null) and returns its pid and port once `isReady` says it serves on that port.
+///
+/// A port `freeLoopbackPort()` found free can be taken before the server binds it: another test's
+/// outgoing connection may get it as its local port. The server then exits at once; this sees the
+/// exit and starts it again on another port (5 tries), instead of waiting on a port nobody serves.
+/// - Throws: `ServerDidNotStart` when it never became ready (60 s each, a guard against a hang,
+///   not a timing assertion: a loaded machine, two sanitizer runs beside other work, has taken more
+///   than 5 s to start one) or exited on every try; an error of `arguments`; `CocoaError` when it
+///   cannot be spawned.
+func startRedisServer(
+    _ what: String, arguments: (Int) throws -> [String], isReady: (Int) -> Bool
+) throws -> (pid: pid_t, port: Int) {
+    for _ in 0..<5 {
+        let port = try freeLoopbackPort()
+        let argumentList = try arguments(port)
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        var argv: [UnsafeMutablePointer<CChar>?] = (["redis-server"] + argumentList).map { strdup($0) } + [nil]
         defer { for argument in argv { free(argument) } }
-        var spawned: pid_t = 0
-        let result = posix_spawnp(&spawned, "redis-server", &actions, nil, &argv, environ)
-        guard result == 0 else { throw CocoaError(.executableNotLoadable) }
-        pid = spawned
-        // A guard against a hang, not a timing assertion: a loaded machine (two sanitizer runs
-        // beside other work) has taken more than 5 s to start one.
+        var pid: pid_t = 0
+        // Spawned with posix_spawn: Foundation's Process leaks a weak reference per run, which
+        // LeakSanitizer reports.
+        guard posix_spawnp(&pid, "redis-server", &actions, nil, &argv, environ) == 0 else {
+            throw CocoaError(.executableNotLoadable)
+        }
         let deadline = Date().addingTimeInterval(60)
+        var status: Int32 = 0
         while Date() < deadline {
-            if tls != nil {
-                do {
-                    close(try RedisSocket.connectTCP(host: "127.0.0.1", port: port, deadline: monotonicSeconds() + 1))
-                    return
-                } catch {
-                    usleep(20_000)
-                    continue
-                }
-            }
-            do {
-                _ = try RedisConnection(endpoint: endpointWithoutAuth, timeout: 1)
-                return
-            } catch {
-                // With --requirepass a refusal of the credentials also proves the server is up.
-                if case .authFailed = error { return }
-            }
+            if isReady(port) { return (pid, port) }
+            if waitpid(pid, &status, WNOHANG) == pid { break }  // it exited: the port was taken
             usleep(20_000)
         }
-        throw ServerDidNotStart(what: "redis-server")
+        if Date() >= deadline {
+            kill(pid, SIGKILL)
+            waitpid(pid, &status, 0)
+            break
+        }
+    }
+    throw ServerDidNotStart(what: what)
+}
+
+/// A `redis-server` started for one test on a free loopback port (`--save '' --appendonly no`),
+/// stopped by its pid.
+final class RedisServerProcess {
+    let port: Int
+    /// The server's pid.
+    let pid: pid_t
+
+    /// Starts a server; with `tls`, the port is its TLS port (`--port 0 --tls-port PORT` and the
+    /// `--tls-*` arguments `tls` holds) and the server is ready once it accepts TCP connections.
+    init(extra: [String] = [], tls: [String]? = nil) throws {
+        (pid, port) = try startRedisServer(
+            "redis-server",
+            arguments: { port in
+                let ports = tls.map { ["--port", "0", "--tls-port", String(port)] + $0 } ?? ["--port", String(port)]
+                return ports + ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] + extra
+            },
+            isReady: { port in
+                if tls != nil {
+                    guard
+                        let fd = try? RedisSocket.connectTCP(
+                            host: "127.0.0.1", port: port, deadline: monotonicSeconds() + 1)
+                    else { return false }
+                    close(fd)
+                    return true
+                }
+                do throws(RedisConnectionError) {
+                    _ = try RedisConnection(
+                        endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port)), timeout: 1)
+                    return true
+                } catch {
+                    // With --requirepass a refusal of the credentials also proves the server is up.
+                    if case .authFailed = error { return true }
+                    return false
+                }
+            })
     }
 
     var endpointWithoutAuth: RedisEndpoint { RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port)) }

@@ -15,47 +15,36 @@ final class SentinelProcess {
     let folder: String
 
     init(master: String = "mymaster", masterPort: Int, password: String? = nil) throws {
-        port = try freeLoopbackPort()
-        folder = NSTemporaryDirectory() + "fpt-sentinel-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let folder = NSTemporaryDirectory() + "fpt-sentinel-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        self.folder = folder
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        var config = """
-            port \(port)
-            bind 127.0.0.1
-            dir \(folder)
-            sentinel monitor \(master) 127.0.0.1 \(masterPort) 1
-            sentinel down-after-milliseconds \(master) 1000
-
-            """
-        if let password { config += "requirepass \(password)\n" }
         let path = folder + "/sentinel.conf"
-        try config.write(toFile: path, atomically: true, encoding: .utf8)
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        let arguments = ["redis-server", path, "--sentinel"]
-        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { for argument in argv { free(argument) } }
-        var spawned: pid_t = 0
-        guard posix_spawnp(&spawned, "redis-server", &actions, nil, &argv, environ) == 0 else {
-            throw CocoaError(.executableNotLoadable)
-        }
-        pid = spawned
-        // A guard against a hang, not a timing assertion: a loaded machine (two sanitizer runs
-        // beside other work) has taken more than 5 s to start one.
-        let deadline = Date().addingTimeInterval(60)
-        while Date() < deadline {
-            do {
-                _ = try RedisConnection(
-                    endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port)), timeout: 1, select: false)
-                return
-            } catch {
-                if case .authFailed = error { return }
-            }
-            usleep(20_000)
-        }
-        throw ServerDidNotStart(what: "redis-server --sentinel")
+        (pid, port) = try startRedisServer(
+            "redis-server --sentinel",
+            arguments: { port in
+                var config = """
+                    port \(port)
+                    bind 127.0.0.1
+                    dir \(folder)
+                    sentinel monitor \(master) 127.0.0.1 \(masterPort) 1
+                    sentinel down-after-milliseconds \(master) 1000
+
+                    """
+                if let password { config += "requirepass \(password)\n" }
+                try config.write(toFile: path, atomically: true, encoding: .utf8)
+                return [path, "--sentinel"]
+            },
+            isReady: { port in
+                do throws(RedisConnectionError) {
+                    _ = try RedisConnection(
+                        endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port)), timeout: 1,
+                        select: false)
+                    return true
+                } catch {
+                    if case .authFailed = error { return true }
+                    return false
+                }
+            })
     }
 
     deinit {
