@@ -138,8 +138,21 @@ public struct DrainSchedule: Sendable, Equatable {
 /// Each event stream's own age limit (`--max-stream-age A`; docs/operations.md, "Stream
 /// age"): drawn uniformly from [A/2, A] when the stream opens, so that the streams of a fleet
 /// end at spread-out moments and reconnect through the load balancer, which gives replicas added
-/// by a scale-out their share. A plain value: `Responder` keeps it behind its own lock and asks
-/// `due(at:)` once a second.
+/// by a scale-out their share. A plain value with no clock: `Responder` keeps it behind its own
+/// lock and asks `due(at:)` every `tickMilliseconds` (50 ms).
+///
+/// The ends are paced (issue 42, finding 5): no 100 ms of hand-outs holds more than
+/// `maxEndsPer100ms` = max(1, ⌈2 × S × 0.1 / (A / 2)⌉) of S streams, twice the even rate at which
+/// S streams' limits fall over the A / 2 seconds they are drawn from; S counts the streams under
+/// limits now and those ended by age in the last A / 2 seconds (so that a population whose
+/// limits all fall in one window is paced as a whole, not ever more slowly as it thins). The
+/// bound is kept over any `pacing` (200 ms) of hand-outs, not only 100 ms, so that the moments the
+/// ends actually reach the clients, up to 100 ms after each hand-out on a busy machine, keep it
+/// too; for S streams whose limits all fall in one window of A / 2 that is still their even rate
+/// (rounded up). A
+/// stream whose limit passed in a busier moment is handed out a little later, the oldest
+/// deadline first. Once a drain begins (`stop()`) nothing more is handed out: the drain
+/// ends every stream it will end.
 ///
 /// Thread-safety: a `Sendable` value; mutate it under one lock.
 public struct StreamAgeLimits: Sendable, Equatable {
@@ -147,6 +160,12 @@ public struct StreamAgeLimits: Sendable, Equatable {
     public let seconds: Int
     /// When each open stream reaches its limit, by subscriber id.
     public private(set) var deadlines: [UInt64: ContinuousClock.Instant] = [:]
+    /// Whether a drain has begun (`stop()`): nothing is kept or handed out any more.
+    public private(set) var isStopped = false
+    /// When the hand-outs of the last A / 2 seconds were made, oldest first (one entry per
+    /// stream), from `firstRecent` on (the entries before it are spent and dropped in bulk).
+    private var recent: [ContinuousClock.Instant] = []
+    private var firstRecent = 0
 
     /// Limits of `seconds` (0, or `range`'s 60 to 86,400).
     public init(seconds: Int) {
@@ -156,8 +175,20 @@ public struct StreamAgeLimits: Sendable, Equatable {
     /// What `--max-stream-age` accepts besides 0 (off), in seconds.
     public static let range = 60...86_400
 
+    /// The span over which at most `maxEndsPer100ms` are handed out: 100 ms and a margin of 100 ms
+    /// for the time each end takes to reach its client.
+    public static let pacing = Duration.milliseconds(200)
+
     /// Whether streams have limits at all.
     public var isEnabled: Bool { seconds > 0 }
+
+    /// The most streams ended by age in any 100 ms, with `streams` streams under limits of
+    /// `seconds` (A): max(1, ⌈2 × S × 0.1 / (A / 2)⌉), as the drain's bound with the window A / 2
+    /// over which a stream's limit falls (docs/operations.md, "Stream age").
+    public static func maxEndsPer100ms(streams: Int, seconds: Int) -> Int {
+        guard seconds > 0 else { return max(1, streams) }
+        return max(1, Int((2 * Double(streams) * 0.1 / (Double(seconds) / 2)).rounded(.up)))
+    }
 
     /// One stream's limit, uniform in [A/2, A] seconds.
     public func drawLimit(using generator: inout some RandomNumberGenerator) -> Duration {
@@ -166,9 +197,9 @@ public struct StreamAgeLimits: Sendable, Equatable {
     }
 
     /// Stream `id` opened at `now` with `limit` (`drawLimit`). Nothing happens while limits are
-    /// off.
+    /// off, or once a drain has begun.
     public mutating func opened(_ id: UInt64, at now: ContinuousClock.Instant, limit: Duration) {
-        guard isEnabled else { return }
+        guard isEnabled, !isStopped else { return }
         deadlines[id] = now + limit
     }
 
@@ -177,12 +208,43 @@ public struct StreamAgeLimits: Sendable, Equatable {
         deadlines.removeValue(forKey: id)
     }
 
-    /// The streams whose limit has come by `now`, forgotten here; the caller ends them cleanly
-    /// (`StreamEndReason.age`). Sorted by id, so the result is a plain value to compare.
+    /// The streams to end by age at `now`, forgotten here; the caller ends them cleanly
+    /// (`StreamEndReason.age`): those whose limit has come, oldest deadline first (then by id),
+    /// as many as keep the last `pacing` of hand-outs within `maxEndsPer100ms` (S: the streams
+    /// under limits now and those handed out in the last A / 2 seconds). Nothing once a drain has
+    /// begun.
     public mutating func due(at now: ContinuousClock.Instant) -> [UInt64] {
-        guard !deadlines.isEmpty else { return [] }
-        let due = deadlines.compactMap { $0.value <= now ? $0.key : nil }.sorted()
+        guard !isStopped, !deadlines.isEmpty else { return [] }
+        // Hand-outs older than A / 2 no longer count towards S; older than `pacing`, not towards
+        // the slice's ends.
+        let window = Duration.milliseconds(seconds * 500)
+        while firstRecent < recent.count, now - recent[firstRecent] >= window { firstRecent += 1 }
+        if firstRecent > 1024, firstRecent * 2 > recent.count {
+            recent.removeFirst(firstRecent)
+            firstRecent = 0
+        }
+        var inSlice = 0
+        for instant in recent[firstRecent...].reversed() {
+            guard now - instant < Self.pacing else { break }
+            inSlice += 1
+        }
+        let streams = deadlines.count + recent.count - firstRecent
+        let room = Self.maxEndsPer100ms(streams: streams, seconds: seconds) - inSlice
+        guard room > 0 else { return [] }
+        let passed = deadlines.filter { $0.value <= now }
+        guard !passed.isEmpty else { return [] }
+        let due = passed.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.prefix(room).map(\.key)
         for id in due { deadlines.removeValue(forKey: id) }
+        recent += repeatElement(now, count: due.count)
         return due
+    }
+
+    /// A drain begins: no stream ends by age from now on (the drain ends them), and nothing is
+    /// kept. Idempotent.
+    public mutating func stop() {
+        isStopped = true
+        deadlines = [:]
+        recent = []
+        firstRecent = 0
     }
 }

@@ -12,7 +12,7 @@
 /// 3. **The cached read** (`cachedReadPath`, `answersCachedReadsBlindly`, `cachedReadVersion`,
 ///    `cachedRead()`): one `GET` the engine may answer from a response it keeps per version,
 ///    without asking anything else, and without allocating.
-/// 4. **The heartbeat** (`heartbeat()`, `secondPassed()`, `clientLeft(stream:)`): the clock and
+/// 4. **The heartbeat** (`heartbeat()`, `tick()`, `clientLeft(stream:)`): the clock and
 ///    the departures of stream clients, which only the engine sees.
 /// 5. **Record** (`recordFinished(_:)`, `record(_:)`): each finished request, and what the
 ///    engine refused on its own.
@@ -87,11 +87,12 @@ public protocol HTTPApplication: Sendable {
     /// One heartbeat period (`--heartbeat-seconds`) has passed: idle streams get a heartbeat.
     func heartbeat()
 
-    /// Whether `secondPassed()` has anything to do, asked once at start (a stream age limit).
-    var wantsSecondTicks: Bool { get }
+    /// Whether `tick()` has anything to do, asked once at start (a stream age limit).
+    var wantsTicks: Bool { get }
 
-    /// About one second has passed (only called when `wantsSecondTicks`).
-    func secondPassed()
+    /// About `tickMilliseconds` (50 ms) have passed (only called when `wantsTicks`): the streams'
+    /// age limits are checked this often, so that their ends can be paced within 100 ms slices.
+    func tick()
 
     /// The client of stream `id` (`HTTPEventSource.id`) has left: the stream ends at once. An id
     /// no longer open is ignored.
@@ -293,3 +294,6 @@ public enum EngineAnswers {
     public static let encodedSlash = HTTPResponse.error(
         404, ServiceError("not_found", "no route for a path with an encoded slash (%2F)"))
 }
+
+/// How often the engine calls `HTTPApplication.tick()`, in milliseconds.
+public let tickMilliseconds = 50

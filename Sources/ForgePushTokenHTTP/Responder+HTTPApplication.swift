@@ -51,10 +51,10 @@ extension Responder: HTTPApplication {
     }
 
     /// `limitsStreamAge`.
-    public var wantsSecondTicks: Bool { limitsStreamAge }
+    public var wantsTicks: Bool { limitsStreamAge }
 
     /// `endStreamsPastTheirAge(at:)` now.
-    public func secondPassed() {
+    public func tick() {
         endStreamsPastTheirAge()
     }
 

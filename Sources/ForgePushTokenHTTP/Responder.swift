@@ -371,12 +371,14 @@ public final class Responder: Sendable {
     /// The drain begins (`Service.shutdown(engine:)`, the first signal with `--drain-seconds`
     /// above 0): readiness turns off at once. It never turns back on: the process is leaving.
     public func beginDraining() {
+        ageLimits.withLock { $0.stop() }  // from now on the drain alone ends streams
         draining.withLock { $0 = true }
     }
 
-    /// Ends, cleanly, every stream that has reached its age limit by `now` (`--max-stream-age`;
-    /// `StreamEndReason.age`). The engine calls it about once a second; nothing happens while
-    /// limits are off.
+    /// Ends, cleanly, the streams that have reached their age limit by `now` (`--max-stream-age`;
+    /// `StreamEndReason.age`), paced by `StreamAgeLimits.due(at:)` (at most
+    /// `StreamAgeLimits.maxEndsPer100ms` in any 100 ms). The engine calls it every 50 ms; nothing
+    /// happens while limits are off, or once a drain has begun (`beginDraining()`).
     public func endStreamsPastTheirAge(at now: ContinuousClock.Instant = .now) {
         for id in ageLimits.withLock({ $0.due(at: now) }) {
             owner.finish(id, reason: .age)

@@ -73,7 +73,7 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         self.cachedReadRoute = Route(path: application.cachedReadPath.description)
         self.watcher = try SubscriberWatcher(
             application: application, heartbeatSeconds: configuration.heartbeatSeconds,
-            secondTicks: application.wantsSecondTicks)
+            ticks: application.wantsTicks)
         let files = Self.raiseFileLimit(log: log)
         // Each connection holds a descriptor; some are the service's own (listening socket, epoll
         // sets, eventfds, the state file, standard streams). Over the file limit, libmicrohttpd

@@ -19,7 +19,7 @@ import ForgePushTokenHTTP
 /// milliseconds, heartbeat or not.
 ///
 /// The same thread calls the application's `heartbeat()` every `heartbeatSeconds`, and
-/// `secondPassed()` (the streams' age limits, `--max-stream-age`) once a second when it wants
+/// `tick()` (the streams' age limits, `--max-stream-age`) every `tickMilliseconds` when it wants
 /// them, from its `epoll_wait` timeout: no busy loop, one thread (of its own) for every subscriber.
 ///
 /// Thread-safety: `watch`/`unwatch` may be called from any thread (epoll_ctl is thread-safe);
@@ -30,16 +30,16 @@ final class SubscriberWatcher<Application: HTTPApplication>: Sendable {
     private let stopSignal: Int32
     private let application: Application
     private let heartbeatSeconds: Int
-    private let secondTicks: Bool
+    private let ticks: Bool
     private let finished = DispatchSemaphore(value: 0)
     private var stopID: UInt64 { UInt64.max }
 
     /// - Throws: `ServerError.socket` when the epoll set or the eventfd cannot be made.
-    init(application: Application, heartbeatSeconds: Int, secondTicks: Bool) throws(ServerError) {
+    init(application: Application, heartbeatSeconds: Int, ticks: Bool) throws(ServerError) {
         precondition(heartbeatSeconds >= 1, "heartbeat must be at least 1 second")
         self.application = application
         self.heartbeatSeconds = heartbeatSeconds
-        self.secondTicks = secondTicks
+        self.ticks = ticks
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else { throw .socket(call: "epoll_create1", address: "subscriber watcher", errno: errno) }
         stopSignal = eventfd(0, Int32(EFD_CLOEXEC))
@@ -93,18 +93,18 @@ final class SubscriberWatcher<Application: HTTPApplication>: Sendable {
         let clock = ContinuousClock()
         let period = Duration.seconds(heartbeatSeconds)
         var nextTick = clock.now + period
-        var nextSecond = secondTicks ? clock.now + .seconds(1) : nil
+        var nextTickOfAge = ticks ? clock.now + .milliseconds(tickMilliseconds) : nil
         while true {
             let now = clock.now
             if now >= nextTick {
                 application.heartbeat()
                 nextTick = now + period
             }
-            if let second = nextSecond, now >= second {
-                application.secondPassed()
-                nextSecond = now + .seconds(1)
+            if let second = nextTickOfAge, now >= second {
+                application.tick()
+                nextTickOfAge = now + .milliseconds(tickMilliseconds)
             }
-            let wait = (nextSecond.map { min(nextTick, $0) } ?? nextTick) - now
+            let wait = (nextTickOfAge.map { min(nextTick, $0) } ?? nextTick) - now
             let (seconds, attoseconds) = max(wait, .zero).components
             let timeout = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1)
             let count = epoll_wait(epoll, &events, Int32(events.count), timeout)

@@ -9,12 +9,15 @@ import Testing
 @testable import ForgePushTokenHTTP
 
 /// The most moments of `seconds` (sorted) inside any half-open 100 ms slice.
-func busiest100ms(_ seconds: [Double]) -> Int {
+func busiest100ms(_ seconds: [Double]) -> Int { busiest(seconds, within: 0.1) }
+
+/// The most moments of `seconds` (sorted) inside any half-open slice of `span` seconds.
+func busiest(_ seconds: [Double], within span: Double) -> Int {
     var most = 0
     var low = 0
     for high in seconds.indices {
         // 1 ns of slack: t + 0.1 - t is not always 0.1 in binary floating point.
-        while seconds[high] - seconds[low] >= 0.1 - 1e-9 { low += 1 }
+        while seconds[high] - seconds[low] >= span - 1e-9 { low += 1 }
         most = max(most, high - low + 1)
     }
     return most
@@ -151,6 +154,70 @@ func busiest100ms(_ seconds: [Double]) -> Int {
         #expect(limits.due(at: start + .seconds(50)) == [])
         #expect(limits.due(at: start + .seconds(70)) == [3])
         #expect(limits.deadlines.isEmpty)
+    }
+
+    @Test("the bound: max(1, ⌈2 × S × 0.1 / (A / 2)⌉)")
+    func bound() {
+        #expect(StreamAgeLimits.maxEndsPer100ms(streams: 10_000, seconds: 60) == 67)
+        #expect(StreamAgeLimits.maxEndsPer100ms(streams: 200, seconds: 60) == 2)
+        #expect(StreamAgeLimits.maxEndsPer100ms(streams: 5, seconds: 60) == 1)
+        #expect(StreamAgeLimits.maxEndsPer100ms(streams: 10_000, seconds: 3600) == 2)
+    }
+
+    @Test(
+        "paced (issue 42 finding 5): streams under A = 60 ticked every 50 ms end within the bound, each once, soon after their limit",
+        arguments: [(10_000, 60), (200, 60), (5, 60)])
+    func paced(streams count: Int, seconds: Int) {
+        var limits = StreamAgeLimits(seconds: seconds)
+        var generator = SeededGenerator(state: 5)
+        let start = ContinuousClock.now
+        var deadline: [UInt64: Duration] = [:]
+        for id in 0..<UInt64(count) {
+            let limit = limits.drawLimit(using: &generator)
+            deadline[id] = limit
+            limits.opened(id, at: start, limit: limit)
+        }
+        let bound = StreamAgeLimits.maxEndsPer100ms(streams: count, seconds: seconds)
+        var ended: [UInt64: Double] = [:]
+        var times: [Double] = []
+        for tick in 0...(seconds * 20 + 100) {
+            let now = start + .milliseconds(tick * 50)
+            for id in limits.due(at: now) {
+                #expect(ended[id] == nil, "stream \(id) handed out twice")
+                #expect(now - start >= deadline[id]!, "stream \(id) ended before its limit")
+                ended[id] = Double(tick) / 20
+                times.append(Double(tick) / 20)
+            }
+        }
+        #expect(ended.count == count, "every stream ends by age")
+        #expect(busiest100ms(times) <= bound, "the burst the old once-a-second sweep made")
+        #expect(busiest(times, within: 0.2) <= bound, "the margin for the ends' way to their clients")
+        let lateness = ended.map { id, at in at - Double(deadline[id]!.components.seconds) - 1 }.max() ?? 0
+        #expect(lateness < 2, "a stream ended \(lateness) s after its limit")
+    }
+
+    @Test("a burst: 5 limits passed in the same instant end one per 200 ms (100 ms and the margin), oldest first")
+    func burst() {
+        var limits = StreamAgeLimits(seconds: 60)
+        let start = ContinuousClock.now
+        for id in UInt64(1)...5 { limits.opened(id, at: start, limit: .milliseconds(30_000 + Int64(id))) }
+        #expect(limits.due(at: start + .seconds(31)) == [1])
+        #expect(limits.due(at: start + .milliseconds(31_150)) == [], "not before 200 ms have passed")
+        #expect(limits.due(at: start + .milliseconds(31_200)) == [2])
+        #expect(limits.due(at: start + .milliseconds(31_400)) == [3])
+        #expect(limits.due(at: start + .seconds(40)) == [4])
+        #expect(limits.deadlines.keys.sorted() == [5])
+    }
+
+    @Test("a drain takes over: after stop() nothing ends by age and nothing new is kept")
+    func stopped() {
+        var limits = StreamAgeLimits(seconds: 60)
+        let start = ContinuousClock.now
+        limits.opened(1, at: start, limit: .seconds(30))
+        limits.stop()
+        limits.opened(2, at: start, limit: .seconds(30))
+        #expect(limits.isStopped && limits.deadlines.isEmpty)
+        #expect(limits.due(at: start + .seconds(100)) == [])
     }
 
     @Test("off (0): nothing is kept")
@@ -343,5 +410,21 @@ final class RecordingEngine: ServiceEngine {
         let read = drain(old)
         #expect(read.result == .endOfStream && eventIDs(read.bytes) == [0])
         #expect(!makeResponder().limitsStreamAge)
+    }
+
+    @Test("once the drain begins, no stream ends by age: the drain ends every one (issue 42 finding 5)")
+    func drainTakesOverFromAge() throws {
+        let service = Service(store: MemoryTokenStore(), settings: .init(drainSeconds: 1, maxStreamAge: 60))
+        let responder = service.responder
+        let streams = try (0..<5).map { _ in try #require(responder.openEventStream {}.1) }
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            service.shutdown(engine: RecordingEngine())
+            done.signal()
+        }
+        #expect(eventually { responder.isDraining })
+        responder.endStreamsPastTheirAge(at: .now + .seconds(61))  // every limit has passed
+        #expect(done.wait(timeout: .now() + 60) == .success)
+        #expect(streams.allSatisfy { $0.endReason == .drain }, "\(streams.map(\.endReason))")
     }
 }

@@ -194,7 +194,7 @@ import Testing
 
     @Test("the heartbeat: the engine ticks the application every heartbeat period")
     func heartbeat() throws {
-        let live = try FakeServer(application: FakeApplication(secondTicks: true))
+        let live = try FakeServer(application: FakeApplication(ticks: true))
         #expect(eventually { live.application.heartbeats.value >= 1 && live.application.seconds.value >= 1 })
     }
 

@@ -12,7 +12,7 @@ import ServiceLogging
 final class FakeApplication: HTTPApplication {
     let crossOrigin: CrossOriginPolicy
     let recordsEveryRequest: Bool
-    let wantsSecondTicks: Bool
+    let wantsTicks: Bool
     /// The version of the cached read; `bump()` moves it.
     private let version = Locked<UInt64>(0)
     /// Every finished request, in order.
@@ -36,11 +36,11 @@ final class FakeApplication: HTTPApplication {
     /// engine's 16 kept names, `X-Echo` and `q` are looked up instead (`HeadFieldCapture`).
     init(
         crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), recordsEveryRequest: Bool = false,
-        secondTicks: Bool = false, fillerFields: Int = 0
+        ticks: Bool = false, fillerFields: Int = 0
     ) {
         self.crossOrigin = crossOrigin
         self.recordsEveryRequest = recordsEveryRequest
-        self.wantsSecondTicks = secondTicks
+        self.wantsTicks = ticks
         self.headerFieldsRead = ["If-None-Match"] + (0..<fillerFields).map { "X-Filler-\($0)" } + ["X-Echo"]
     }
 
@@ -110,7 +110,7 @@ final class FakeApplication: HTTPApplication {
     }
 
     func heartbeat() { heartbeats.increment() }
-    func secondPassed() { seconds.increment() }
+    func tick() { seconds.increment() }
 
     func clientLeft(stream id: UInt64) {
         departed.withLock { $0.append(id) }
