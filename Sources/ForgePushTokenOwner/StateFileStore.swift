@@ -6,47 +6,55 @@ import ForgePushToken
 /// (temporary file, `fsync`, rename, `fsync` of the folder), and the writes that arrive while one
 /// such write runs are made durable together by the next one (as PostgreSQL's group commit and
 /// Redis' `appendfsync always`, which writes once per event-loop turn, do). Versions stay one per
-/// change: each write is decided at once against the newest decided state, in arrival order, and
-/// only the newest state of a batch is written, since it holds every change before it.
+/// change: the writes of a batch are decided when the batch is taken, in arrival order, against
+/// the last state written, and only the newest state of a batch is written, since it holds every
+/// change before it.
 ///
 /// The owner applies (and streams) a change only from its outcome, which comes after the `fsync`
 /// that holds it: no event reaches a subscriber before its state is on disk, and an acknowledged
 /// change survives a crash.
 ///
-/// A change whose write fails still stands: the outcome is `.notSaved` (the service answers
-/// `503 state_not_saved`, keeps serving and streaming the new token, and reports itself
-/// degraded), and the next commit writes the current state again, even when it changes nothing
-/// (a client retrying the same token must not hear that all is well while it is not).
+/// A change whose write fails does not stand: every write of the failed batch is answered
+/// `.notSaved` (the service answers `503 state_not_saved` and reports itself degraded), and the
+/// store's state stays the last one written, which the owner serves. The failed write may or may
+/// not have reached the disk (a rename can land before the folder's `fsync` fails), so the store
+/// keeps the highest version it tried: the next change takes a version above it, the next write
+/// of the file records it (`StateFile.Contents.tried`) so that a restart does the same, and that
+/// write happens on the next commit even when it changes nothing (the file may hold a state other
+/// than the one served). Nothing retries a failed write; the client does.
 ///
 /// The batches are written by work items on one serial Dispatch queue: an item runs while writes
 /// are waiting and ends when none is left, so no thread is kept while the store is idle.
 ///
-/// Thread-safety: all members may be called from any thread; the decided state, the waiting
+/// Thread-safety: all members may be called from any thread; the state written, the waiting
 /// writes and the flags live behind one lock, never held during file I/O or a completion.
 public final class StateFileStore: TokenStore {
     /// The file written on every change.
     public let file: StateFile
 
-    /// One write waiting for the `fsync` that holds it.
+    /// One write waiting for the batch that decides it and the `fsync` that holds it.
     private struct Waiting {
-        /// The state this write decided.
-        var state: TokenState
-        /// Whether it changed the token.
-        var changed: Bool
+        /// The token it proposes.
+        var token: String?
         /// Receives the outcome.
         var completion: @Sendable (CommitOutcome) -> Void
     }
 
     /// What the lock guards.
     private struct Batch {
-        /// The newest decided state: what the next write decides against, and what the next
-        /// batch writes.
-        var decided: TokenState = .initial
-        /// Writes decided and waiting for their batch, in version order.
+        /// The last state written (or read at start): the owner's state, and what the next batch
+        /// decides against.
+        var written: TokenState = .initial
+        /// The highest version any write has tried (≥ `written.version`): the next change takes
+        /// one above it.
+        var tried: UInt64 = 0
+        /// Writes waiting for their batch, in arrival order.
         var waiting: [Waiting] = []
         /// Whether a work item is writing batches (it takes `waiting` until it is empty).
         var writing = false
-        /// Whether the last write failed (the decided state is newer than the file's).
+        /// Whether the last write failed: the file may hold a state other than `written` (the
+        /// failed one's rename may have landed), so the next commit writes even when it changes
+        /// nothing.
         var unsaved = false
         /// Writes of the file (successful or not), each holding one batch.
         var fileWrites: UInt64 = 0
@@ -85,16 +93,16 @@ public final class StateFileStore: TokenStore {
     }
 
     /// Reads the state to start from: the file's contents, or `TokenState.initial` when it does
-    /// not exist yet (a first start); the store decides the next write against it.
+    /// not exist yet (a first start); the store decides the next write against it, and gives the
+    /// next change a version above the file's `tried` too.
     /// - Throws: `StateFile.Failure` when it exists but cannot be read or is not a state file.
     public func load() throws(StateFile.Failure) -> TokenState {
-        let state: TokenState
-        if let contents = try file.load() {
-            state = TokenState(version: contents.version, token: contents.token)
-        } else {
-            state = .initial
+        let contents = try file.load()
+        let state = contents.map { TokenState(version: $0.version, token: $0.token) } ?? .initial
+        batch.withLock {
+            $0.written = state
+            $0.tried = contents?.highestTried ?? state.version
         }
-        batch.withLock { $0.decided = state }
         return state
     }
 
@@ -102,11 +110,12 @@ public final class StateFileStore: TokenStore {
     /// answers later, after the `fsync` of the batch that holds it.
     public var ordering: CommitOrdering { .storeSerialized }
 
-    /// Decides `token` against the newest decided state (`base` is not needed) and completes
-    /// once a state holding the decision is on disk: `.applied`/`.unchanged` when the file holds
-    /// it, `.notSaved` when the write failed, `.versionExhausted` at once at 2^64 - 1. The same
-    /// token with nothing waiting and the file current completes at once, on the caller's
-    /// thread; every other outcome comes on the store's queue, in version order.
+    /// Proposes `token`; its batch decides it against the last state written, and it completes
+    /// once that batch's write is done: `.applied`/`.unchanged` when the file holds it,
+    /// `.notSaved` when the write failed, `.versionExhausted` when no version is left. The same
+    /// token as the state written, with nothing waiting and the file current, completes at once,
+    /// on the caller's thread, and so does a change with no version left; every other outcome
+    /// comes on the store's queue, in arrival order. `base` is not needed.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         enum Next {
             case answer(CommitOutcome)
@@ -115,13 +124,11 @@ public final class StateFileStore: TokenStore {
             case write
         }
         let next = batch.withLock { batch -> Next in
-            let changed = token != batch.decided.token
-            if changed && batch.decided.version == .max { return .answer(.versionExhausted) }
-            if !changed && batch.waiting.isEmpty && !batch.writing && !batch.unsaved {
-                return .answer(.unchanged(batch.decided))
+            if batch.waiting.isEmpty && !batch.writing && !batch.unsaved {
+                if token == batch.written.token { return .answer(.unchanged(batch.written)) }
+                if max(batch.tried, batch.written.version) == .max { return .answer(.versionExhausted) }
             }
-            if changed { batch.decided = batch.decided.changed(to: token) }
-            batch.waiting.append(Waiting(state: batch.decided, changed: changed, completion: completion))
+            batch.waiting.append(Waiting(token: token, completion: completion))
             if let target = batch.gatherTarget, batch.waiting.count >= target {
                 batch.gatherTarget = nil
                 return .endGathering
@@ -138,7 +145,41 @@ public final class StateFileStore: TokenStore {
         }
     }
 
-    /// Writes batches until no write is waiting: each takes every write decided so far and
+    /// What a batch decided (`decide(_:from:tried:)`): each write's outcome should the file write
+    /// succeed, the state to write, and the highest version tried.
+    struct Decision: Equatable, Sendable {
+        /// Per write, in arrival order: `.applied`, `.unchanged` or `.versionExhausted` (which
+        /// stands whatever the file write does).
+        var outcomes: [CommitOutcome]
+        /// The newest state decided: what the file write holds.
+        var state: TokenState
+        /// The highest version tried, the batch's included.
+        var tried: UInt64
+    }
+
+    /// Decides `tokens` (one batch, in arrival order) against `written`, the last state written,
+    /// giving each change the version above every version tried so far (`tried`, then the
+    /// batch's own): a version once tried is never given to another token. A pure function.
+    static func decide(_ tokens: [String?], from written: TokenState, tried: UInt64) -> Decision {
+        var state = written
+        var highest = max(tried, written.version)
+        var outcomes: [CommitOutcome] = []
+        outcomes.reserveCapacity(tokens.count)
+        for token in tokens {
+            if token == state.token {
+                outcomes.append(.unchanged(state))
+            } else if highest == .max {
+                outcomes.append(.versionExhausted)
+            } else {
+                highest += 1
+                state = TokenState(version: highest, token: token)
+                outcomes.append(.applied(state))
+            }
+        }
+        return Decision(outcomes: outcomes, state: state, tried: highest)
+    }
+
+    /// Writes batches until no write is waiting: each takes every write waiting, decides them and
     /// writes the newest state once.
     ///
     /// Before taking the next batch, the writer gathers (`gather(_:within:)`): it waits until as
@@ -155,37 +196,50 @@ public final class StateFileStore: TokenStore {
         var lastWrite: Duration = .zero
         while true {
             if inFlight > 0 { gather(inFlight, within: max(lastWrite, minimumGathering)) }
-            let (taken, state) = batch.withLock { batch -> ([Waiting], TokenState) in
+            let (taken, decision) = batch.withLock { batch -> ([Waiting], Decision) in
                 let taken = batch.waiting
                 batch.waiting = []
                 if taken.isEmpty { batch.writing = false }
-                return (taken, batch.decided)
+                return (taken, Self.decide(taken.map(\.token), from: batch.written, tried: batch.tried))
             }
             if taken.isEmpty { return }
+            // Only a batch of refused changes (no version left) with the file current has nothing
+            // to write.
+            let needsWrite = batch.withLock { $0.unsaved } || decision.outcomes.contains { $0 != .versionExhausted }
             var failure: StateFile.Failure?
             var written: StateFile.Replacement?
             let clock = ContinuousClock()
             let started = clock.now
-            do throws(StateFile.Failure) {
-                // `save(_:)` in its two stages, so that the file can be closed after the answers.
-                let replacement = try file.replace(with: .init(token: state.token, version: state.version))
-                written = replacement
-                try file.flushFolder(of: replacement)
-            } catch {
-                failure = error
+            if needsWrite {
+                let state = decision.state
+                let tried = decision.tried > state.version ? decision.tried : nil
+                do throws(StateFile.Failure) {
+                    // `save(_:)` in its two stages, so that the file can be closed after the answers.
+                    let replacement = try file.replace(
+                        with: .init(token: state.token, version: state.version, tried: tried))
+                    written = replacement
+                    try file.flushFolder(of: replacement)
+                } catch {
+                    failure = error
+                }
             }
             lastWrite = clock.now - started
             let arrived = batch.withLock { batch in
-                batch.unsaved = failure != nil
-                batch.fileWrites &+= 1
+                // Tried, whatever came of it: the failed write may be on disk.
+                batch.tried = max(batch.tried, decision.tried)
+                if needsWrite {
+                    batch.unsaved = failure != nil
+                    batch.fileWrites &+= 1
+                    if failure == nil { batch.written = decision.state }
+                }
                 return batch.waiting.count
             }
             inFlight = taken.count + arrived
-            for write in taken {
-                if let failure {
-                    write.completion(.notSaved(write.state, changed: write.changed, reason: failure.description))
+            for (write, outcome) in zip(taken, decision.outcomes) {
+                if let failure, outcome != .versionExhausted {
+                    write.completion(.notSaved(reason: failure.description))
                 } else {
-                    write.completion(write.changed ? .applied(write.state) : .unchanged(write.state))
+                    write.completion(outcome)
                 }
             }
             if let written { keepOpen(written) }

@@ -113,10 +113,13 @@ public enum CommitOutcome: Sendable, Equatable {
     case applied(TokenState)
     /// The proposed token was already current: nothing changed; `state` is the store's current one.
     case unchanged(TokenState)
-    /// The store's state is `state` (`changed` tells whether this commit changed it), but it could
-    /// not be made durable: `reason` says why, in one line for the log. The change stands (it is
-    /// served and streamed); the store tries again on the next commit.
-    case notSaved(TokenState, changed: Bool, reason: String)
+    /// The change could not be made durable: `reason` says why, in one line for the log. It does
+    /// not stand: the store's state is still the one before it, so it is neither served nor
+    /// streamed. Like `.unknown`, it may or may not be in the durable copy (a state file's rename
+    /// can land before its folder's `fsync` fails), so the store never gives the version it tried
+    /// to another token, across a restart too, and it writes its state again on the next commit.
+    /// Nothing retries the write: the client does.
+    case notSaved(reason: String)
     /// The store did not answer in time: the change may or may not have been applied. Retrying
     /// the same write is safe (a write of the current token changes nothing).
     case unknown(reason: String)
@@ -135,8 +138,8 @@ public enum CommitOutcome: Sendable, Equatable {
     /// The state the store reported, when it reported one.
     public var state: TokenState? {
         switch self {
-        case .applied(let state), .unchanged(let state), .notSaved(let state, _, _): state
-        case .unknown, .unavailable, .versionExhausted, .stopping: nil
+        case .applied(let state), .unchanged(let state): state
+        case .notSaved, .unknown, .unavailable, .versionExhausted, .stopping: nil
         }
     }
 
@@ -144,8 +147,7 @@ public enum CommitOutcome: Sendable, Equatable {
     public var changed: Bool {
         switch self {
         case .applied: true
-        case .notSaved(_, let changed, _): changed
-        case .unchanged, .unknown, .unavailable, .versionExhausted, .stopping: false
+        case .unchanged, .notSaved, .unknown, .unavailable, .versionExhausted, .stopping: false
         }
     }
 }
@@ -188,8 +190,9 @@ public struct HealthReason: RawRepresentable, Hashable, Sendable, CustomStringCo
     /// The code.
     public var description: String { rawValue }
 
-    /// A change could not be made durable (a state file that could not be written); it stands in
-    /// memory until a write succeeds.
+    /// The last write could not be made durable (a state file that could not be written): its
+    /// change was refused, and the file may hold a state other than the one served until a write
+    /// succeeds.
     public static let stateNotSaved = HealthReason(rawValue: "state_not_saved")
     /// The version is the last one the store can keep: every change is refused
     /// (`CommitOutcome.versionExhausted`).
