@@ -68,6 +68,11 @@ public final class StateFileStore: TokenStore {
         var gatherTarget: Int?
         /// Set by `stop()`: the writer no longer gathers (nobody is coming back).
         var stopped = false
+        /// Whether the writer is in a file write (its system calls may hang on a failing disk).
+        var inFileWrite = false
+        /// Set by a `stop()` that gave up waiting for a file write (`stopWait`): the writer,
+        /// should the write ever return, answers nobody and ends.
+        var abandoned = false
     }
 
     private let batch = Locked(Batch())
@@ -77,19 +82,27 @@ public final class StateFileStore: TokenStore {
 
     /// The least time the writer gathers for (see `writeBatches`).
     private let minimumGathering: Duration
+    /// How long `stop()` waits for a file write in progress.
+    private let stopWait: Duration
+    /// Entered when a work item is enqueued to write batches, left when it ends: what `stop()`
+    /// waits on, with a deadline.
+    private let running = DispatchGroup()
 
     /// A store writing to `file`, its batches written by work items on `queue` (a serial queue;
     /// one of its own by default). `minimumGathering` is the least time the writer waits for the
     /// writes of the last batch to come back before it writes the next one (it waits as long as
     /// the last file write took, and ends as soon as they are back): zero by default; tests hold
-    /// it open with a long one, so that only the writers' return ends it.
+    /// it open with a long one, so that only the writers' return ends it. `stopWait` is how long
+    /// `stop()` waits for a file write in progress (a disk that hangs) before it gives up on it
+    /// (issue 42: the process must stop within the engine's grace period, whatever the disk does).
     public init(
         file: StateFile, queue: DispatchQueue = DispatchQueue(label: "forge-push-token.state-file"),
-        minimumGathering: Duration = .zero
+        minimumGathering: Duration = .zero, stopWait: Duration = .milliseconds(200)
     ) {
         self.file = file
         self.queue = queue
         self.minimumGathering = minimumGathering
+        self.stopWait = stopWait
     }
 
     /// Reads the state to start from: the file's contents, or `TokenState.initial` when it does
@@ -135,6 +148,7 @@ public final class StateFileStore: TokenStore {
             }
             if batch.writing { return .wait }
             batch.writing = true
+            running.enter()
             return .write
         }
         switch next {
@@ -192,20 +206,23 @@ public final class StateFileStore: TokenStore {
     /// doubles a write's latency when the clients do not come back (PostgreSQL's `commit_delay`
     /// makes the same trade, with a fixed delay).
     private func writeBatches() {
+        defer { running.leave() }
         var inFlight = 0
         var lastWrite: Duration = .zero
         while true {
             if inFlight > 0 { gather(inFlight, within: max(lastWrite, minimumGathering)) }
-            let (taken, decision) = batch.withLock { batch -> ([Waiting], Decision) in
+            let (taken, decision, needsWrite) = batch.withLock { batch -> ([Waiting], Decision, Bool) in
                 let taken = batch.waiting
                 batch.waiting = []
                 if taken.isEmpty { batch.writing = false }
-                return (taken, Self.decide(taken.map(\.token), from: batch.written, tried: batch.tried))
+                let decision = Self.decide(taken.map(\.token), from: batch.written, tried: batch.tried)
+                // Only a batch of refused changes (no version left) with the file current has
+                // nothing to write.
+                let needsWrite = batch.unsaved || decision.outcomes.contains { $0 != .versionExhausted }
+                batch.inFileWrite = needsWrite
+                return (taken, decision, needsWrite)
             }
             if taken.isEmpty { return }
-            // Only a batch of refused changes (no version left) with the file current has nothing
-            // to write.
-            let needsWrite = batch.withLock { $0.unsaved } || decision.outcomes.contains { $0 != .versionExhausted }
             var failure: StateFile.Failure?
             var written: StateFile.Replacement?
             let clock = ContinuousClock()
@@ -224,7 +241,12 @@ public final class StateFileStore: TokenStore {
                 }
             }
             lastWrite = clock.now - started
-            let arrived = batch.withLock { batch in
+            let arrived = batch.withLock { batch -> Int? in
+                batch.inFileWrite = false
+                if batch.abandoned {
+                    batch.writing = false
+                    return nil
+                }
                 // Tried, whatever came of it: the failed write may be on disk.
                 batch.tried = max(batch.tried, decision.tried)
                 if needsWrite {
@@ -233,6 +255,11 @@ public final class StateFileStore: TokenStore {
                     if failure == nil { batch.written = decision.state }
                 }
                 return batch.waiting.count
+            }
+            guard let arrived else {
+                // `stop()` gave up on this write and has returned: nobody is answered any more.
+                written?.close()
+                return
             }
             inFlight = taken.count + arrived
             for (write, outcome) in zip(taken, decision.outcomes) {
@@ -291,8 +318,12 @@ public final class StateFileStore: TokenStore {
         StoreStatus(durableWrites: batch.withLock { $0.fileWrites })
     }
 
-    /// Ends a gathering at once (and every later one), waits until every write already decided
-    /// has been written and answered, and closes the last file written.
+    /// Ends a gathering at once (and every later one), waits until every write already waiting
+    /// has been written and answered, and closes the last file written. A file write still in
+    /// progress after `stopWait` (a disk that hangs) is given up: `stop()` returns, and the
+    /// writes of its batch are never answered (the caller stops the process; the HTTP layer has
+    /// answered their requests before the store stops). The file then holds the state before
+    /// them or, should the write still land, theirs: like any write not acknowledged.
     public func stop() {
         let gathering = batch.withLock { batch in
             batch.stopped = true
@@ -300,9 +331,21 @@ public final class StateFileStore: TokenStore {
             return batch.gatherTarget != nil
         }
         if gathering { gathered.signal() }
-        // A `commit` decides to start the writer under the lock and enqueues it after: until the
-        // writer has run and found nothing left, `writing` stays set.
-        repeat { queue.sync {} } while batch.withLock({ $0.writing })
+        // A `commit` enters `running` under the lock when it starts the writer, so a writer
+        // enqueued but not yet run is waited for too.
+        let (seconds, attoseconds) = stopWait.components
+        let nanoseconds =
+            seconds >= Int64.max / 1_000_000_000 ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        let limit = DispatchTime.now() + .nanoseconds(Int(clamping: nanoseconds))
+        while running.wait(timeout: limit) == .timedOut {
+            let gaveUp = batch.withLock { batch in
+                if batch.inFileWrite { batch.abandoned = true }
+                return batch.abandoned
+            }
+            if gaveUp { return }
+            // Not in a file write: answering or gathering, which end without I/O.
+            running.wait()
+        }
         queue.sync { keepOpen(nil) }
     }
 
