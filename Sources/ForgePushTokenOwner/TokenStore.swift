@@ -50,7 +50,9 @@ public protocol TokenStore: AnyObject, Sendable {
 
     /// Stops background work (threads, connections). Called once, by `TokenOwner.close()` after
     /// the HTTP server has stopped, so that writes still in flight during graceful shutdown kept
-    /// their store until then; the state the store keeps is left as it is.
+    /// their store until then; the state the store keeps is left as it is. A store may give up on
+    /// a commit whose I/O has not returned by then (a disk that hangs: `StateFileStore`): its
+    /// completion is then never called, since nobody is left to answer.
     func stop()
 
     /// Asks the store to read the shared state again soon, without waiting for it: a subscriber
