@@ -14,7 +14,8 @@
  *     OP ACTION [MILLISECONDS]
  *
  * OP is create, write, fsync, rename, fsyncdir or any; ACTION is eio or enospc (the operation
- * fails with that error and is not done) or delay (it waits MILLISECONDS, then is done). Each
+ * fails with that error and is not done) or delay (it waits MILLISECONDS, then is done; a
+ * caller that is killed meanwhile ends the wait with EINTR). Each
  * injection is printed on standard error as `faultfs: OP ACTION`, so that a run can say which
  * fault it injected at which step and show that the step was reached.
  */
@@ -24,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +59,15 @@ static int fault(const char *op) {
     if (strcmp(action, "enospc") == 0) return -ENOSPC;
     if (strcmp(action, "delay") == 0 && milliseconds > 0) {
         struct timespec pause = {milliseconds / 1000, (milliseconds % 1000) * 1000000L};
+        /* With config->intr: a caller killed while it waits (a process that exits) interrupts
+         * the delay (libfuse signals this thread), as a disk's hang ends for a caller that can be
+         * interrupted. Without it the kernel waits for the answer, uninterruptibly: no process
+         * can exit while one of its threads waits in a hung disk's D state. */
         while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+            if (fuse_interrupted()) {
+                fprintf(stderr, "faultfs: %s interrupted\n", op);
+                return -EINTR;
+            }
         }
     }
     return 0;
@@ -71,6 +81,8 @@ static void *ff_init(struct fuse_conn_info *conn, struct fuse_config *config) {
     config->negative_timeout = 0;
     /* A file renamed over while open is unlinked at once, not hidden as .fuse_hidden*. */
     config->hard_remove = 1;
+    /* A caller killed during an injected delay interrupts it (see fault()). */
+    config->intr = 1;
     return NULL;
 }
 
@@ -250,7 +262,16 @@ static const struct fuse_operations operations = {
     .fsync = ff_fsync,
 };
 
+/* libfuse interrupts a request's thread with SIGUSR1 (config->intr); set in init(), after
+ * libfuse would have installed its own handler, so this one keeps the signal from killing the
+ * process: it only ends the sleep in fault() (no SA_RESTART). */
+static void on_interrupt(int signal_number) { (void)signal_number; }
+
 int main(int argc, char *argv[]) {
+    struct sigaction action = {0};
+    action.sa_handler = on_interrupt;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGUSR1, &action, NULL);
     if (argc < 4) {
         fprintf(stderr, "usage: %s BACKING CONTROL MOUNTPOINT [fuse options]\n", argv[0]);
         return 64;

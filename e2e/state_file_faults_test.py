@@ -6,7 +6,9 @@ injected at which step of a save (StateFile.swift: the temporary file created, w
 with fsync, renamed over the target, then the folder flushed):
 
   slow        a FUSE passthrough (e2e/faultfs.c) whose fsync of the temporary file takes 1.5 s;
-              for the SIGTERM it then hangs (30 s), as a dying disk does
+              for the SIGTERM it then hangs (30 s), as a dying disk does, but interruptibly
+              (faultfs sets libfuse's `intr`): a thread waiting on a disk hung in the kernel's uninterruptible wait
+              holds its process's exit whatever the process does, so that case is out of reach
   create-eio  the same passthrough failing the temporary file's creation with EIO
   write-eio   ... its write with EIO
   fsync-eio   ... its fsync with EIO
@@ -70,6 +72,7 @@ RUNS = {
 }
 
 
+_say_lock = threading.Lock()
 _disks = []  # every FaultFS and FullDisk made, closed again at exit whatever happened
 _disks_lock = threading.Lock()
 
@@ -238,7 +241,9 @@ def one_run(name, binary, faultfs, workdir, report):
     what, line = RUNS[name]
     root = os.path.join(workdir, name)
     os.makedirs(root)
-    say = lambda text: log("[%s] %s" % (name, text))
+    def say(text):
+        with _say_lock:  # one line at a time from the parallel runs
+            log("[%s] %s" % (name, text))
     disk = FullDisk(root) if line is None else FaultFS(faultfs, root)
     server = again = None
     try:
@@ -334,7 +339,15 @@ def one_run(name, binary, faultfs, workdir, report):
             acknowledged = tokens[4]
         else:
             refused.append(tokens[4])
-        say("SIGTERM mid-fault: exit 0 in %.2f s; the write in flight answered %s" % (took, answer[0]))
+        if slow:
+            # The process exited while its writer waited in the hung fsync: faultfs saw it go.
+            deadline = time.monotonic() + 5
+            while "faultfs: fsync interrupted" not in disk.injections():
+                check(time.monotonic() < deadline, "the write in flight never waited in the hung fsync: %r"
+                      % disk.injections()[-300:])
+                time.sleep(0.02)
+        say("SIGTERM mid-fault: exit 0 in %.2f s; the write in flight answered %s%s"
+            % (took, answer[0], " (its fsync was still hung)" if slow else ""))
         while True:
             try:
                 events.append(stream.next_token_event(timeout=5))
