@@ -340,6 +340,10 @@ def one_run(name, binary, faultfs, workdir, report):
         else:
             refused.append(tokens[4])
         if slow:
+            # The store gave the hung write up on its own (StateFileStore's stopWait), within the
+            # service's wait for it.
+            check("did not stop within" not in server.stderr(),
+                  "the state file's store did not stop by itself: %s" % server.stderr()[-600:])
             # The process exited while its writer waited in the hung fsync: faultfs saw it go.
             deadline = time.monotonic() + 5
             while "faultfs: fsync interrupted" not in disk.injections():
