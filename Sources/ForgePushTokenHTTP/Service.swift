@@ -94,8 +94,9 @@ public final class Service: Sendable {
     /// 1. readiness off (`Responder.beginDraining()`: `/healthz` and `/readyz` answer
     ///    `503 draining`), with `drainSeconds` above 0;
     /// 2. the drain, while the engine still accepts and serves reads and writes: the streams open
-    ///    now end one by one on a `DrainSchedule` over `drainSeconds`, until its last moment or a
-    ///    second signal (`hurry()`);
+    ///    now end one by one on a `DrainSchedule` over `drainSeconds`, and the window lasts its
+    ///    `drainSeconds` whatever the number of streams (none included), until a second signal
+    ///    (`hurry()`);
     /// 3. the remaining streams end cleanly and writes are refused (`TokenOwner.stop()`);
     /// 4. the engine stops accepting (`ServiceEngine.quiesce()`);
     /// 5. requests in flight get the engine's grace period (3 s, less the second kept for the
