@@ -8,7 +8,8 @@
 # stopping service, a rolling deploy through three replicas behind nginx, HTTP/2 and TLS at the
 # edge in headless Chromium; issue 28: read and write tokens, their reload during 1,000 streams,
 # the rotation of docs/operations.md; issue 31: the allocations of a cached GET /token and of a
-# delivered event, counted by a malloc shim preloaded into the server).
+# delivered event, counted by a malloc shim preloaded into the server; issue 42: the state file on
+# a slow, a failing and a full file system).
 #
 #   e2e/run.sh --server PATH [--log-format json|text] [TEST ...]
 #
@@ -29,9 +30,9 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
 # The tests, in the order they run, and each one's hard timeout in seconds: the one list of them.
-tests=(metrics state_file browser hardening http_edges http_framing prometheus replicas tls_docs acl_docs
+tests=(metrics state_file state_file_faults browser hardening http_edges http_framing prometheus replicas tls_docs acl_docs
        sentinel sentinel_docs probe trust drain rolling http2 credentials rotation_docs allocation)
-declare -A limit=([metrics]=45 [state_file]=180 [browser]=75 [hardening]=90 [http_edges]=120 [http_framing]=90
+declare -A limit=([metrics]=45 [state_file]=180 [state_file_faults]=150 [browser]=75 [hardening]=90 [http_edges]=120 [http_framing]=90
                   [prometheus]=60 [replicas]=150 [tls_docs]=60 [acl_docs]=45 [sentinel]=150 [sentinel_docs]=90
                   [probe]=45 [trust]=90 [drain]=100 [rolling]=150 [http2]=75 [credentials]=90 [rotation_docs]=60
                   [allocation]=60)
@@ -136,6 +137,16 @@ fi
 if [[ " ${selected[*]} " == *" allocation "* ]]; then
   # The allocation test builds its malloc-counting shim (e2e/malloc_counter.c) with cc.
   command -v cc >/dev/null || missing+=(gcc)
+fi
+if [[ " ${selected[*]} " == *" state_file_faults "* ]]; then
+  # The state file on a FUSE passthrough that injects faults (e2e/faultfs.c, built with cc and
+  # libfuse3) and on a full loop device (ext4).
+  command -v cc >/dev/null || missing+=(gcc)
+  command -v pkg-config >/dev/null || missing+=(pkg-config)
+  command -v fusermount3 >/dev/null || missing+=(fuse3)
+  pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
+  command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
+  command -v losetup >/dev/null || missing+=(mount)
 fi
 if ((${#missing[@]})); then
   say "installing ${missing[*]} (apt)"

@@ -21,14 +21,21 @@
   (e) the last version: a file at version 2^64 - 1 loads and is served, but every change answers
       503 store_unavailable and /healthz answers 200 {"status":"degraded","reason":
       "version_exhausted"} (it said "ok" before: attack finding, issue 21); the file is unchanged.
+  (f) a write answered 503 state_not_saved (issue 42, finding 4; a folder where the temporary file
+      goes): no stream event carries it (the stream, ended by SIGTERM, holds every event the
+      server sent), GET /token still answers the token before it, and after a restart and the next
+      write no id names two tokens, in the events of both runs. Then again with the token served
+      written once more before the restart (the file then records the version tried, "tried"):
+      the next write after the restart takes a version above it.
 
-    python3 e2e/state_file_test.py --server PATH [--iterations 100] [--seed N] [--only a,b,c,d,e]
+    python3 e2e/state_file_test.py --server PATH [--iterations 100] [--seed N] [--only a,b,c,d,e,f]
 """
 import argparse
 import json
 import os
 import random
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -46,8 +53,10 @@ def read_state(path):
         state = json.loads(raw)
     except ValueError as error:
         raise Failure("state file %s does not parse (%s): %r" % (path, error, raw[:200]))
-    check(isinstance(state, dict) and set(state) == {"token", "version"},
-          "state file %s is not {\"token\":…,\"version\":N}: %r" % (path, state))
+    check(isinstance(state, dict) and set(state) in ({"token", "version"}, {"token", "version", "tried"}),
+          "state file %s is not {\"token\":…,\"version\":N} (with \"tried\":M): %r" % (path, state))
+    check("tried" not in state or (isinstance(state["tried"], int) and state["tried"] > state["version"]),
+          "state file %s: tried is not above version: %r" % (path, state))
     check(state["token"] is None or isinstance(state["token"], str), "state token %r" % state["token"])
     check(isinstance(state["version"], int) and state["version"] >= 0, "state version %r" % state["version"])
     return state
@@ -414,13 +423,93 @@ def crash_iterations(binary, workdir, iterations, rng, threads):
         % (totals["acked"], totals["sent"], totals["in_flight_kept"], totals.get("streamed", 0)))
 
 
+# -- (f) ----------------------------------------------------------------------------------------
+def stream_until_end(stream, events):
+    """Appends every (id, token) event until the stream ends (SIGTERM ends it after every event
+    the server sent); fails when it does not end within 10 s."""
+    while True:
+        try:
+            events.append(stream.next_token_event(timeout=10))
+        except Failure as error:
+            check("ended" in str(error), "the stream did not end: %s" % error)
+            return
+
+
+def not_saved_is_not_streamed(binary, workdir):
+    log("(f) a write answered 503 state_not_saved is neither streamed nor served (issue 42, finding 4)")
+    for variant in ("restart at once", "the served token written again first"):
+        folder = os.path.join(workdir, "f", variant.replace(" ", "-"))
+        os.makedirs(folder)
+        path = os.path.join(folder, "state.json")
+        events = []
+        server = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).start()
+        a, b, d = token_hex(0xFA, 1), token_hex(0xFB, 2), token_hex(0xFD, 4)
+        try:
+            stream = EventStream(server.port)
+            events.append(stream.next_token_event())
+            check(server.register(a)[0] == 200, "register A failed")
+            events.append(stream.next_token_event())
+            check(events[-1] == (1, a), "the stream's event after A is %r" % (events[-1],))
+            os.mkdir(path + ".tmp")
+            status, _, body = server.register(b)
+            check(status == 503 and json.loads(body).get("error") == "state_not_saved",
+                  "register B with a folder at the temporary name answered %s %r" % (status, body))
+            check(server.token() == a, "GET /token after the 503 is %r, expected A (the token before it)"
+                  % server.token())
+            check(health(server) == (200, {"status": "degraded", "reason": "state_not_saved"}),
+                  "healthz after the 503: %r" % (health(server),))
+            log("  %s: register B answered 503 state_not_saved; GET /token still A" % variant)
+            os.rmdir(path + ".tmp")
+            tried = None
+            if variant != "restart at once":
+                status, _, body = server.register(a)
+                check(status == 200 and json.loads(body) == {"changed": False, "token": a},
+                      "register A again answered %s %r" % (status, body))
+                state = read_state(path)
+                check(state == {"token": a, "version": 1, "tried": 2},
+                      "the file after A again is %r, expected A at 1 with tried 2" % state)
+                tried = state["tried"]
+                log("  A again: 200, the file holds %r" % state)
+            server_stop_at = time.monotonic()
+            os.kill(server.pid, signal.SIGTERM)
+            stream_until_end(stream, events)
+            code = server.wait(10)
+            check(code == 0, "SIGTERM exit code %s" % code)
+            log("  SIGTERM: exit 0 in %.2f s; the stream carried %r" % (
+                time.monotonic() - server_stop_at, [(i, "A" if t == a else "B" if t == b else t) for i, t in events]))
+            check(all(token != b for _, token in events), "the refused token B was streamed: %r" % events)
+        finally:
+            server.kill()
+        again = Server(binary, BASE_ARGS + ["--state-file", path], workdir=workdir).start()
+        try:
+            check(again.token() == a, "after the restart GET /token is %r, expected A" % again.token())
+            stream = EventStream(again.port)
+            events.append(stream.next_token_event())
+            check(events[-1] == (1, a), "after the restart the first event is %r, expected (1, A)" % (events[-1],))
+            check(again.register(d)[0] == 200, "register D after the restart failed")
+            events.append(stream.next_token_event())
+            check(events[-1][1] == d, "the event after D is %r" % (events[-1],))
+            if tried is not None:
+                check(events[-1][0] > tried, "D took id %d, not above the version tried (%d)" % (events[-1][0], tried))
+            stream.close()
+            check(again.stop() == 0, "the restarted server did not exit 0 on SIGTERM")
+        finally:
+            again.kill()
+        named = {}
+        for event_id, token in events:
+            check(named.setdefault(event_id, token) == token,
+                  "id %d names two tokens: %r and %r (events %r)" % (event_id, named[event_id], token, events))
+        log("  %s: after the restart D has id %d; no id names two tokens" % (variant, events[-1][0]))
+    log("(f) ok")
+
+
 def run():
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("E2E_SEED", "0")) or None)
-    parser.add_argument("--only", default="a,b,c,d,e")
+    parser.add_argument("--only", default="a,b,c,d,e,f")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1, 1 << 30)
     log("seed %d (rerun with --seed %d)" % (seed, seed))
@@ -438,6 +527,8 @@ def run():
             crash_iterations(args.server, workdir, args.iterations, rng, args.threads)
         if "e" in parts:
             last_version_degrades(args.server, workdir)
+        if "f" in parts:
+            not_saved_is_not_streamed(args.server, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -203,21 +203,20 @@ public final class Responder: Sendable {
     }
 
     /// The answer to a commit: 200 `{"changed":…,"token":…}`; 503 `state_not_saved` when the
-    /// state could not be made durable (the change stands and is streamed all the same: it is the
-    /// service's state now); 503 `store_unavailable` with `Retry-After` when the store could not
-    /// decide.
+    /// change could not be made durable (it is then neither served nor streamed; the client
+    /// retries); 503 `store_unavailable` with `Retry-After` when the store could not decide.
     private func answer(_ outcome: CommitOutcome) -> HTTPResponse {
         if outcome.changed { metrics.increment(.tokenChanges) }
         switch outcome {
         case .applied(let state), .unchanged(let state):
             return .json(200, TokenSnapshot.changeBody(state, changed: outcome.changed))
-        case .notSaved(_, _, let reason):
-            log?.log(.error, "\(reason); the service is degraded until a write succeeds")
+        case .notSaved(let reason):
+            log?.log(.error, "\(reason); the change was refused, and the service is degraded until a write succeeds")
             return .error(
                 503,
                 ServiceError(
                     "state_not_saved",
-                    "the token is in memory but could not be saved to the state file; see the service's log"))
+                    "the token could not be saved to the state file and is not served; retry; see the service's log"))
         case .versionExhausted:
             log?.log(.error, "a change was refused: \(TokenState.versionExhausted)")
             return .error(503, ServiceError("store_unavailable", TokenState.versionExhausted))

@@ -15,7 +15,10 @@ import ForgePushToken
 
 /// The file that keeps the token and its version across restarts (`--state-file`).
 ///
-/// Format: one JSON object, `{"token":"<lowercase hex>"|null,"version":<whole number>}`.
+/// Format: one JSON object, `{"token":"<lowercase hex>"|null,"version":<whole number>}`, with a
+/// third key, `"tried":<whole number>`, when a write that failed tried a version above `version`
+/// (`StateFileStore`): the next change takes a version above it, so that no version names two
+/// tokens across a restart.
 ///
 /// A write is durable before it returns: the JSON goes to a temporary file beside the target, which
 /// is flushed with `fsync(2)`, renamed over the target (atomic on POSIX file systems), and then the
@@ -31,16 +34,26 @@ public struct StateFile: Sendable {
     public struct Contents: Sendable, Equatable, Codable {
         /// The token as lowercase hex digits, or `nil`.
         public var token: String?
-        /// The token's version (0 for the first state, +1 per change).
+        /// The token's version (0 for the first state, one more per change; a change after a
+        /// failed write takes one more than `tried`).
         public var version: UInt64
+        /// The highest version a write has tried, when above `version` (a write that failed, and
+        /// may or may not have reached the disk, tried it); `nil` otherwise. The next change takes
+        /// a version above it.
+        public var tried: UInt64?
 
-        /// Creates contents.
-        public init(token: String?, version: UInt64) {
+        /// Creates contents; `tried`, when given, is above `version`.
+        public init(token: String?, version: UInt64, tried: UInt64? = nil) {
             self.token = token
             self.version = version
+            self.tried = tried
         }
 
-        /// Decodes the object; `token` must be present (as a string or `null`).
+        /// The highest version any write has tried: `tried`, or `version` without it.
+        public var highestTried: UInt64 { max(version, tried ?? version) }
+
+        /// Decodes the object; `token` must be present (as a string or `null`), and `tried`, when
+        /// present, above `version`.
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             guard container.contains(.token) else {
@@ -48,16 +61,22 @@ public struct StateFile: Sendable {
             }
             token = try container.decode(String?.self, forKey: .token)
             version = try container.decode(UInt64.self, forKey: .version)
+            tried = try container.decodeIfPresent(UInt64.self, forKey: .tried)
+            if let tried, tried <= version {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .tried, in: container, debugDescription: "tried is not above version")
+            }
         }
 
-        /// Encodes both keys, `token` as `null` when there is none.
+        /// Encodes `token` (as `null` when there is none), `version`, and `tried` when there is one.
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
             try container.encode(token, forKey: .token)
             try container.encode(version, forKey: .version)
+            try container.encodeIfPresent(tried, forKey: .tried)
         }
 
-        enum CodingKeys: String, CodingKey { case token, version }
+        enum CodingKeys: String, CodingKey { case token, tried, version }
 
         /// What the file holds for these contents: the JSON object and a newline. For the tokens
         /// the service stores (lowercase hex, or none) written directly, as the same bytes
@@ -76,6 +95,10 @@ public struct StateFile: Sendable {
                 out.append(UInt8(ascii: "\""))
             } else {
                 out.append(contentsOf: "null".utf8)
+            }
+            if let tried {
+                out.append(contentsOf: #","tried":"#.utf8)
+                out.append(contentsOf: String(tried).utf8)
             }
             out.append(contentsOf: #","version":"#.utf8)
             out.append(contentsOf: String(version).utf8)
@@ -123,7 +146,9 @@ public struct StateFile: Sendable {
             contents = try JSONDecoder().decode(Contents.self, from: Data(bytes))
         } catch {
             throw Failure(
-                description: #"state file \#(path) cannot be parsed: expected {"token":"<hex>"|null,"version":N}"#)
+                description:
+                    #"state file \#(path) cannot be parsed: expected {"token":"<hex>"|null,"version":N} (and "tried":M > N)"#
+            )
         }
         if let token = contents.token {
             // Canonical: what the service itself writes, 1 to 256 bytes as lowercase hex.

@@ -50,7 +50,9 @@ public protocol TokenStore: AnyObject, Sendable {
 
     /// Stops background work (threads, connections). Called once, by `TokenOwner.close()` after
     /// the HTTP server has stopped, so that writes still in flight during graceful shutdown kept
-    /// their store until then; the state the store keeps is left as it is.
+    /// their store until then; the state the store keeps is left as it is. A store may give up on
+    /// a commit whose I/O has not returned by then (a disk that hangs: `StateFileStore`): its
+    /// completion is then never called, since nobody is left to answer.
     func stop()
 
     /// Asks the store to read the shared state again soon, without waiting for it: a subscriber
@@ -113,10 +115,13 @@ public enum CommitOutcome: Sendable, Equatable {
     case applied(TokenState)
     /// The proposed token was already current: nothing changed; `state` is the store's current one.
     case unchanged(TokenState)
-    /// The store's state is `state` (`changed` tells whether this commit changed it), but it could
-    /// not be made durable: `reason` says why, in one line for the log. The change stands (it is
-    /// served and streamed); the store tries again on the next commit.
-    case notSaved(TokenState, changed: Bool, reason: String)
+    /// The change could not be made durable: `reason` says why, in one line for the log. It does
+    /// not stand: the store's state is still the one before it, so it is neither served nor
+    /// streamed. Like `.unknown`, it may or may not be in the durable copy (a state file's rename
+    /// can land before its folder's `fsync` fails), so the store never gives the version it tried
+    /// to another token, across a restart too, and it writes its state again on the next commit.
+    /// Nothing retries the write: the client does.
+    case notSaved(reason: String)
     /// The store did not answer in time: the change may or may not have been applied. Retrying
     /// the same write is safe (a write of the current token changes nothing).
     case unknown(reason: String)
@@ -135,8 +140,8 @@ public enum CommitOutcome: Sendable, Equatable {
     /// The state the store reported, when it reported one.
     public var state: TokenState? {
         switch self {
-        case .applied(let state), .unchanged(let state), .notSaved(let state, _, _): state
-        case .unknown, .unavailable, .versionExhausted, .stopping: nil
+        case .applied(let state), .unchanged(let state): state
+        case .notSaved, .unknown, .unavailable, .versionExhausted, .stopping: nil
         }
     }
 
@@ -144,8 +149,7 @@ public enum CommitOutcome: Sendable, Equatable {
     public var changed: Bool {
         switch self {
         case .applied: true
-        case .notSaved(_, let changed, _): changed
-        case .unchanged, .unknown, .unavailable, .versionExhausted, .stopping: false
+        case .unchanged, .notSaved, .unknown, .unavailable, .versionExhausted, .stopping: false
         }
     }
 }
@@ -188,8 +192,9 @@ public struct HealthReason: RawRepresentable, Hashable, Sendable, CustomStringCo
     /// The code.
     public var description: String { rawValue }
 
-    /// A change could not be made durable (a state file that could not be written); it stands in
-    /// memory until a write succeeds.
+    /// The last write could not be made durable (a state file that could not be written): its
+    /// change was refused, and the file may hold a state other than the one served until a write
+    /// succeeds.
     public static let stateNotSaved = HealthReason(rawValue: "state_not_saved")
     /// The version is the last one the store can keep: every change is refused
     /// (`CommitOutcome.versionExhausted`).

@@ -76,8 +76,9 @@ import Testing
         let second = TokenOwner<TokenSnapshot>(store: secondStore, initial: try secondStore.load(), maxSubscribers: 4)
         #expect(second.current.version == 2 && second.current.token == "cd")
 
-        // A write that cannot be saved: 503 state_not_saved, the change kept, healthz degraded,
-        // the failure logged (and its paths and errno kept out of the answer).
+        // A write that cannot be saved: 503 state_not_saved, the change refused (issue 42: not
+        // served), healthz degraded, the failure logged (and its paths and errno kept out of the
+        // answer).
         let lines = Locked<[String]>([])
         let log = ServerLog(minimumLevel: .info) { line in lines.withLock { $0.append(line) } }
         let responder = Responder(owner: second, log: log)
@@ -86,21 +87,23 @@ import Testing
         let failed = try responder.send("POST", "/register", body: utf8("ef"))
         #expect(failed.status == 503)
         #expect(string(failed.body).contains("state_not_saved"))
-        #expect(second.current.token == "ef" && second.current.version == 3)
+        #expect(second.current.token == "cd" && second.current.version == 2)
         #expect(!string(failed.body).contains(dir))
         #expect(
             lines.withLock { $0 }.contains { $0.contains(" error ") && $0.contains(dir) && $0.contains("degraded") })
         let health = string(try responder.send("GET", "/healthz").body)
         #expect(health == #"{"reason":"state_not_saved","status":"degraded"}"#)
-        // A client retrying the same token is not told all is well while the state is unsaved.
-        let retried = try responder.send("POST", "/register", body: utf8("ef"))
+        // The token served, again: the file may hold another state, so it is written again, and
+        // is not answered as if all were well while it cannot be.
+        let retried = try responder.send("POST", "/register", body: utf8("cd"))
         #expect(retried.status == 503 && string(retried.body).contains("state_not_saved"))
-        #expect(second.current.version == 3)
+        #expect(second.current.version == 2)
         mkdir(dir, 0o700)
-        // Once the file can be written, the retry saves the unchanged state and answers 200.
+        // Once the file can be written, the client's retry is saved, at a version above the ones
+        // tried (3), and answers 200.
         let saved = try responder.send("POST", "/register", body: utf8("ef"))
-        #expect(saved.status == 200 && string(saved.body) == #"{"changed":false,"token":"ef"}"#)
-        #expect(try file.load() == .init(token: "ef", version: 3))
+        #expect(saved.status == 200 && string(saved.body) == #"{"changed":true,"token":"ef"}"#)
+        #expect(try file.load() == .init(token: "ef", version: 4))
         #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"ok"}"#)
         #expect(try responder.send("POST", "/register", body: utf8("0123")).status == 200)
         #expect(string(try responder.send("GET", "/healthz").body) == #"{"status":"ok"}"#)

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ForgePushTokenOwnerTestSupport
 import Foundation
 import PrometheusExposition
 import Testing
@@ -175,7 +176,10 @@ struct OperatorSeriesTests {
         #expect(Self.value("forge_push_token_state_saved", in: text) == 1)
         // The folder goes away: the next change cannot be saved, and the gauge says so.
         try FileManager.default.removeItem(at: folder)
-        owner.register(deviceToken: [1, 2, 3])
+        guard case .notSaved = commitAndWait(owner, "010203") else {
+            Issue.record("a change with the folder gone was not refused with notSaved")
+            return
+        }
         #expect(Self.value("forge_push_token_state_saved", in: try scrape()) == 0)
         // Without a state file there is nothing to report.
         let open = Responder(owner: makeOwner(maxSubscribers: 5))

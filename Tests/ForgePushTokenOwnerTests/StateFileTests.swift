@@ -89,6 +89,9 @@ import Testing
             // Printable ASCII that is not lowercase hex, each needing an escape or not.
             .init(token: "a\"b", version: 5), .init(token: "a\\b", version: 6), .init(token: "\"", version: 7),
             .init(token: "a/b", version: 8), .init(token: "g", version: 9), .init(token: "\u{1F}", version: 10),
+            // With the highest version tried (issue 42), hex and not.
+            .init(token: "ab", version: 3, tried: 9), .init(token: nil, version: 0, tried: .max),
+            .init(token: "A", version: 1, tried: 2),
         ]
         for _ in 0..<200 {
             let bytes = (0..<Int.random(in: 1...64, using: &generator)).map { _ in
@@ -106,6 +109,9 @@ import Testing
     @Test(arguments: [
         "", "{", "[]", #"{"version":1}"#, #"{"token":"a1","version":-1}"#, #"{"token":"A1","version":1}"#,
         #"{"token":"abc","version":1}"#, #"{"token":7,"version":1}"#, "garbage",
+        // `tried` is above `version`, a whole number (issue 42).
+        #"{"token":"a1","tried":1,"version":1}"#, #"{"token":"a1","tried":0,"version":1}"#,
+        #"{"token":"a1","tried":-2,"version":1}"#, #"{"token":"a1","tried":"2","version":1}"#,
     ])
     func unparsableFileIsAnErrorNamingTheFile(text: String) throws {
         let dir = folder()

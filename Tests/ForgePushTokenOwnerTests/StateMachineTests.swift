@@ -45,10 +45,11 @@ struct StateMachineTests {
 
         var machine = Machine(initial: TokenState(version: .max - 1, token: "aa"), maxSubscribers: 1)
         #expect(machine.health == .ok)
-        _ = machine.committed(.notSaved(TokenState(version: .max, token: "bb"), changed: true, reason: "disk full"))
+        _ = machine.committed(.notSaved(reason: "disk full"))
         #expect(machine.health == .degraded(reason: HealthReason.stateNotSaved))
+        #expect(machine.current == TokenState(version: .max - 1, token: "aa"), "a change not saved does not stand")
         // Once saved, the service is not ok either: no change can be made any more.
-        _ = machine.committed(.unchanged(TokenState(version: .max, token: "bb")))
+        _ = machine.committed(.applied(TokenState(version: .max, token: "bb")))
         #expect(machine.health == exhausted)
         _ = machine.storeReported(.health(.ok))
         #expect(machine.health == exhausted)
@@ -101,15 +102,20 @@ struct StateMachineTests {
         #expect(machine.current == TokenState(version: 9, token: "09"))
     }
 
-    @Test("a change that is not saved degrades the health; a saved commit restores it")
-    func health() {
+    @Test("a change that is not saved degrades the health and does not stand; a saved commit restores it")
+    func health() throws {
         var machine = Machine(initial: .initial, maxSubscribers: 1)
+        let subscriber = try #require(Self.subscriber(&machine))
         #expect(machine.health == .ok)
-        let v1 = TokenState(version: 1, token: "01")
-        _ = machine.committed(.notSaved(v1, changed: true, reason: "disk full"))
+        #expect(machine.beginCommit() == .initial)
+        // Issue 42, finding 4: a write answered 503 state_not_saved is neither streamed nor served.
+        #expect(machine.committed(.notSaved(reason: "disk full")) == nil, "a change not saved is not delivered")
         #expect(machine.health == .degraded(reason: HealthReason.stateNotSaved))
-        #expect(machine.current == v1, "the change stands although it is not durable")
-        _ = machine.committed(.unchanged(v1))
+        #expect(machine.current == .initial, "a change not saved is not served")
+        #expect(machine.commitsInFlight == 0)
+        #expect(subscriber.offered == [.initial])
+        let v2 = TokenState(version: 2, token: "01")
+        #expect(machine.committed(.applied(v2))?.rendition == v2)
         #expect(machine.health == .ok)
         _ = machine.storeReported(.health(.degraded(reason: HealthReason(rawValue: "unreachable"))))
         #expect(machine.health == .degraded(reason: HealthReason(rawValue: "unreachable")))
@@ -274,28 +280,34 @@ struct TokenOwnerTests {
         #expect(store.stops.withLock { $0 } == 1)
     }
 
-    @Test("the state file store: a failed save is kept, answered notSaved, and retried on the next commit")
+    @Test("the state file store: a failed save is refused, not served, and its version never given to another token")
     func stateFileNotSavedThenRetried() throws {
         let folder = "/tmp/fpt-owner-\(UInt32.random(in: 0...UInt32.max))"
         let file = StateFile(path: folder + "/state.json")
         let owner = TokenOwner<TokenState>(store: StateFileStore(file: file), initial: .initial, maxSubscribers: 1)
-        // The folder does not exist: the save fails.
-        guard case .notSaved(let state, let changed, let reason) = commitAndWait(owner, "ab") else {
+        // The folder does not exist: the save fails, and the change does not stand.
+        guard case .notSaved(let reason) = commitAndWait(owner, "ab") else {
             Issue.record("expected notSaved")
             return
         }
-        #expect(state == TokenState(version: 1, token: "ab") && changed && reason.contains(folder))
-        #expect(owner.current == state && owner.health == .degraded(reason: HealthReason.stateNotSaved))
-        // The same token again: nothing changes, but the save is tried again (and fails again).
-        #expect(commitAndWait(owner, "ab") == .notSaved(state, changed: false, reason: reason))
+        #expect(reason.contains(folder))
+        #expect(owner.current == .initial && owner.health == .degraded(reason: HealthReason.stateNotSaved))
+        // The token it had before, again: the file may hold another state, so it is written again
+        // (and fails again).
+        #expect(commitAndWait(owner, nil) == .notSaved(reason: reason))
+        #expect(owner.current == .initial)
         #expect(mkdir(folder, 0o700) == 0)
         defer {
             unlink(file.path)
             rmdir(folder)
         }
-        #expect(commitAndWait(owner, "ab") == .unchanged(state))
+        // Written at last: unchanged, and the file records the version tried (1) above its own.
+        #expect(commitAndWait(owner, nil) == .unchanged(.initial))
         #expect(owner.health == .ok)
-        #expect(try file.load() == .init(token: "ab", version: 1))
-        #expect(commitAndWait(owner, "ab") == .unchanged(state))
+        #expect(try file.load() == .init(token: nil, version: 0, tried: 1))
+        // The client's retry: version 1 was tried for "ab" already, so "ab" takes 2.
+        #expect(commitAndWait(owner, "ab") == .applied(TokenState(version: 2, token: "ab")))
+        #expect(try file.load() == .init(token: "ab", version: 2))
+        #expect(commitAndWait(owner, "ab") == .unchanged(TokenState(version: 2, token: "ab")))
     }
 }

@@ -283,8 +283,10 @@ final class Session {
                 require(jsonBool(body ?? [:], "changed") == (before.token != token),
                         "changed is \(String(reflecting: body?["changed"])) going from \(String(reflecting: before.token))", context: context)
             case (503, .success(let hex)):
-                checkUnsaved(response, changed: before.token != after.token)
-                require(after.token == hex, "a 503 state_not_saved left the token \(String(reflecting: after.token))", context: context)
+                checkUnsaved(response, changed: before.token != hex)
+                // Refused: neither served nor streamed (issue 42, finding 4).
+                require(after.token == before.token,
+                        "a 503 state_not_saved changed the token to \(String(reflecting: after.token))", context: context)
             case (400, .failure(let error)):
                 require(errorCode(response) == "invalid_token" && errorMessage(response) == error.message,
                         "/register 400 does not carry RequestBodies' error", context: context)
@@ -303,7 +305,7 @@ final class Session {
                 require(jsonBool(body, "changed") == (before.token != nil), "a 200 /fail has changed \(String(reflecting: body["changed"]))", context: context)
             case (503, .success):
                 checkUnsaved(response, changed: before.token != nil)
-                require(after.token == nil, "a 503 /fail left a token", context: context)
+                require(after.token == before.token, "a 503 /fail changed the token", context: context)
             case (400, .failure(let error)):
                 require(errorCode(response) == "invalid_request" && errorMessage(response) == error.message,
                         "/fail 400 does not carry RequestBodies' error", context: context)
@@ -356,8 +358,8 @@ final class Session {
     }
 
     /// A 503 `state_not_saved`: only with a state file, and either for a change that could not be
-    /// saved or, unchanged, for a retry while the last change was still unsaved (the service
-    /// retries the save then, and must not answer 200 while it is not saved).
+    /// saved or, unchanged, for a write while the last one failed (the file may hold another state
+    /// then, so the service writes it again, and must not answer 200 while it cannot).
     func checkUnsaved(_ response: HTTPResponse, changed: Bool) {
         require(configuration.stateFile != nil && errorCode(response) == "state_not_saved" && (owner.health != .ok),
                 "a write answered 503 \(String(reflecting: errorCode(response)))", context: context)
