@@ -27,7 +27,10 @@ enum RequestFuzzerEntry {
         #if FORGE_REQUEST_FUZZER
             var argc = CommandLine.argc
             var argv = CommandLine.unsafeArgv
-            exit(runLibFuzzerDriver(&argc, &argv, fuzzOneInput))
+            // A closure, not `fuzzOneInput` itself: compiled file by file (a debug build), naming
+            // the `@_cdecl` function as a C function pointer here would define its C symbol a
+            // second time, in this file.
+            exit(runLibFuzzerDriver(&argc, &argv, { data, size in fuzzOneInput(data, size) }))
         #else
             let paths = CommandLine.arguments.dropFirst()
             for path in paths {
