@@ -180,6 +180,20 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 
+// The request fuzzer (fuzz/README.md): the harness in fuzz/Harness as an executable target over the
+// pure-Swift HTTP layer, so that it is built by SwiftPM with the package's own settings. fuzz/run.sh
+// builds it with libFuzzer and AddressSanitizer in a scratch path of its own (`swift build --product
+// request-fuzzer -Xswiftc -sanitize=fuzzer,address -Xswiftc -D -Xswiftc FORGE_REQUEST_FUZZER`), with
+// no unsafe flag here: every other build (`swift build`, the sanitizer builds of scripts/test.sh)
+// compiles it as a plain program that runs the input files it is given once each. Linux only: it
+// is filtered out below with the server.
+package.targets.append(
+    .executableTarget(
+        name: "RequestFuzzer",
+        dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "PrometheusExposition"],
+        path: "fuzz/Harness", swiftSettings: swiftSettings))
+package.products.append(.executable(name: "request-fuzzer", targets: ["RequestFuzzer"]))
+
 // The server and its tests need Linux (epoll, eventfd, Glibc; docs/operations.md). On Apple
 // platforms the package is the library alone: `swift test` on a Mac builds and runs the library's
 // tests (.github/workflows/library.yml), and an app's Xcode never sees the server's targets.

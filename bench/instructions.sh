@@ -9,7 +9,7 @@
 #   GET:      cached `GET /token` on one keep-alive connection; instructions of 5N requests minus
 #             those of N, over 4N (start-up and shutdown cancel out);
 #   POST:     `POST /register` with a new 64-hex token each, the same way;
-#   delivery: S subscribers (bench/scale/sse_fanout) and M changes; instrumentation is switched on
+#   delivery: S subscribers (bench/sse_fanout) and M changes; instrumentation is switched on
 #             once every subscriber is connected (callgrind_control) and off when the client has
 #             read every event and left, so the figure is everything the server ran for the
 #             changes, their deliveries and the subscribers' departure, over S x M.
@@ -19,6 +19,8 @@
 # Needs: valgrind, python3, curl, gcc, make (bench/README.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
 binary="" before=""
 while (($#)); do
   case "$1" in
@@ -33,12 +35,11 @@ command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install -y val
 if [[ -z "$binary" ]]; then
   binary="$("$root/scripts/build-release.sh" | tail -1)"
 fi
-make -s -C "$root/bench/scale" >/dev/null
+client="$(build_fanout_client)"
 work="$(mktemp -d /tmp/forge-push-token-instructions.XXXXXX)"
 server_pid=""
 cleanup() { [[ -n "$server_pid" ]] && kill -KILL "$server_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-free_port() { python3 "$root/e2e/e2e_support.py" free-port; }
 
 # start BINARY OUT [VALGRIND ARGS...]: the server under callgrind on a free port; sets PORT, server_pid.
 start() {
@@ -105,7 +106,7 @@ per_request() {
 per_delivery() {
   local bin="$1" out="$work/delivery.cg"
   start "$bin" "$out" --instr-atstart=no
-  "$root/bench/scale/sse_fanout" --url "http://127.0.0.1:$PORT" -n "$S" -m "$M" --interval-ms 300 --seed \
+  "$client" --url "http://127.0.0.1:$PORT" -n "$S" -m "$M" --interval-ms 300 --seed \
     --drain-timeout 5 --ready-timeout 120 >"$work/fanout.out" 2>&1 &
   local client=$!
   for _ in $(seq 1 1200); do grep -q "connect phase" "$work/fanout.out" && break; sleep 0.1; done

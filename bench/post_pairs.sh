@@ -26,6 +26,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
 BINARY=""; CONTENDED=0
 while (($#)); do
   case "$1" in
@@ -55,8 +57,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { python3 "$repo/e2e/e2e_support.py" free-port; }  # the one definition: e2e/e2e_support.py
-seed() { curl -fsS -o /dev/null --max-time 2 -X POST --data "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" "$1/register"; }
 
 cp -r "$SHARED_BENCH" "$work/shared-bench"; chmod -R u+w "$work/shared-bench"
 c_port=$(free_port)
@@ -67,7 +67,7 @@ our_port=$(free_port)
 our_pid=$!; pids+=("$our_pid")
 for _ in $(seq 1 100); do grep -q "listening on" "$work/server.log" 2>/dev/null && break; sleep 0.05; done
 ours="http://127.0.0.1:$our_port"; theirs="http://127.0.0.1:$c_port"
-seed "$ours"; seed "$theirs"
+seed_token "$ours"; seed_token "$theirs"
 
 max_foreign="$MAX_FOREIGN"; max_steal=0.10; tries="$TRIES"
 if [[ "$CONTENDED" == 1 ]]; then

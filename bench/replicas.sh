@@ -27,6 +27,8 @@
 # Needs: redis-server, nginx with libnginx-mod-nchan, wrk, gcc, make, python3 (bench/README.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
 binary=""
 while (($#)); do
   case "$1" in
@@ -49,7 +51,7 @@ binary="$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")"
 work="$(mktemp -d /tmp/forge-push-token-replicas-bench.XXXXXX)"
 cp -r "${SHARED_BENCH:-$root/../shared/bench}" "$work/bench"
 harness="$work/bench"
-make -s -C "$harness/sse_fanout" >/dev/null
+client="$(build_fanout_client)"
 results="$root/bench/results/replicas-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$results"
 pids=()
@@ -61,7 +63,6 @@ cleanup() {
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-free_port() { python3 "$root/e2e/e2e_support.py" free-port; }  # the one definition: e2e/e2e_support.py
 redis_start() { # port
   redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
   pids+=($!); echo $! >"$work/redis-$1.pid"; disown $!
@@ -107,25 +108,21 @@ ours_stop() { kill -TERM "$(cat "$work/ours-$1.pid")" 2>/dev/null || true; sleep
 
 # guarded LABEL "PID..." JSON -- command...: runs the command under cpuguard.py, whose foreign CPU
 # leaves out the command's own processes and the servers PID... (with their children: nginx's
-# workers); redoes it while other processes were busy (exit 75). Each try starts without JSON (the
-# command's results file) and writes its output to $work/out, so that only the kept try's remain.
-# Returns the command's status; sets DISTURBED=1 when no try was clean.
+# workers); redoes it while other processes were busy (retry_while_disturbed, bench/lib.sh). Each
+# try starts without JSON (the command's results file) and writes its output to $work/out, so that
+# only the kept try's remain.
 guarded() {
-  local label="$1" json="$3" pid try rc wait_quiet="$WAIT_QUIET" tries="$TRIES" args=()
-  for pid in $2; do args+=(--pid "$pid"); done
+  local label="$1" pids="$2" json="$3"
   shift 4
-  if (( SECONDS > BUDGET )); then wait_quiet=1; tries=1; fi
-  DISTURBED=1
-  for try in $(seq 1 "$tries"); do
-    rc=0
-    [[ -z "$json" ]] || rm -f "$json"
-    python3 "$root/bench/cpuguard.py" --label "$label#$try" --log "$results/guard.jsonl" "${args[@]}" \
-      --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$@" >"$work/out" 2>&1 || rc=$?
-    if [[ $rc != 75 ]]; then DISTURBED=0; return "$rc"; fi
-    if (( try < tries )); then echo "  (other processes or hypervisor steal took CPU during $label: redone)" >&2
-    else echo "  (other processes or hypervisor steal took CPU during $label on every try: kept, marked disturbed)" >&2; fi
-  done
-  return 0
+  retry_while_disturbed "$label" guarded_try "$pids" "$json" "$@"
+}
+guarded_try() { # TRY_LABEL WAIT_QUIET "PID..." JSON command...
+  local try_label="$1" wait_quiet="$2" json="$4" pid args=()
+  for pid in $3; do args+=(--pid "$pid"); done
+  shift 4
+  [[ -z "$json" ]] || rm -f "$json"
+  python3 "$root/bench/cpuguard.py" --label "$try_label" --log "$results/guard.jsonl" "${args[@]}" \
+    --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$@" >"$work/out" 2>&1
 }
 pids() { # pid files...: their pids on one line, separated by spaces
   local file; for file; do printf '%s ' "$(cat "$file")"; done
@@ -146,7 +143,7 @@ PY
   rm -f "$1"
 }
 fanout() { # label "server PIDs" (the first: the subscribers' server, for RSS) publish-url subscribe-url
-  guarded "r$run $1" "$2" "$work/fanout.json" -- "$harness/sse_fanout/sse_fanout" --label "$1" \
+  guarded "r$run $1" "$2" "$work/fanout.json" -- "$client" --label "$1" \
       --pid "${2%% *}" --publish-url "$3" --url "$4" -n "$N" -m "$M" --interval-ms "$INTERVAL_MS" \
       --json "$work/fanout.json" || true
   cat "$work/out" >>"$results/fanout.txt"

@@ -11,7 +11,7 @@
 #            the access log on (written to a file), and POST /register with --state-file (each
 #            change saved durably before it is answered). A token is registered first, so GET /token
 #            answers {"token":"<64 hex>"} like the peers.
-#   sse      sse_fanout (bench/sse_fanout, a copy of the shared harness's client): N subscribers for
+#   sse      sse_fanout (bench/sse_fanout, bench/'s one fan-out client): N subscribers for
 #            each N in $SSE_NS, $SSE_M publishes $SSE_INTERVAL_MS ms apart, a fresh server per run:
 #            delivery delay p50/p99/max, missed events, connect time, server RSS per subscriber.
 #            A count over what the open-file hard limit allows is measured at the largest whole
@@ -43,6 +43,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
 
 PEERS=0; BINARY=""; OUT=""
 while (($#)); do
@@ -111,8 +113,7 @@ if [[ -z "$BINARY" ]]; then
   BINARY="$("$repo/scripts/build-release.sh" --scratch-path "$BENCH_SCRATCH" 2> >(tail -1 >&2))"
 fi
 [[ -x "$BINARY" ]] || { echo "no server binary at $BINARY" >&2; exit 1; }
-gcc -O2 -Wall -o "$work/sse_fanout" "$here/sse_fanout/sse_fanout.c" -lm
-fanout="$work/sse_fanout"
+fanout="$(build_fanout_client)"
 
 if [[ "$PEERS" == 1 ]]; then
   [[ -d "$SHARED_BENCH/peers" ]] || { echo "no peers in $SHARED_BENCH" >&2; exit 1; }
@@ -158,28 +159,17 @@ stop_ours() {
   wait "$OUR_PID" 2>/dev/null || true
   OUR_PID=""
 }
-seed_token() { # URL: one registered token, so GET /token has the same body size as the peers'
-  curl -fsS -o /dev/null --max-time 2 -X POST --data "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" "$1/register"
-}
 
 # guarded LABEL PID -- command...: runs the command under cpuguard, stdout to $work/out; redoes it
-# while other processes were busy (exit 75). Returns the command's status; sets DISTURBED=1 when
-# no try was clean.
+# while other processes were busy (retry_while_disturbed, bench/lib.sh).
 guarded() {
   local label="$1" pid="$2"; shift 3
-  local try rc wait_quiet="$WAIT_QUIET" tries="$TRIES"
-  if (( SECONDS > BUDGET )); then wait_quiet=1; tries=1; fi
-  DISTURBED=0
-  for try in $(seq 1 "$tries"); do
-    rc=0
-    python3 "$here/cpuguard.py" --label "$label#$try" --log "$out/guard.jsonl" --pid "$pid" \
-      --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$@" > "$work/out" || rc=$?
-    [[ $rc == 75 ]] || return $rc
-    if (( try < tries )); then echo "  (other processes or hypervisor steal took CPU during $label: redone)" >&2
-    else echo "  (other processes or hypervisor steal took CPU during $label on every try: kept, marked disturbed)" >&2; fi
-  done
-  DISTURBED=1
-  return 0
+  retry_while_disturbed "$label" guarded_try "$pid" "$@"
+}
+guarded_try() { # TRY_LABEL WAIT_QUIET PID command...
+  local try_label="$1" wait_quiet="$2" pid="$3"; shift 3
+  python3 "$here/cpuguard.py" --label "$try_label" --log "$out/guard.jsonl" --pid "$pid" \
+    --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$@" > "$work/out"
 }
 
 # http LABEL PID MODE URL PATH
@@ -209,29 +199,27 @@ PY
 # sse LABEL N DEST: a fresh server for every try (so that RSS per subscriber is measured from a
 # clean start); redone while other processes were busy.
 sse() {
-  local label="$1" n="$2" dest="$3" try rc tries="$TRIES" wait_quiet="$WAIT_QUIET" pid url
-  if (( SECONDS > BUDGET )); then wait_quiet=1; tries=1; fi
-  DISTURBED=1
-  for try in $(seq 1 "$tries"); do
-    if [[ "$label" == ours ]]; then start_ours --max-subscribers "$((n + 16))"; pid="$OUR_PID"; url="$ours"
-    elif [[ "$label" == fanout-c ]]; then fc_start; pid="$(cat "$FC_PID")"; url="$fc"
-    else WORKER_CONNECTIONS="$(( n + 1024 > 16384 ? n + 1024 : 16384 ))" ng_start; sleep 0.5; pid="$(cat "$NG_PID")"; url="$ng"; fi
-    rc=0
-    rm -f "$dest"
-    python3 "$here/cpuguard.py" --label "$label-n$n#$try" --log "$out/guard.jsonl" --pid "$pid" \
-      --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$fanout" --url "$url" -n "$n" -m "$SSE_M" \
-      --interval-ms "$SSE_INTERVAL_MS" --pid "$pid" --label "$label" --max-seconds 120 --quiet --json "$dest" \
-      > "$work/out" || rc=$?
-    if [[ "$label" == ours ]]; then stop_ours; elif [[ "$label" == fanout-c ]]; then fc_stop; else ng_stop; fi
-    if [[ $rc != 75 ]]; then DISTURBED=0; break; fi
-    if (( try < tries )); then echo "  (other processes or hypervisor steal took CPU during $label N=$n: redone with a fresh server)" >&2
-    else echo "  (other processes or hypervisor steal took CPU during $label N=$n on every try: kept, marked disturbed)" >&2; fi
-  done
+  local label="$1" n="$2" dest="$3" rc=0
+  retry_while_disturbed "$label-n$n" sse_try "$label" "$n" "$dest" || rc=$?
   grep -E "^all|RSS per|connect phase" "$work/out" | sed 's/^/  /' || true
   [[ $rc == 0 || $rc == 75 ]] || echo "  $label N=$n: sse_fanout exit $rc (3 = missed events or incomplete)"
   if [[ -s "$dest" && "$DISTURBED" == 1 ]]; then
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["disturbed"]=True; json.dump(d, open(sys.argv[1],"w"))' "$dest"
   fi
+}
+
+sse_try() { # TRY_LABEL WAIT_QUIET LABEL N DEST: one try on a fresh server; returns cpuguard's status
+  local try_label="$1" wait_quiet="$2" label="$3" n="$4" dest="$5" pid url rc=0
+  if [[ "$label" == ours ]]; then start_ours --max-subscribers "$((n + 16))"; pid="$OUR_PID"; url="$ours"
+  elif [[ "$label" == fanout-c ]]; then fc_start; pid="$(cat "$FC_PID")"; url="$fc"
+  else WORKER_CONNECTIONS="$(( n + 1024 > 16384 ? n + 1024 : 16384 ))" ng_start; sleep 0.5; pid="$(cat "$NG_PID")"; url="$ng"; fi
+  rm -f "$dest"
+  python3 "$here/cpuguard.py" --label "$try_label" --log "$out/guard.jsonl" --pid "$pid" \
+    --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "$fanout" --url "$url" -n "$n" -m "$SSE_M" \
+    --interval-ms "$SSE_INTERVAL_MS" --pid "$pid" --label "$label" --max-seconds 120 --quiet --json "$dest" \
+    > "$work/out" || rc=$?
+  if [[ "$label" == ours ]]; then stop_ours; elif [[ "$label" == fanout-c ]]; then fc_stop; else ng_stop; fi
+  return "$rc"
 }
 
 ng_start() { PORT="$NGINX_PORT" WORKERS=1 "$peer_dir/peers/nginx-nchan/start.sh" >/dev/null; }

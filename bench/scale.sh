@@ -13,8 +13,8 @@
 #          threads each as a replica of ours; every publish is POSTed to all three (they share
 #          nothing), the publish time taken before the first POST.
 # bench/scale/measure.py runs one measurement: the token carries its publish time (CLOCK_REALTIME
-# ns), and every client process (bench/scale/sse_fanout --listen-only, the shared sse_fanout with
-# that mode added) measures each delivery from it, on the one clock. Reported, medians of REPEATS:
+# ns), and every client process (bench/sse_fanout/sse_fanout --listen-only, the one fan-out client
+# of bench/) measures each delivery from it, on the one clock. Reported, medians of REPEATS:
 # p50/p99/max delay over all deliveries (client read, and kernel receive time), missed (must be 0),
 # RSS per subscriber per replica, the time to connect everyone, Redis's CPU seconds; the target is
 # ours' p99 at most 1.3x the floor's.
@@ -32,6 +32,8 @@
 # Needs: redis-server, gcc, make, python3, curl (bench/README.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
 binary=""
 while (($#)); do
   case "$1" in
@@ -52,8 +54,7 @@ binary="$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")"
 work="$(mktemp -d /tmp/forge-push-token-scale-bench.XXXXXX)"
 cp -r "${SHARED_BENCH:-$root/../shared/bench}/peers/fanout-c" "$work/fanout-c"
 make -s -C "$work/fanout-c" fanout_c >/dev/null
-make -s -C "$root/bench/scale" >/dev/null
-client="$root/bench/scale/sse_fanout"
+client="$(build_fanout_client)"
 results="$root/bench/results/scale-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$results"
 pids=()
@@ -66,16 +67,12 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 echo "settings: COUNTS=$COUNTS M=$M INTERVAL_MS=$INTERVAL_MS REPEATS=$REPEATS PER_PROCESS=$PER_PROCESS THREADS=$THREADS binary=$binary" \
   | tee "$results/settings.txt"
 
-free_port() { python3 "$root/e2e/e2e_support.py" free-port; }  # the one definition: e2e/e2e_support.py
 wait_http() { # url
   for _ in $(seq 1 300); do
     [[ "$(curl -s -o /dev/null -w '%{http_code}' "$1")" == 200 ]] && return 0
     sleep 0.02
   done
   echo "$1 did not answer 200" >&2; return 1
-}
-seed() { # url: one token registered, so that every subscriber's first event carries one
-  curl -fsS -o /dev/null --max-time 2 -X POST --data "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" "$1/register"
 }
 started=()
 stop_started() { local pid; for pid in "${started[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -99,7 +96,7 @@ start_ours() {
   done
   for url in "${URLS[@]}"; do wait_http "$url/healthz"; done
   PUBLISH=("${URLS[0]}")
-  seed "${URLS[0]}"; sleep 0.3
+  seed_token "${URLS[0]}"; sleep 0.3
 }
 # start_floor: 3 fanout-c processes; sets URLS, PUBLISH (all three), SERVER_PIDS; no Redis.
 start_floor() {
@@ -111,33 +108,35 @@ start_floor() {
     SERVER_PIDS+=($!); pids+=($!); started+=($!); disown $!
     URLS+=("http://127.0.0.1:$port")
   done
-  for url in "${URLS[@]}"; do wait_http "$url/token"; seed "$url"; done
+  for url in "${URLS[@]}"; do wait_http "$url/token"; seed_token "$url"; done
   PUBLISH=("${URLS[@]}")
+}
+
+# measure_try TRY_LABEL WAIT_QUIET LABEL: one try on fresh servers; returns cpuguard's status.
+measure_try() {
+  local try_label="$1" wait_quiet="$2" label="$3" rc=0 args=() pid url
+  if [[ "$label" == ours ]]; then start_ours; else start_floor; fi
+  for pid in "${SERVER_PIDS[@]}" $REDIS_PID; do args+=(--pid "$pid"); done
+  local cmd=(python3 "$root/bench/scale/measure.py" --client "$client" -n "$N" -m "$M"
+    --interval-ms "$INTERVAL_MS" --per-process "$PER_PROCESS" --label "$label" --json "$work/try.jsonl")
+  for url in "${URLS[@]}"; do cmd+=(--url "$url"); done
+  for url in "${PUBLISH[@]}"; do cmd+=(--publish-url "$url"); done
+  for pid in "${SERVER_PIDS[@]}"; do cmd+=(--server-pid "$pid"); done
+  [[ -n "$REDIS_PID" ]] && cmd+=(--redis-pid "$REDIS_PID")
+  rm -f "$work/try.jsonl"
+  python3 "$root/bench/cpuguard.py" --label "$try_label" --log "$results/guard.jsonl" "${args[@]}" \
+    --max-foreign "$MAX_FOREIGN" --wait-quiet "$wait_quiet" -- "${cmd[@]}" || rc=$?
+  stop_started
+  return "$rc"
 }
 
 # measure LABEL: one guarded measurement on fresh servers, redone (fresh servers again) while
 # cpuguard saw other processes or steal (exit 75); the kept try's line goes to scale.jsonl with
 # "disturbed" when no try was clean.
 measure() {
-  local label="$1" try rc args pid url disturbed=1
-  for try in $(seq 1 "$TRIES"); do
-    if [[ "$label" == ours ]]; then start_ours; else start_floor; fi
-    args=(); for pid in "${SERVER_PIDS[@]}" $REDIS_PID; do args+=(--pid "$pid"); done
-    local cmd=(python3 "$root/bench/scale/measure.py" --client "$client" -n "$N" -m "$M"
-      --interval-ms "$INTERVAL_MS" --per-process "$PER_PROCESS" --label "$label" --json "$work/try.jsonl")
-    for url in "${URLS[@]}"; do cmd+=(--url "$url"); done
-    for url in "${PUBLISH[@]}"; do cmd+=(--publish-url "$url"); done
-    for pid in "${SERVER_PIDS[@]}"; do cmd+=(--server-pid "$pid"); done
-    [[ -n "$REDIS_PID" ]] && cmd+=(--redis-pid "$REDIS_PID")
-    rm -f "$work/try.jsonl"
-    rc=0
-    python3 "$root/bench/cpuguard.py" --label "$label-n$N-r$r#$try" --log "$results/guard.jsonl" "${args[@]}" \
-      --max-foreign "$MAX_FOREIGN" --wait-quiet "$WAIT_QUIET" -- "${cmd[@]}" || rc=$?
-    stop_started
-    if [[ $rc != 75 ]]; then disturbed=0; break; fi
-    if (( try < TRIES )); then echo "  (other processes or hypervisor steal took CPU during $label: redone with fresh servers)" >&2
-    else echo "  (other processes or hypervisor steal took CPU during $label on every try: kept, marked disturbed)" >&2; fi
-  done
+  local label="$1" rc=0
+  retry_while_disturbed "$label-n$N-r$r" measure_try "$label" || rc=$?
+  local disturbed=$DISTURBED
   [[ $rc == 0 || $rc == 75 ]] || echo "  ($label: measure.py exited $rc: not every subscriber was ready, or an event was missed)" >&2
   [[ -s "$work/try.jsonl" ]] && python3 -c '
 import json, sys

@@ -201,14 +201,14 @@ def excluded(path):
 must_be_out = [".build/release/forge-push-token-server", ".git/HEAD", ".swiftpm/x", "docker/Dockerfile",
                ".env", "Sources/forge-push-token-server/AuthKey_ABC123.p8", "secrets/apns.pem"]
 tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True).stdout.split()
-must_be_in = ["Package.swift"] + [f for f in tracked if f.startswith(("Sources/", "Tests/"))]
+must_be_in = ["Package.swift"] + [f for f in tracked if f.startswith(("Sources/", "Tests/", "fuzz/Harness/"))]
 problems = [f"{p} is in the build context" for p in must_be_out if not excluded(p)]
 problems += [f"{p} is left out of the build context" for p in must_be_in if excluded(p)]
 for problem in problems:
     print(f".dockerignore: {problem}", file=sys.stderr)
 if not problems:
     kept = [f for f in tracked if not excluded(f)]
-    print(f"build context: {len(kept)} of {len(tracked)} tracked files (Package.swift, Sources/, Tests/); "
+    print(f"build context: {len(kept)} of {len(tracked)} tracked files (Package.swift, Sources/, Tests/, fuzz/Harness/); "
           f"out: {', '.join(p.split('/')[0] for p in must_be_out[:4])}, secrets")
 sys.exit(1 if problems else 0)
 PYTHON

@@ -8,8 +8,9 @@
 #   fuzz/run.sh --coverage             build a coverage binary, run the corpora once, print llvm-cov's report
 #   fuzz/run.sh ... -- ARGS            pass ARGS on to libFuzzer (e.g. -- -fork=2 -seed=1)
 #
-# Environment: FUZZ_SCRATCH (default <repo>/.build/fuzz), FUZZ_OPT (default -O; -Onone for a debug
-# build), FORGE_FUZZ_SKIP (comma-separated check names the harness leaves out; see README).
+# Environment: FUZZ_SCRATCH (default <repo>/.build/fuzz), FUZZ_OPT (default -O, SwiftPM's release
+# configuration; -Onone for its debug one), FORGE_FUZZ_SKIP (comma-separated check names the
+# harness leaves out; see README).
 #
 # Exit status: 0 when nothing crashed; 1 when a regression input or the fuzzer crashed (the log
 # names the input: "Test unit written to ..."); 2 on a usage or build error.
@@ -19,12 +20,17 @@ FUZZ_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$FUZZ_DIR/.." && pwd)
 SCRATCH=${FUZZ_SCRATCH:-$ROOT/.build/fuzz}
 OPT=${FUZZ_OPT:--O}
+case "$OPT" in
+    -O) CONFIGURATION=release ;;
+    -Onone) CONFIGURATION=debug ;;
+    *) echo "fuzz/run.sh: FUZZ_OPT is -O (release) or -Onone (debug)" >&2; exit 2 ;;
+esac
 SECONDS_TO_RUN=60
 MODE=fuzz
 REPRO_FILES=()
 EXTRA_ARGS=()
 
-usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -45,7 +51,7 @@ if [ "$MODE" = repro ] && [ ${#REPRO_FILES[@]} -eq 0 ]; then echo "fuzz/run.sh: 
 case "$SCRATCH" in "$ROOT/.build/debug"|"$ROOT/.build/debug/"*|"$ROOT/.build/release"|"$ROOT/.build/release/"*)
     echo "fuzz/run.sh: FUZZ_SCRATCH must not be SwiftPM's own build folder" >&2; exit 2 ;; esac
 
-command -v swiftc >/dev/null || { echo "fuzz/run.sh: swiftc not found on PATH" >&2; exit 2; }
+command -v swift >/dev/null && command -v swiftc >/dev/null || { echo "fuzz/run.sh: swift not found on PATH" >&2; exit 2; }
 SWIFT_BIN=$(dirname "$(command -v swiftc)")
 
 # The Swift runtime's own crash backtracer would race libFuzzer's handler (and can hang after
@@ -61,116 +67,49 @@ LOGS=$SCRATCH/logs
 STAMP=$(date +%Y%m%d-%H%M%S)
 
 # --- Build -----------------------------------------------------------------------------------------
-# The library sources are copied first, so that edits made while the compiler runs cannot break
-# the build, and the fuzzer is built from one consistent snapshot of them.
+# SwiftPM builds the harness, the package's `request-fuzzer` product (Package.swift: the target
+# RequestFuzzer in fuzz/Harness), with the package's own settings and module graph, in scratch
+# paths of its own under $SCRATCH (never the package's .build/debug, which a build beside it may
+# hold locked). The fuzzer's flags are given on the command line, never in Package.swift (no unsafe
+# flags: app teams resolve this package by version):
+#   -sanitize=fuzzer,address       libFuzzer and AddressSanitizer, compiled in and linked;
+#   -D FORGE_REQUEST_FUZZER        the harness's entry point hands over to libFuzzer's driver
+#                                  (fuzz/Harness/Entry.swift);
+#   -enable-testing                the harness's `@testable import ForgePushTokenHTTP` in a release build;
+#   -warnings-as-errors            as scripts/test.sh builds everything else.
+# SwiftPM rebuilds only what changed.
 
-# sources_stamp DIR FLAGS: a hash of the library sources under DIR, the harness, the flags and
-# the compiler.
-sources_stamp() {
-    {
-        echo "$2"
-        swiftc --version 2>&1
-        for module in ForgePushToken ForgePushTokenOwner ForgePushTokenHTTP PrometheusExposition ServiceLogging; do
-            (cd "$1/$module" && ls && cat ./*.swift)
-        done
-        cat "$FUZZ_DIR"/Harness/*.swift
-    } | sha256sum | cut -d' ' -f1
-}
-
-# The package's own Swift settings for the modules built here, read from the manifest
-# (`swift package dump-package`), so that this second build graph compiles them as SwiftPM does:
-# the language mode (-swift-version) and each setting of the three library targets
-# (enableUpcomingFeature and enableExperimentalFeature, define, unsafeFlags). A setting this script
-# cannot translate stops the build rather than being left out. The library targets must share one
-# set of settings (Package.swift's `swiftSettings`); the harness is compiled with it too.
-package_swift_flags() {
-    # Its own scratch folder: the package's .build may be locked by a build running beside it.
-    (cd "$ROOT" && swift package --scratch-path "$SCRATCH/manifest" dump-package) | python3 -c '
-import json, sys
-package = json.load(sys.stdin)
-modes = package.get("swiftLanguageModes") or package.get("swiftLanguageVersions") or ["6"]
-sets = set()
-for target in package["targets"]:
-    if target["name"] not in ("ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenHTTP"):
-        continue
-    flags = []
-    for setting in target.get("settings", []):
-        if setting.get("tool") != "swift" or setting.get("condition"):
-            sys.exit("fuzz/run.sh: a conditional or non-Swift setting of %s: %s" % (target["name"], setting))
-        (kind, value), = setting["kind"].items()
-        if kind == "enableUpcomingFeature":
-            flags += ["-enable-upcoming-feature", value["_0"]]
-        elif kind == "enableExperimentalFeature":
-            flags += ["-enable-experimental-feature", value["_0"]]
-        elif kind == "define":
-            flags += ["-D", value["_0"]]
-        elif kind == "unsafeFlags":
-            flags += value["_0"]
-        else:
-            sys.exit("fuzz/run.sh: a Swift setting of %s it cannot translate: %s" % (target["name"], setting))
-    sets.add(tuple(flags))
-if len(sets) != 1:
-    sys.exit("fuzz/run.sh: the library targets differ in their Swift settings: %s" % sorted(sets))
-print(" ".join(["-swift-version", max(modes, key=float)] + list(sets.pop())))
-'
-}
-PACKAGE_SWIFT_FLAGS=$(package_swift_flags) || { echo "fuzz/run.sh: could not read the package's Swift settings" >&2; exit 2; }
-
-# build KIND: KIND is "fuzz" (-sanitize=fuzzer,address) or "coverage" (-sanitize=fuzzer plus
-# coverage mapping, no ASan). Prints the binary's path.
+# build KIND: KIND is "fuzz" (-sanitize=fuzzer,address, $CONFIGURATION) or "coverage"
+# (-sanitize=fuzzer plus coverage mapping, no ASan, debug). Prints the binary's path.
 build() {
-    local kind=$1 out=$SCRATCH/build-$1
-    local -a flags
-    # shellcheck disable=SC2206 # the flags are words without blanks (checked by package_swift_flags' translation)
-    flags=($PACKAGE_SWIFT_FLAGS -parse-as-library -g -package-name main)
-    if [ "$kind" = fuzz ]; then
-        flags+=("$OPT" -sanitize=fuzzer,address)
-    else
-        flags+=(-Onone -sanitize=fuzzer -profile-generate -profile-coverage-mapping)
+    local kind=$1 configuration scratch log
+    local -a flags=(-sanitize=fuzzer,address)
+    configuration=$CONFIGURATION
+    scratch=$SCRATCH/swiftpm
+    if [ "$kind" = coverage ]; then
+        flags=(-sanitize=fuzzer -profile-generate -profile-coverage-mapping)
+        configuration=debug
+        scratch=$SCRATCH/swiftpm-coverage
     fi
-    # Unchanged sources, harness and flags: the last build stands.
-    local stamp
-    stamp=$(sources_stamp "$ROOT/Sources" "${flags[*]}")
-    if [ -x "$out/request-fuzzer" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
-        echo "$out/request-fuzzer"
-        return
-    fi
-    rm -rf "$out"
-    mkdir -p "$out/src"
-    cp -R "$ROOT/Sources/ForgePushToken" "$ROOT/Sources/ForgePushTokenOwner" "$ROOT/Sources/ForgePushTokenHTTP" \
-        "$ROOT/Sources/PrometheusExposition" "$ROOT/Sources/ServiceLogging" "$out/src/"
-    local log=$LOGS/build-$kind-$STAMP.log
-    (
-        set -x
-        swiftc "${flags[@]}" -wmo -enable-testing -module-name ForgePushToken \
-            -emit-module -emit-module-path "$out/ForgePushToken.swiftmodule" \
-            -emit-library -static -o "$out/libForgePushToken.a" "$out"/src/ForgePushToken/*.swift
-        swiftc "${flags[@]}" -wmo -enable-testing -module-name ForgePushTokenOwner -I "$out" \
-            -emit-module -emit-module-path "$out/ForgePushTokenOwner.swiftmodule" \
-            -emit-library -static -o "$out/libForgePushTokenOwner.a" "$out"/src/ForgePushTokenOwner/*.swift
-        swiftc "${flags[@]}" -wmo -enable-testing -module-name ServiceLogging \
-            -emit-module -emit-module-path "$out/ServiceLogging.swiftmodule" \
-            -emit-library -static -o "$out/libServiceLogging.a" "$out"/src/ServiceLogging/*.swift
-        swiftc "${flags[@]}" -wmo -enable-testing -module-name PrometheusExposition \
-            -emit-module -emit-module-path "$out/PrometheusExposition.swiftmodule" \
-            -emit-library -static -o "$out/libPrometheusExposition.a" "$out"/src/PrometheusExposition/*.swift
-        swiftc "${flags[@]}" -wmo -enable-testing -module-name ForgePushTokenHTTP -I "$out" \
-            -emit-module -emit-module-path "$out/ForgePushTokenHTTP.swiftmodule" \
-            -emit-library -static -o "$out/libForgePushTokenHTTP.a" "$out"/src/ForgePushTokenHTTP/*.swift
-        swiftc "${flags[@]}" -warnings-as-errors -module-name RequestFuzzer -I "$out" -L "$out" \
-            -lForgePushTokenHTTP -lPrometheusExposition -lServiceLogging -lForgePushTokenOwner -lForgePushToken "$FUZZ_DIR"/Harness/*.swift -o "$out/request-fuzzer"
-    ) >"$log" 2>&1 || {
+    flags+=(-D FORGE_REQUEST_FUZZER -enable-testing -warnings-as-errors)
+    local -a command=(swift build --package-path "$ROOT" --scratch-path "$scratch" -c "$configuration"
+        --product request-fuzzer)
+    local flag
+    for flag in "${flags[@]}"; do command+=(-Xswiftc "$flag"); done
+    log=$LOGS/build-$kind-$STAMP.log
+    {
+        echo "+ ${command[*]}"
+        "${command[@]}"
+    } >"$log" 2>&1 || {
         # ld.gold's "Cannot export local symbol" lines about ASan's own helpers are noise.
         grep -v "Cannot export local symbol" "$log" >&2
         echo "fuzz/run.sh: the $kind build failed; full log: $log" >&2
         exit 2
     }
-    # The stamp of the sources as copied (they may have changed since it was computed above).
-    sources_stamp "$out/src" "${flags[*]}" >"$out/stamp"
-    echo "$out/request-fuzzer"
+    echo "$("${command[@]}" --show-bin-path 2>/dev/null)/request-fuzzer"
 }
 
-echo "== building the request fuzzer ($OPT, -sanitize=fuzzer,address) into $SCRATCH/build-fuzz"
+echo "== building the request fuzzer (swift build -c $CONFIGURATION, -sanitize=fuzzer,address) into $SCRATCH/swiftpm"
 BUILD_START=$(date +%s)
 FUZZER=$(build fuzz)
 echo "   built (or up to date) in $(( $(date +%s) - BUILD_START )) s: $FUZZER"
@@ -201,9 +140,9 @@ fi
 # --- Coverage ------------------------------------------------------------------------------------
 
 if [ "$MODE" = coverage ]; then
-    echo "== building the coverage binary into $SCRATCH/build-coverage"
+    echo "== building the coverage binary into $SCRATCH/swiftpm-coverage"
     COVERAGE=$(build coverage)
-    profile_dir=$SCRATCH/build-coverage/profiles
+    profile_dir=$SCRATCH/coverage-profiles
     rm -rf "$profile_dir"; mkdir -p "$profile_dir"
     inputs=("$FUZZ_DIR/corpus" "$SCRATCH/corpus")
     [ -n "$(ls -A "$FUZZ_DIR/regressions" 2>/dev/null | grep -v README)" ] && echo "   (regression inputs are left out: they may crash)"
@@ -212,9 +151,9 @@ if [ "$MODE" = coverage ]; then
     "$SWIFT_BIN/llvm-profdata" merge -sparse "$profile_dir"/*.profraw -o "$profile_dir/merged.profdata"
     echo "== line and region coverage of the library sources by the seed and working corpora"
     "$SWIFT_BIN/llvm-cov" report "$COVERAGE" -instr-profile="$profile_dir/merged.profdata" \
-        "$SCRATCH/build-coverage/src/ForgePushTokenHTTP" "$SCRATCH/build-coverage/src/ForgePushToken" \
-        | sed "s|$SCRATCH/build-coverage/src/||"
-    echo "   per-line view: $SWIFT_BIN/llvm-cov show $COVERAGE -instr-profile=$profile_dir/merged.profdata $SCRATCH/build-coverage/src/ForgePushTokenHTTP/RequestBodies.swift"
+        "$ROOT/Sources/ForgePushTokenHTTP" "$ROOT/Sources/ForgePushToken" \
+        | sed "s|$ROOT/Sources/||"
+    echo "   per-line view: $SWIFT_BIN/llvm-cov show $COVERAGE -instr-profile=$profile_dir/merged.profdata $ROOT/Sources/ForgePushTokenHTTP/RequestBodies.swift"
     exit 0
 fi
 

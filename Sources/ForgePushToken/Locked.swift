@@ -54,7 +54,7 @@ package final class Locked<State: Sendable>: @unchecked Sendable {
     /// Creates a box holding `initial`. `@inlinable`, so that it is specialised where the state's
     /// type is known: there the storage's type metadata comes from a cache filled once, instead
     /// of a look-up in the run time's generic metadata table on every box made (a box per
-    /// `TokenSnapshot`, that is per change; docs/performance.md, "Issue 32, fifth stop").
+    /// `TokenSnapshot`, that is per change; docs/performance.md, "What the hot paths avoid").
     @inlinable
     package init(_ initial: State) {
         storage = Storage.create(minimumCapacity: 1) { buffer in

@@ -45,7 +45,7 @@ public enum ResponseHeaders {
     /// Calls `body` with each field of `completing(headers, crossOrigin:origin:)`, name and value,
     /// in the same order, without making that array: how the engine hands every answer's fields
     /// to libmicrohttpd (a copy of the fields per response cost about 600 instructions of a
-    /// `POST /register`; docs/performance.md, "Issue 32, fifth stop").
+    /// `POST /register`; docs/performance.md, "What the hot paths avoid").
     public static func forEachField(
         of headers: HTTPHeaders, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), origin: String? = nil,
         _ body: (_ name: String, _ value: String) -> Void

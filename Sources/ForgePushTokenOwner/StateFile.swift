@@ -82,7 +82,7 @@ public struct StateFile: Sendable {
         /// the service stores (lowercase hex, or none) written directly, as the same bytes
         /// `JSONBody.encode` makes (sorted keys, so `token` first; nothing in hex to escape):
         /// `JSONEncoder` cost 25,000 instructions a save, on the path every write waits for
-        /// (docs/performance.md, "Issue 32, fifth stop"). Any other token goes through it.
+        /// (docs/performance.md, "What the hot paths avoid"). Any other token goes through it.
         var bytes: [UInt8] {
             let hex = token?.utf8.allSatisfy(DeviceTokenHex.isLowercaseDigit) ?? true
             guard hex else { return JSONBody.encode(self) + [0x0A] }

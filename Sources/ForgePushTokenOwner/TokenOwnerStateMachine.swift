@@ -37,7 +37,7 @@ public struct TokenOwnerStateMachine<Rendition: TokenRendition>: Sendable {
     // runs it (`TokenOwner.commit` is inlined there too). Unspecialised, every commit looked up
     // the generic metadata of `Delivery`, of the machine and of the subscriber list's element
     // (an extended existential) at run time: about 2,000 instructions of a `POST /register`'s
-    // 56,000 (docs/performance.md, "Issue 32, fifth stop"). Hence the stored properties it
+    // 56,000 (docs/performance.md, "What the hot paths avoid"). Hence the stored properties it
     // touches are `@usableFromInline` storage behind read-only public views.
 
     /// The current rendition.

@@ -145,7 +145,7 @@ extension Daemon {
 /// stream) is read straight into the connection's write buffer and never uses it
 /// (libmicrohttpd 0.9.75, `try_ready_chunked_body` in its connection.c). Only an HTTP/1.0 stream, sent
 /// unchunked until the connection closes, is read through it, in pieces of this size. 64 bytes
-/// instead of 256 is 192 bytes less per subscriber (docs/performance.md, "What bounds us").
+/// instead of 256 is 192 bytes less per subscriber (docs/performance.md, "Memory per subscriber").
 let streamResponseBlockBytes = 64
 
 /// Seconds an event stream may have something to send that its client does not take before

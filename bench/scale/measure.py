@@ -2,7 +2,7 @@
 """One scale run (bench/scale.sh, issue 32 §3): N subscribers spread over several servers by
 several client processes, one publisher, the delay from each publish to each delivery on one clock.
 
-    python3 bench/scale/measure.py --client bench/scale/sse_fanout --url http://127.0.0.1:A \
+    python3 bench/scale/measure.py --client bench/sse_fanout/sse_fanout --url http://127.0.0.1:A \
         --url http://127.0.0.1:B --url http://127.0.0.1:C --publish-url http://127.0.0.1:A \
         --server-pid PA --server-pid PB --server-pid PC [--redis-pid PR] -n 50000 -m 5 \
         --interval-ms 1000 --per-process 16000 --label ours --json out.json
