@@ -489,12 +489,8 @@ extension PushTokenManager {
     /// cancelled.
     ///
     /// Sends the sign-out as ``signOut()->()`` does. Sign out in this order, so that the
-    /// deletion is made with the user's credentials:
-    ///
-    /// ```swift
-    /// let outcome = await pushTokens.signOut()  // the DELETE goes with the user's credentials
-    /// credentials.clear()                       // then drop them
-    /// ```
+    /// deletion is made with the user's credentials: `await pushTokens.signOut()`, then drop the
+    /// credentials (docs/library.md, "Signing out", shows it as compiled code).
     ///
     /// Which calls it waits for: the
     /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``

@@ -108,6 +108,24 @@ func startUploadingDeviceToken(
 }
 // END main-actor model
 
+// BEGIN sign-out order
+/// Where the app keeps the user's session (a keychain item, a token in memory).
+protocol UserSession: Sendable {
+    func dropCredentials() async
+}
+
+/// Signs the user out in the order that lets the deletion reach the server: the sign-out goes
+/// with the user's credentials, and they are dropped only once it has settled.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+func signOutUser(
+    pushTokens: PushTokenManager, session: some UserSession
+) async -> PushTokenManager.SignOutOutcome {
+    let outcome = await pushTokens.signOut()  // waits until the DELETE has settled
+    await session.dropCredentials()  // only then
+    return outcome
+}
+// END sign-out order
+
 // BEGIN manual clock
 /// A clock for tests whose time moves only when the test calls `advance(by:)`: a test of the
 /// upload policy runs its retries at once, and reads every wait that was asked.
@@ -246,6 +264,15 @@ private final class FakeAPI: DeviceTokenAPI {
     }
 }
 
+/// A session that records when its credentials are dropped, in the backend's list of calls.
+private struct FakeSession: UserSession {
+    let calls: Recorded
+
+    func dropCredentials() async {
+        calls.append("drop credentials")
+    }
+}
+
 @Suite("Documentation examples", hangGuard())
 struct DocumentationExampleTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
@@ -328,6 +355,22 @@ struct DocumentationExampleTests {
         await running.value
     }
 
+    /// The documented sign-out drops the credentials only after the deletion has settled.
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+    @Test func theDocumentedSignOutDropsTheCredentialsAfterTheDeletion() async throws {
+        let manager = PushTokenManager(logHandler: silent)
+        let api = FakeAPI()
+        let running = startUploadingDeviceToken(from: manager, to: api, serverRecord: MemoryServerRecordStore())
+        var received = api.received.makeAsyncIterator()
+        manager.didRegister(deviceToken: token(0xa))
+        #expect(await received.next() == "put \(hex(0xa)) production")
+        let session = FakeSession(calls: api.calls)
+        #expect(await signOutUser(pushTokens: manager, session: session) == .deleted)
+        #expect(api.calls.all == ["put \(hex(0xa)) production", "delete \(hex(0xa))", "drop credentials"])
+        running.cancel()
+        await running.value
+    }
+
     /// The manual clock of the documentation runs the example's retry without waiting.
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func theDocumentedManualClockRunsARetryAtOnce() async throws {
@@ -366,7 +409,9 @@ struct DocumentationExampleTests {
         let source = try String(contentsOf: here, encoding: .utf8)
         let pages = ["docs/library.md", "Sources/ForgePushToken/ForgePushToken.docc/KeepingYourServerInStep.md"]
         let texts = try pages.map { try String(contentsOf: root.appendingPathComponent($0), encoding: .utf8) }
-        for name in ["upload on change", "main-actor model", "forge-push-token-server upload", "manual clock"] {
+        for name in [
+            "upload on change", "main-actor model", "forge-push-token-server upload", "sign-out order", "manual clock",
+        ] {
             let begin = "// BEGIN \(name)\n"
             let end = "// END \(name)\n"
             let example = try #require(
