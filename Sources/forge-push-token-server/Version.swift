@@ -1,3 +1,3 @@
 /// The service's version, printed by `--version` and stamped on the container image
 /// (`docker/Dockerfile` reads this line; keep it a single string literal).
-let serverVersion = "0.1.0"
+let serverVersion = "0.2.0"

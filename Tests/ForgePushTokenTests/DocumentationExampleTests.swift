@@ -48,6 +48,11 @@ func startUploadingDeviceToken(
 /// closure runs on the main actor, so it uses them directly.
 @MainActor final class APIClient {
     private(set) var devices: [String: APNsEnvironment] = [:]
+    private(set) var credentials: String? = "the user's session"
+
+    func forgetCredentials() {
+        credentials = nil
+    }
 
     func register(_ token: String, environment: APNsEnvironment) async throws {
         devices[token] = environment  // a real client sends a request here
@@ -93,12 +98,96 @@ func startUploadingDeviceToken(
         pushTokens.resendToken()
     }
 
-    /// After a sign-out: the server should no longer hold this device's token.
-    func userDidSignOut() {
-        pushTokens.signOut()
+    /// After a sign-out: the server should no longer hold this device's token. Awaited, so that
+    /// the deletion goes with the user's credentials; they are dropped after it.
+    func userDidSignOut() async -> PushTokenManager.SignOutOutcome {
+        let outcome = await pushTokens.signOut()
+        client.forgetCredentials()
+        return outcome
     }
 }
 // END main-actor model
+
+// BEGIN sign-out order
+/// Where the app keeps the user's session (a keychain item, a token in memory).
+protocol UserSession: Sendable {
+    func dropCredentials() async
+}
+
+/// Signs the user out in the order that lets the deletion reach the server: the sign-out goes
+/// with the user's credentials, and they are dropped only once it has settled.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+func signOutUser(
+    pushTokens: PushTokenManager, session: some UserSession
+) async -> PushTokenManager.SignOutOutcome {
+    let outcome = await pushTokens.signOut()  // waits until the DELETE has settled
+    await session.dropCredentials()  // only then
+    return outcome
+}
+// END sign-out order
+
+// BEGIN manual clock
+/// A clock for tests whose time moves only when the test calls `advance(by:)`: a test of the
+/// upload policy runs its retries at once, and reads every wait that was asked.
+///
+/// `@unchecked Sendable` is sound: every stored variable is private and read or written only
+/// inside `lock.withLock`.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+final class TestClock: Clock, @unchecked Sendable {
+    struct Instant: InstantProtocol {
+        var offset: Duration
+        func advanced(by duration: Duration) -> Instant { Instant(offset: offset + duration) }
+        func duration(to other: Instant) -> Duration { other.offset - offset }
+        static func < (lhs: Instant, rhs: Instant) -> Bool { lhs.offset < rhs.offset }
+    }
+
+    private struct Sleeper {
+        let id: UUID
+        let deadline: Instant
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private let lock = NSLock()
+    private var time = Instant(offset: .zero)
+    private var sleepers: [Sleeper] = []
+    private var waits: [Duration] = []
+
+    var now: Instant { lock.withLock { time } }
+    var minimumResolution: Duration { .zero }
+    /// Every wait asked so far, in order.
+    var requestedWaits: [Duration] { lock.withLock { waits } }
+
+    func sleep(until deadline: Instant, tolerance: Duration?) async throws {
+        let id = UUID()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let now: Result<Void, any Error>? = lock.withLock {
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    waits.append(time.duration(to: deadline))
+                    if deadline <= time { return .success(()) }
+                    sleepers.append(Sleeper(id: id, deadline: deadline, continuation: continuation))
+                    return nil
+                }
+                if let now { continuation.resume(with: now) }
+            }
+        } onCancel: {
+            let sleeper = lock.withLock { sleepers.firstIndex { $0.id == id }.map { sleepers.remove(at: $0) } }
+            sleeper?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Moves the time forward by `duration` and wakes every sleep that is due.
+    func advance(by duration: Duration) {
+        let due = lock.withLock {
+            time = time.advanced(by: duration)
+            let due = sleepers.filter { $0.deadline <= time }
+            sleepers.removeAll { $0.deadline <= time }
+            return due
+        }
+        for sleeper in due { sleeper.continuation.resume() }
+    }
+}
+// END manual clock
 
 // BEGIN forge-push-token-server upload
 /// An upload function for `uploadTokenChanges` that sends the token to a
@@ -175,6 +264,15 @@ private final class FakeAPI: DeviceTokenAPI {
     }
 }
 
+/// A session that records when its credentials are dropped, in the backend's list of calls.
+private struct FakeSession: UserSession {
+    let calls: Recorded
+
+    func dropCredentials() async {
+        calls.append("drop credentials")
+    }
+}
+
 @Suite("Documentation examples", hangGuard())
 struct DocumentationExampleTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
@@ -240,8 +338,10 @@ struct DocumentationExampleTests {
             model.lastUpload
                 == .init(token: hex(0xa), serverToken: hex(0xa), environment: .production, registrationError: nil))
 
-        model.userDidSignOut()  // the server forgets this device's token
-        while !client.devices.isEmpty { try await yieldUnlessCancelled() }
+        let outcome = await model.userDidSignOut()  // the server forgets this device's token
+        #expect(outcome == .deleted)
+        #expect(client.devices.isEmpty)  // deleted before the credentials were dropped
+        #expect(client.credentials == nil)
         #expect(model.lastUpload?.isSignOut == true)
         #expect(model.lastUpload?.serverToken == hex(0xa))
         model.userDidLogIn()  // and hears about it again
@@ -255,6 +355,53 @@ struct DocumentationExampleTests {
         await running.value
     }
 
+    /// The documented sign-out drops the credentials only after the deletion has settled.
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+    @Test func theDocumentedSignOutDropsTheCredentialsAfterTheDeletion() async throws {
+        let manager = PushTokenManager(logHandler: silent)
+        let api = FakeAPI()
+        let running = startUploadingDeviceToken(from: manager, to: api, serverRecord: MemoryServerRecordStore())
+        var received = api.received.makeAsyncIterator()
+        manager.didRegister(deviceToken: token(0xa))
+        #expect(await received.next() == "put \(hex(0xa)) production")
+        let session = FakeSession(calls: api.calls)
+        #expect(await signOutUser(pushTokens: manager, session: session) == .deleted)
+        #expect(api.calls.all == ["put \(hex(0xa)) production", "delete \(hex(0xa))", "drop credentials"])
+        running.cancel()
+        await running.value
+    }
+
+    /// The manual clock of the documentation runs the example's retry without waiting.
+    @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+    @Test func theDocumentedManualClockRunsARetryAtOnce() async throws {
+        let manager = PushTokenManager(logHandler: silent)
+        let api = FakeAPI(failFirstPutOf: [hex(0xc)])
+        let clock = TestClock()
+        let running = startUploadingDeviceToken(
+            from: manager, to: api, serverRecord: MemoryServerRecordStore(), clock: clock)
+        var received = api.received.makeAsyncIterator()
+        manager.didRegister(deviceToken: token(0xc))
+        while clock.requestedWaits.isEmpty { try await yieldUnlessCancelled() }
+        let wait = try #require(clock.requestedWaits.first)
+        #expect(wait >= .milliseconds(500) && wait <= .seconds(1))
+        clock.advance(by: wait - .milliseconds(1))
+        #expect(api.calls.all == ["put \(hex(0xc)) production"])  // not before the wait ends
+        clock.advance(by: .milliseconds(1))
+        #expect(await received.next() == "put \(hex(0xc)) production")
+        running.cancel()
+        await running.value
+    }
+
+    /// Issue 46 point 8: an app-group suite needs reason 1C8F.1, and both pages say so.
+    @Test func theDocumentationNamesTheAppGroupReason() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        for page in ["docs/library.md", "Sources/ForgePushToken/ForgePushToken.docc/KeepingYourServerInStep.md"] {
+            let text = try String(contentsOf: root.appendingPathComponent(page), encoding: .utf8)
+            #expect(text.contains("`1C8F.1`"), "\(page) does not name reason 1C8F.1 for an app-group suite")
+        }
+    }
+
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func documentationShowsThisCode() throws {
         let here = URL(fileURLWithPath: #filePath)
@@ -262,7 +409,9 @@ struct DocumentationExampleTests {
         let source = try String(contentsOf: here, encoding: .utf8)
         let pages = ["docs/library.md", "Sources/ForgePushToken/ForgePushToken.docc/KeepingYourServerInStep.md"]
         let texts = try pages.map { try String(contentsOf: root.appendingPathComponent($0), encoding: .utf8) }
-        for name in ["upload on change", "main-actor model", "forge-push-token-server upload"] {
+        for name in [
+            "upload on change", "main-actor model", "forge-push-token-server upload", "sign-out order", "manual clock",
+        ] {
             let begin = "// BEGIN \(name)\n"
             let end = "// END \(name)\n"
             let example = try #require(

@@ -69,14 +69,16 @@ struct PublicSurfaceTests {
         let store: any ServerRecordStore = PushTokenManager.defaultServerRecordStore()
         #expect(store.load() == nil)
         let policy: PushTokenManager.UploadRetryPolicy = try .init(
-            initialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5)
+            initialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5, resendInterval: .seconds(86_400))
         #expect(policy == .standard)
+        let awaited: (PushTokenManager) async -> PushTokenManager.SignOutOutcome = { await $0.signOut() }
+        let foreground: () -> Void = manager.applicationWillEnterForeground
         let daily = try PushTokenManager.UploadRetryPolicy(
             initialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5, resendInterval: .seconds(86_400))
         #expect(daily.resendInterval == .seconds(86_400))
         let decide: (Data?, Bool) throws(ProvisioningProfileError) -> APNsEnvironment =
             APNsEnvironment.decide(provisioningProfile:isSimulator:)
         #expect(try decide(nil, false) == .production)
-        withExtendedLifetime((manager, upload, configured, resend, signOut, resume, recorded)) {}
+        withExtendedLifetime((manager, upload, configured, resend, signOut, resume, recorded, awaited, foreground)) {}
     }
 }

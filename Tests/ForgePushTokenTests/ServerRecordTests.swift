@@ -118,7 +118,7 @@ struct ServerRecordTests {
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
         try #require(await harness.backend.nextCall()).succeed()
-        harness.manager.signOut()
+        signOutNow(harness.manager)
         let signOut = try #require(await harness.backend.nextCall())
         #expect(
             signOut.request
@@ -154,7 +154,7 @@ struct ServerRecordTests {
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
         let inFlight = try #require(await harness.backend.nextCall())
-        harness.manager.signOut()
+        signOutNow(harness.manager)
         await waitUntil { harness.manager.uploaderMailboxes.first?.hasNews == true }
         #expect(harness.backend.waitingCount == 0)  // nothing overlaps the upload in flight
         inFlight.succeed()
@@ -174,7 +174,7 @@ struct ServerRecordTests {
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
         let inFlight = try #require(await harness.backend.nextCall())
-        harness.manager.signOut()
+        signOutNow(harness.manager)
         await waitUntil { harness.manager.uploaderMailboxes.first?.hasNews == true }
         inFlight.fail(TestError(description: "down"))  // the upload may or may not have landed
         let signOut = try #require(await harness.backend.nextCall())
@@ -199,7 +199,7 @@ struct ServerRecordTests {
         let first = Harness(record: record)
         first.manager.didRegister(deviceToken: token(0xa))
         try #require(await first.backend.nextCall()).succeed()
-        first.manager.signOut()
+        signOutNow(first.manager)
         let owed = try #require(await first.backend.nextCall())
         #expect(owed.request.isSignOut)
         await first.stop()  // quit before the sign-out was acknowledged
@@ -219,7 +219,7 @@ struct ServerRecordTests {
     @Test func aCallThatStartsAfterSignOutStartsPaused() async throws {
         let manager = PushTokenManager(logHandler: silent)
         manager.didRegister(deviceToken: token(0xa))
-        manager.signOut()
+        signOutNow(manager)
         let harness = Harness(manager: manager)
         await harness.waitUntilTakenAll(hex(0xa))
         // The server is known to hold nothing, so no sign-out is owed, and nothing is uploaded.
@@ -233,13 +233,14 @@ struct ServerRecordTests {
         let policy = try RetryPolicy(
             initialDelay: .seconds(1), maximumDelay: .seconds(8), jitter: 0.5, maximumRequestedDelay: .seconds(600))
         var random = ScriptedRandom(values: [0, 1 << 63, .max])
-        #expect(policy.delay(forRequested: .seconds(120), using: &random) == .seconds(120))
-        #expect(policy.delay(forRequested: .seconds(120), using: &random) == .seconds(150))
-        let most = policy.delay(forRequested: .seconds(120), using: &random)
+        #expect(policy.delay(forRetry: 1, requested: .seconds(120), using: &random) == .seconds(120))
+        #expect(policy.delay(forRetry: 1, requested: .seconds(120), using: &random) == .seconds(150))
+        let most = policy.delay(forRetry: 1, requested: .seconds(120), using: &random)
         #expect(most > .milliseconds(179_999) && most < .seconds(180))
         var zero = ScriptedRandom(values: [0])
-        #expect(policy.delay(forRequested: .seconds(7200), using: &zero) == .seconds(600))
-        #expect(policy.delay(forRequested: .seconds(-1), using: &zero) == .zero)
+        #expect(policy.delay(forRetry: 1, requested: .seconds(7200), using: &zero) == .seconds(600))
+        // A negative request is none: the backoff.
+        #expect(policy.delay(forRetry: 1, requested: .seconds(-1), using: &zero) == .seconds(1))
         #expect(RetryPolicy.standard.maximumRequestedDelay == .seconds(3600))
         #expect(throws: RetryPolicy.InvalidValue.self) {
             try RetryPolicy(

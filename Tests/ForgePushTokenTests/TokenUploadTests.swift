@@ -18,8 +18,9 @@ struct TokenUploadTests {
         let backend: ScriptedBackend
         let log: LogRecorder
         let task: Task<Void, Never>
-        let record: MemoryServerRecordStore
+        let record: any ServerRecordStore
         let wallClock: WallClock
+        let authorization: FakeAuthorization
 
         init(
             policy: RetryPolicy = try! RetryPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(8), jitter: 0),
@@ -27,8 +28,9 @@ struct TokenUploadTests {
             automatic: Bool = false,
             environment: APNsEnvironment? = .development,
             register initial: UInt32? = nil,
-            record: MemoryServerRecordStore = MemoryServerRecordStore(),
+            record: any ServerRecordStore = MemoryServerRecordStore(),
             wallClock: WallClock = WallClock(),
+            authorization: FakeAuthorization = FakeAuthorization(nil),
             manager given: PushTokenManager? = nil,
             log givenLog: LogRecorder? = nil
         ) {
@@ -43,10 +45,12 @@ struct TokenUploadTests {
             self.clock = clock
             self.record = record
             self.wallClock = wallClock
+            self.authorization = authorization
             self.task = Task {
                 await manager.uploadTokenChanges(
                     retryPolicy: policy, environment: environment, serverRecord: record, clock: clock,
-                    randomSource: ScriptedRandom(values: random), wallClock: wallClock.now, upload: backend.upload)
+                    randomSource: ScriptedRandom(values: random), wallClock: wallClock.now,
+                    authorization: authorization, upload: backend.upload)
             }
         }
 
@@ -221,7 +225,12 @@ struct TokenUploadTests {
         #expect(throws: RetryPolicy.InvalidValue.self) {
             try RetryPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(1), jitter: 0, resendInterval: .zero)
         }
-        #expect(standard.resendInterval == nil)
+        // Issue 46: an unchanged token is re-sent daily by default (a server that pruned it gets
+        // it back); a policy made without one turns it off.
+        #expect(standard.resendInterval == .seconds(86_400))
+        let off = try? RetryPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(300), jitter: 0.5)
+        #expect(off?.resendInterval == nil)
+        #expect(off != standard)
     }
 
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)

@@ -209,3 +209,34 @@ final class WallClock: Sendable {
         time.withLock { $0 = $0.addingTimeInterval(seconds) }
     }
 }
+
+/// The fire-and-forget `signOut()`: in an `async` context, `manager.signOut()` is the awaited one.
+@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
+func signOutNow(_ manager: PushTokenManager) {
+    manager.signOut()
+}
+
+/// An authorization status a test sets: what the upload loop reads at its start and on returning
+/// to the foreground, and how many times it read it.
+final class FakeAuthorization: NotificationAuthorizationReader {
+    private let state: Locked<(status: NotificationAuthorization?, reads: Int)>
+
+    init(_ status: NotificationAuthorization?) {
+        state = Locked((status, 0))
+    }
+
+    /// How many times the loop read the status.
+    var reads: Int { state.withLock { $0.reads } }
+
+    /// Changes the status the next read returns (as the user would in Settings).
+    func set(_ status: NotificationAuthorization?) {
+        state.withLock { $0.status = status }
+    }
+
+    func read() async -> NotificationAuthorization? {
+        state.withLock { state in
+            state.reads += 1
+            return state.status
+        }
+    }
+}
