@@ -24,6 +24,8 @@ final class RedisLink: Sendable {
     let writerID: String
     /// The work queue of the writer.
     let queue: RedisJobQueue
+    /// The writes' deadlines: each write is answered within the write timeout of being queued.
+    let deadlines = RedisWriteDeadlines()
     /// The way to the owner, and the queue of reports and log lines the machine decided.
     private let reports: RedisOwnerReports
     /// Makes every connection to Redis and the sentinels, with the TLS credentials.
@@ -63,6 +65,7 @@ final class RedisLink: Sendable {
     /// Marks the store as stopping and wakes the writer.
     func stop() {
         queue.stop()
+        deadlines.stop()
     }
 
     // MARK: Events

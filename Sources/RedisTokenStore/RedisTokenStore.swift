@@ -135,10 +135,15 @@ public final class RedisTokenStore: TokenStore {
         if let health = link.refusal {
             return completion(.unavailable(reason: RedisWriter.reason(health)))
         }
-        if !link.queue.push(.change(token: token, enqueued: monotonicSeconds(), completion: completion)) {
+        let answer = RedisWriteAnswer(
+            enqueued: monotonicSeconds(), timeout: configuration.writeTimeout, completion: completion)
+        if !link.queue.push(.change(token: token, answer: answer)) {
             let health = link.health
-            completion(.unavailable(reason: RedisWriter.reason(health == .connected ? .unreachable : health)))
+            answer.give(.unavailable(reason: RedisWriter.reason(health == .connected ? .unreachable : health)))
+            return
         }
+        // Tracked after it is queued: a write the queue refused is answered above.
+        link.deadlines.track(answer)
     }
 
     /// Starts the writer and subscription threads, reporting changes and health to the owner
@@ -156,6 +161,7 @@ public final class RedisTokenStore: TokenStore {
         // a thread of its own (as the server's daemon loops do).
         var loops: [(String, @Sendable () -> Void)] = [
             ("forge-push-token.redis-writer", writer.run),
+            ("forge-push-token.redis-deadlines", link.deadlines.run),
             ("forge-push-token.redis-subscriber", subscription.run),
         ]
         if let watcher { loops.append(("forge-push-token.redis-sentinel", watcher.run)) }
