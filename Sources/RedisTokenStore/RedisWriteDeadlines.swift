@@ -5,9 +5,9 @@ import Synchronization
 
 /// One write's answer, given once: by the writer when Redis answers or fails, or by
 /// `RedisWriteDeadlines` when the write timeout passed since the write was queued, whichever comes
-/// first (shared/spec/cluster.md via docs/replicas.md: a write Redis does not answer within 2 s
-/// gets `503 store_unavailable`; the time in the queue, the writer's reconnect and its
-/// `SCRIPT LOAD` count).
+/// first (docs/replicas.md, "When something fails": a write Redis does not answer within 2 s of
+/// its body completing gets `503 store_unavailable`; the time in the queue, the writer's reconnect
+/// and its `SCRIPT LOAD` count).
 ///
 /// Thread-safety: `give` may be called from any thread, any number of times; the completion runs
 /// once, on the thread of the call that won, with no lock held. Lock-free (an atomic flag), so it

@@ -83,7 +83,11 @@ final class RedisWriter: Sendable {
                         break
                     }
                 }
-                guard let live = connection, let scripts = hashes else { break }
+                guard let live = connection, let scripts = hashes else {
+                    // Not reached (both are set together above); were it, no job is dropped.
+                    finish(pending, failing: .unavailable(.unreachable, detail: "no connection to Redis"))
+                    break
+                }
                 switch run(pending, on: live, scripts: scripts, mayRetry: reused && mayRetry) {
                 case .done(let keep):
                     if !keep { connection = nil }
