@@ -40,6 +40,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -236,11 +237,13 @@ class Run:
         """Every 100 ms: Redis' state, then A's /healthz and /token, judged by the staleness rule."""
         tokens = {}
         while not self.done.is_set():
-            now = time.monotonic()
             try:
                 state = self.client.state()
             except OSError:
                 state = None
+            # Redis held `state` at this moment at the latest (the reply is in): a time taken before
+            # the read could be long before it on a loaded machine, and would accuse A wrongly.
+            now = time.monotonic()
             if state is not None:
                 self.saw(*state)
                 with self.lock:
@@ -259,12 +262,14 @@ class Run:
             at = time.monotonic()
             if at - asked > READ_BOUND:
                 self.slow_reads.append("%.2f s: GET /healthz and GET /token took %.2f s" % (asked - self.t0, at - asked))
+            # A served `served` at some moment after `asked`: stale if Redis held a newer version
+            # 0.5 s before that moment, and judged at `asked`, the earliest it can be.
             if health == "ok" and served is not None and served in tokens:
                 with self.lock:
-                    newer = [v for t, v in self.samples if t <= at - 0.5 and v > tokens[served]]
-                if newer and not self.allowed(at):
+                    newer = [v for t, v in self.samples if t <= asked - 0.5 and v > tokens[served]]
+                if newer and not self.allowed(asked):
                     self.stale.append("%.2f s: A served version %d while Redis held %d 0.5 s before"
-                                      % (at - self.t0, tokens[served], max(newer)))
+                                      % (asked - self.t0, tokens[served], max(newer)))
             time.sleep(0.1)
 
     def allowed(self, at):
@@ -473,8 +478,10 @@ def one(binary, name):
     """Runs one fault run in this process; prints one line; exit status 0 when it passed."""
     run = Run(binary, name)
     started = time.monotonic()
+    passed = False
     try:
         run.run()
+        passed = True
         for note in run.notes:
             log("[%s] %s" % (name, note))
         log("[%s] PASS in %.1f s: %s" % (name, time.monotonic() - started, run.summary))
@@ -482,10 +489,18 @@ def one(binary, name):
     except BaseException as error:  # a Failure, or anything unexpected: the run failed
         for note in run.notes:
             log("[%s] %s" % (name, note))
+        for replica, server in getattr(run, "replicas", {}).items():
+            lines = [line for line in server.stderr().splitlines() if " /register " not in line
+                     and " /token" not in line and " /healthz" not in line]
+            for line in lines[-12:]:
+                log("[%s] %s's log: %s" % (name, replica, line))
         log("[%s] FAIL in %.1f s: %s: %s" % (name, time.monotonic() - started, type(error).__name__, error))
         return 1
     finally:
         run.close()
+        if passed:
+            for server in getattr(run, "replicas", {}).values():
+                shutil.rmtree(server.workdir, ignore_errors=True)
 
 
 def main():

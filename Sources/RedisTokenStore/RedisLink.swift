@@ -62,6 +62,13 @@ final class RedisLink: Sendable {
     /// Whether the store is stopping.
     var isStopping: Bool { queue.isStopped }
 
+    /// Runs the write deadlines (`RedisWriteDeadlines.run`) on the calling thread until the store
+    /// stops; a write answered at its deadline asks for a check of `PREFIX:state` (it may still be
+    /// applied, and this replica skips its own change messages).
+    func runDeadlines() {
+        deadlines.run { [self] in handle { $0.refreshRequested(at: monotonicSeconds()) } }
+    }
+
     /// Marks the store as stopping and wakes the writer.
     func stop() {
         queue.stop()

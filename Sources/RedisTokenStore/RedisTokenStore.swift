@@ -165,7 +165,7 @@ public final class RedisTokenStore: TokenStore {
         // a thread of its own (as the server's daemon loops do).
         var loops: [(String, @Sendable () -> Void)] = [
             ("forge-push-token.redis-writer", writer.run),
-            ("forge-push-token.redis-deadlines", link.deadlines.run),
+            ("forge-push-token.redis-deadlines", link.runDeadlines),
             ("forge-push-token.redis-subscriber", subscription.run),
         ]
         if let watcher { loops.append(("forge-push-token.redis-sentinel", watcher.run)) }

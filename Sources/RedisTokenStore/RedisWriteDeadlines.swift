@@ -99,11 +99,16 @@ final class RedisWriteDeadlines: Sendable {
     }
 
     /// Answers writes at their deadlines until `stop()` was called and none is left (at most the
-    /// write timeout after the stop).
-    func run() {
+    /// write timeout after the stop); calls `expired` after answering any (such a write may still
+    /// be applied: the store reads the state again soon).
+    func run(expired: () -> Void = {}) {
         while true {
             let (due, sleep, stopped) = due(at: monotonicSeconds())
-            for answer in due { answer.give(.unknown(reason: "Redis did not answer the write in time")) }
+            var answered = false
+            for answer in due where answer.give(.unknown(reason: "Redis did not answer the write in time")) {
+                answered = true
+            }
+            if answered { expired() }
             if sleep == nil, stopped { return }
             _ = signal.wait(timeout: .now() + min(max(sleep ?? 0.5, 0.001), 0.5))
         }

@@ -292,6 +292,13 @@ final class RedisWriter: Sendable {
     }
 
     private func finish(_ jobs: [RedisJobQueue.Job], failing failure: Failure) {
+        defer {
+            // A write that may have been applied: read the state soon, since this replica's own
+            // change message is skipped and no reply will tell the owner.
+            if case .unknown = failure, jobs.contains(where: { if case .change = $0 { true } else { false } }) {
+                link.handle { $0.refreshRequested(at: monotonicSeconds()) }
+            }
+        }
         for job in jobs {
             switch job {
             case .change(_, let answer):

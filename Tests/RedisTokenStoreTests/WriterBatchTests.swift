@@ -118,8 +118,9 @@ import Testing
     @Test func unansweredWritesAreAnsweredAtTheirDeadline() {
         let deadlines = RedisWriteDeadlines()
         let ended = DispatchSemaphore(value: 0)
+        let expiries = Locked(0)
         DispatchQueue(label: "deadlines-test").async {
-            deadlines.run()
+            deadlines.run { expiries.withLock { $0 += 1 } }
             ended.signal()
         }
         let outcomes = Locked<[String: CommitOutcome]>([:])
@@ -137,10 +138,14 @@ import Testing
         #expect(outcomes.withLock { $0["silent"] } == .unknown(reason: "Redis did not answer the write in time"))
         #expect(outcomes.withLock { $0["answered"] } == .applied(TokenState(version: 1, token: "aa")))
         #expect(!later.isGiven)
+        // The store reads the state again after a write it answered at its deadline.
+        #expect(eventually { expiries.withLock { $0 } == 1 })
         deadlines.stop()
         // Still one write to answer: the thread waits for it (its deadline, or an answer).
         #expect(ended.wait(timeout: .now() + .milliseconds(100)) == .timedOut)
         #expect(later.give(.unavailable(reason: "Redis: unreachable")))
         #expect(ended.wait(timeout: .now() + 60) == .success, "the deadline thread did not end after stop()")
+        // `later` was answered by its writer, not at its deadline: no second check.
+        #expect(expiries.withLock { $0 } == 1)
     }
 }
