@@ -121,7 +121,7 @@ let package = Package(
             name: "forge-push-token-server",
             dependencies: [
                 "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "RedisTokenStore",
-                "ServiceLogging",
+                "ServiceLogging", "CLinuxEvents",
             ]
         ),
 

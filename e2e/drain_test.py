@@ -11,8 +11,19 @@ and upgrading"; ../shared/spec/deploy.md, "Draining").
    and a new stream gets 200, `retry:`, its event and the end. A SIGHUP mid-window changes
    nothing. The process exits 0 within N + 3 s.
 2. A second SIGTERM during a 60 s drain ends every remaining stream at once.
-3. A drain with no streams takes no time (`--drain-seconds 600`, exit within 2 s).
+3. A drain with no streams still lasts its window (issue 42 finding 6): with `--drain-seconds 3`
+   writes sent 0.25 s and 2.5 s after SIGTERM are served (/readyz says 503), and the process exits
+   0 between N and N + 3 s; a second SIGTERM ends a 600 s one at once.
 4. Out-of-range flags exit 64.
+6. A stop with writes in flight to a hung Redis (a real redis-server stopped by SIGSTOP, issue 42
+   finding 2): with `--drain-seconds` 0 and 1, six writes sent before SIGTERM are each answered (a 503,
+   never a hang or a closed connection) and the process exits 0 within N + 3 s, where
+   libmicrohttpd used to abort the process, which then wedged for over 30 s.
+7. A crash ends the process quickly (issue 42), under the backtracer settings of docker/Dockerfile
+   (`SWIFT_BACKTRACE`, with this toolchain's swift-backtrace-static): a deliberate fatal error on a
+   worker thread (`FPT_TEST_CRASH_ON_SIGUSR2=1` and SIGUSR2, a test-only switch) while the main
+   thread waits for signals, and again while a drain is under way, prints the backtrace and the
+   process is gone within 5 s, killed by the fatal error's signal.
 5. `--max-stream-age 60` (run beside the others): 20 streams each end cleanly between 30 and 60 s
    (plus the once-a-second tick) after they opened, at spread-out moments, counted as `age`.
 
@@ -21,6 +32,9 @@ Prints its numbers. Usage: e2e/drain_test.py --server PATH
 import argparse
 import multiprocessing
 import os
+import re
+import shutil
+import threading
 import selectors
 import signal
 import socket
@@ -28,8 +42,8 @@ import struct
 import subprocess
 import time
 
-from e2e_support import (HOST, Server, check, log, main, metric_value, open_subscribers, request,
-                         streams_ended_settles, token_hex)
+from e2e_support import (HOST, EventStream, Server, check, free_port, log, main, metric_value, open_subscribers,
+                         request, streams_ended_settles, token_hex, wait_until)
 
 TERMINATOR = b"\r\n0\r\n\r\n"
 # Linux's SO_TIMESTAMPNS (asm-generic/socket.h; Python's socket module does not name it): each
@@ -251,16 +265,142 @@ def second_signal(binary):
 
 
 def nothing_to_drain(binary):
-    server = Server(binary, ["--port", "0", "--drain-seconds", "600"]).start()
+    seconds = 3
+    server = Server(binary, ["--port", "0", "--drain-seconds", str(seconds), "--access-log", "off"]).start()
     try:
         signalled = time.monotonic()
         os.kill(server.pid, signal.SIGTERM)
-        code = server.wait(timeout=5)
+        time.sleep(0.25)
+        early = request(server.port, "POST", "/register", body=token_hex(6, 1).encode(),
+                        headers={"Content-Type": "application/x-www-form-urlencoded"})[0]
+        ready = request(server.port, "GET", "/readyz")[0]
+        time.sleep(max(0, signalled + seconds - 0.5 - time.monotonic()))
+        late = request(server.port, "POST", "/register", body=token_hex(6, 2).encode(),
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})[0]
+        code = server.wait(timeout=seconds + 5)
         took = time.monotonic() - signalled
-        check(code == 0 and took < 2, "a drain with no streams exited %s after %.2f s" % (code, took))
-        log("no streams: --drain-seconds 600 exited %s after %.3f s" % (code, took))
+        check(early == 200 and late == 200 and ready == 503,
+              "with no streams, during the window: a write 0.25 s in got %s, /readyz %s, a write %.1f s in got %s"
+              % (early, ready, seconds - 0.5, late))
+        check(code == 0 and seconds <= took <= seconds + 3,
+              "a drain with no streams exited %s after %.2f s (want 0 within [%d, %d] s)"
+              % (code, took, seconds, seconds + 3))
+        log("no streams: --drain-seconds %d served writes 0.25 s and %.1f s in (200, /readyz 503), exited %s"
+            " after %.3f s" % (seconds, seconds - 0.5, code, took))
     finally:
         server.kill()
+    server = Server(binary, ["--port", "0", "--drain-seconds", "600"]).start()
+    try:
+        os.kill(server.pid, signal.SIGTERM)
+        wait_until(lambda: "draining 0 event streams" in server.stderr(), 5, what="the drain's start")
+        again = time.monotonic()
+        os.kill(server.pid, signal.SIGTERM)
+        code = server.wait(timeout=5)
+        took = time.monotonic() - again
+        check(code == 0 and took < 4, "a second SIGTERM in a drain with no streams: exit %s after %.2f s" % (code, took))
+        log("no streams, --drain-seconds 600: a second SIGTERM ended it; exit %s %.3f s later" % (code, took))
+    finally:
+        server.kill()
+
+
+def hung_redis_stop(binary, seconds):
+    writes = 6
+    redis_port = free_port()
+    redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", HOST, "--save", "",
+                              "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = None
+    try:
+        server = Server(binary, ["--port", "0", "--redis-url", "redis://%s:%d" % (HOST, redis_port),
+                                 "--drain-seconds", str(seconds), "--access-log", "off"]).start()
+        wait_until(lambda: request(server.port, "GET", "/healthz")[0] == 200, 10, what="the replica connected")
+        stream = EventStream(server.port)
+        stream.next_token_event()
+        os.kill(redis.pid, signal.SIGSTOP)
+        answers = [None] * writes
+
+        def write(index):
+            try:
+                answers[index] = request(server.port, "POST", "/register", body=token_hex(0x42, index).encode(),
+                                         headers={"Content-Type": "application/x-www-form-urlencoded"},
+                                         timeout=20)[0]
+            except Exception as error:  # a closed connection or a timeout: no answer
+                answers[index] = repr(error)
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(writes)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)  # the writes reach the writer's queue; Redis answers none of them
+        signalled = time.monotonic()
+        os.kill(server.pid, signal.SIGTERM)
+        code = server.wait(timeout=seconds + 3 + 40)
+        took = time.monotonic() - signalled
+        for thread in threads:
+            thread.join(5)
+        stream.close()
+        check(code == 0 and took <= seconds + 3,
+              "with Redis hung the service exited %s after %.2f s (want 0 within %d s); log tail:\n%s"
+              % (code, took, seconds + 3, server.stderr()[-1500:]))
+        check(all(answer == 503 for answer in answers), "the writes in flight got %r (want a 503 each)" % answers)
+        log("Redis hung (SIGSTOP), %d writes in flight: each answered 503, exit %s %.2f s after SIGTERM"
+            " (--drain-seconds %d)" % (writes, code, took, seconds))
+    finally:
+        os.kill(redis.pid, signal.SIGCONT)
+        redis.kill()
+        redis.wait(5)
+        if server:
+            server.kill()
+
+
+def image_backtrace_settings():
+    """docker/Dockerfile's SWIFT_BACKTRACE, with swift-backtrace= pointing at this toolchain's
+    static backtracer (the image copies the same file to its own path)."""
+    dockerfile = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docker", "Dockerfile")
+    with open(dockerfile) as f:
+        found = re.search(r"SWIFT_BACKTRACE=(\S+)", f.read())
+    check(found is not None, "docker/Dockerfile sets no SWIFT_BACKTRACE")
+    swift = shutil.which("swift")
+    check(swift is not None, "swift is not on PATH (the backtracer comes with the toolchain)")
+    backtracer = os.path.join(os.path.dirname(os.path.realpath(swift)), "..", "libexec", "swift", "linux",
+                              "swift-backtrace-static")
+    check(os.access(backtracer, os.X_OK), "no swift-backtrace-static at %s" % backtracer)
+    settings = re.sub(r"swift-backtrace=[^,]*", "swift-backtrace=" + os.path.realpath(backtracer), found.group(1))
+    check("swift-backtrace=" in settings, "docker/Dockerfile's SWIFT_BACKTRACE names no swift-backtrace")
+    return settings
+
+
+def crash(binary):
+    settings = image_backtrace_settings()
+    for draining in (False, True):
+        args = ["--port", "0", "--log-format", "text", "--access-log", "off"]
+        if draining:
+            args += ["--drain-seconds", "30"]
+        server = Server(binary, args, env={"SWIFT_BACKTRACE": settings, "FPT_TEST_CRASH_ON_SIGUSR2": "1"}).start()
+        stream = None
+        try:
+            stream = EventStream(server.port)
+            stream.next_token_event()
+            if draining:
+                os.kill(server.pid, signal.SIGTERM)
+                wait_until(lambda: "draining 1 event streams" in server.stderr(), 5, what="the drain's start")
+            crashed = time.monotonic()
+            os.kill(server.pid, signal.SIGUSR2)
+            code = server.wait(timeout=60)
+            took = time.monotonic() - crashed
+            text = server.stderr()
+            what = "while draining" if draining else "while serving"
+            check(code is not None and code < 0 and -code in (signal.SIGILL, signal.SIGTRAP),
+                  "a fatal error %s ended the process with %s, not its signal; log tail:\n%s"
+                  % (what, code, text[-1500:]))
+            check(took < 5, "a fatal error %s: the process was gone only %.2f s later" % (what, took))
+            check("deliberate crash on SIGUSR2" in text and "Program crashed" in text and "Backtrace took" in text,
+                  "a fatal error %s printed no backtrace; log tail:\n%s" % (what, text[-1500:]))
+            check("failed to suspend thread" not in text, "the backtracer could not pause a thread:\n%s" % text[-1500:])
+            log("a fatal error %s: backtrace printed (%s), process gone %.2f s later (signal %d)"
+                % (what, re.search(r"Backtrace took [0-9.]+s", text).group(0), took, -code))
+        finally:
+            if stream:
+                stream.close()
+            server.kill()
 
 
 def out_of_range(binary):
@@ -306,6 +446,9 @@ def run():
     parser.add_argument("--server", required=True)
     binary = os.path.abspath(parser.parse_args().server)
     out_of_range(binary)
+    crash(binary)
+    hung_redis_stop(binary, 0)
+    hung_redis_stop(binary, 1)
     age = stream_age_start(binary)
     try:
         nothing_to_drain(binary)

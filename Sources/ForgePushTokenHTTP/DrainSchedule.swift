@@ -16,6 +16,10 @@
 /// busy machine) is handed what is due at no more than `maxEndsPer100ms` per 100 ms, the rest a
 /// little later, rather than in one burst.
 ///
+/// The window lasts its N seconds whatever the number of streams, none included: the service keeps
+/// its listening socket open and serves through it, for a load balancer that has not yet seen
+/// readiness turn off (docs/operations.md, "Draining"). Only a second signal cuts it short.
+///
 /// Thread-safety: a `Sendable` value; mutate it from one thread.
 public struct DrainSchedule: Sendable, Equatable {
     /// One stream's moment: seconds into the window, and the subscriber to end then.
@@ -30,8 +34,8 @@ public struct DrainSchedule: Sendable, Equatable {
     public enum Next: Sendable, Equatable {
         /// Call `advance(toSeconds:)` again at this many seconds into the window.
         case wake(atSeconds: Double)
-        /// The window is over: go on with shutdown (the remaining streams end there, as
-        /// `StreamEndReason.shutdown`).
+        /// The window is over (its N seconds have passed, or a second signal came): go on with
+        /// shutdown (the remaining streams end there, as `StreamEndReason.shutdown`).
         case finished
     }
 
@@ -59,8 +63,8 @@ public struct DrainSchedule: Sendable, Equatable {
     private var next = 0
 
     /// A schedule over `streams` (the subscribers open when the signal came) for a window of
-    /// `seconds` (N ≥ 0), its order and its Uₖ drawn from `generator`. With no streams, or a
-    /// window of 0, the schedule is over at once: a drain with nothing to drain takes no time.
+    /// `seconds` (N ≥ 0), its order and its Uₖ drawn from `generator`. With no streams it has no
+    /// moments but still lasts N seconds; a window of 0 is over at once.
     public init(streams: [UInt64], seconds: Double, using generator: inout some RandomNumberGenerator) {
         self.seconds = max(0, seconds)
         self.bound = Self.maxEndsPer100ms(streams: streams.count, seconds: max(0, seconds))
@@ -85,7 +89,9 @@ public struct DrainSchedule: Sendable, Equatable {
     }
 
     /// `elapsed` seconds of the window have passed: the streams whose moment has come and not
-    /// been handed out (at most `bound` in any 100 ms of hand-outs), and when to ask next.
+    /// been handed out (at most `bound` in any 100 ms of hand-outs), and when to ask next: the
+    /// next moment, or, once every stream is handed out, the window's end (N), after which the
+    /// step is `.finished`.
     public mutating func advance(toSeconds elapsed: Double) -> Step {
         guard !cutShort else { return Step(end: [], next: .finished) }
         var due: [UInt64] = []
@@ -94,7 +100,9 @@ public struct DrainSchedule: Sendable, Equatable {
             handedOut += 1
             record(elapsed)
         }
-        guard handedOut < moments.count else { return Step(end: due, next: .finished) }
+        guard handedOut < moments.count else {
+            return Step(end: due, next: elapsed >= seconds ? .finished : .wake(atSeconds: seconds))
+        }
         var wake = moments[handedOut].seconds
         if recent.count == bound { wake = max(wake, recent[self.next] + 0.1) }
         return Step(end: due, next: .wake(atSeconds: wake))

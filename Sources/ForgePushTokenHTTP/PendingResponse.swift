@@ -9,6 +9,12 @@ import ForgePushToken
 /// `fulfil` can see it) and arranges for `resume` to be called once, outside the lock, when the
 /// response arrives. The engine then calls `take(orPark:resume:)` again and gets it.
 ///
+/// A stopping engine never leaves one parked: before libmicrohttpd stops (which it must not do
+/// with a suspended connection), the engine calls `abandon()` on every response still parked,
+/// which decides it as `abandonedAnswer` (a write whose store has not answered: hung Redis, a save
+/// slower than the grace period), so that every request gets an answer
+/// (docs/operations.md, "Draining").
+///
 /// Thread-safety: all members may be called from any thread.
 public final class PendingResponse: Sendable {
     enum State: Sendable {
@@ -22,9 +28,29 @@ public final class PendingResponse: Sendable {
     /// `take(orPark:resume:)` contend for it, and a contended `Mutex` is reported as a race by
     /// Thread Sanitizer on Linux (Sources/ForgePushToken/Locked.swift says why).
     private let state = Locked(State.waiting)
+    /// The answer `abandon()` gives.
+    public let abandonedAnswer: HTTPResponse
 
-    /// A response not decided yet.
-    public init() {}
+    /// A response not decided yet, answered `abandoned` if the engine stops before it is
+    /// (default: `PendingResponse.storeDidNotAnswer`).
+    public init(abandoned: HTTPResponse = PendingResponse.storeDidNotAnswer) {
+        abandonedAnswer = abandoned
+    }
+
+    /// The answer to a write whose store had not answered when the service stopped:
+    /// `503 store_unavailable` with `Retry-After: 1` (the write may or may not have been stored,
+    /// as for any `store_unavailable`; docs/http-api.md) and `Connection: close`, so that the
+    /// client retries on another connection (another replica).
+    public static let storeDidNotAnswer = HTTPResponse.error(
+        503,
+        ServiceError("store_unavailable", "the service stopped before the token's store confirmed the write; retry"),
+        headers: ["Retry-After": "1", "Connection": "close"])
+
+    /// The engine is stopping and the response is not decided yet: decides it as
+    /// `abandonedAnswer` (and resumes a parked request). Does nothing once it is decided.
+    public func abandon() {
+        fulfil(abandonedAnswer)
+    }
 
     /// Decides the response (the first call wins) and resumes a parked request.
     public func fulfil(_ response: HTTPResponse) {

@@ -94,17 +94,19 @@ public final class Service: Sendable {
     /// 1. readiness off (`Responder.beginDraining()`: `/healthz` and `/readyz` answer
     ///    `503 draining`), with `drainSeconds` above 0;
     /// 2. the drain, while the engine still accepts and serves reads and writes: the streams open
-    ///    now end one by one on a `DrainSchedule` over `drainSeconds`, until its last moment or a
-    ///    second signal (`hurry()`); with no streams it takes no time;
+    ///    now end one by one on a `DrainSchedule` over `drainSeconds`, and the window lasts its
+    ///    `drainSeconds` whatever the number of streams (none included), until a second signal
+    ///    (`hurry()`);
     /// 3. the remaining streams end cleanly and writes are refused (`TokenOwner.stop()`);
     /// 4. the engine stops accepting (`ServiceEngine.quiesce()`);
-    /// 5. requests in flight get the engine's grace period (3 s; `ServiceEngine.awaitIdle()`);
-    /// 6. what is left is ended (`TokenOwner.abortAll()`) and the engine stops
-    ///    (`ServiceEngine.stop()`);
-    /// 7. the store's background work ends (`close()`).
+    /// 5. requests in flight get the engine's grace period (3 s, less the second kept for the
+    ///    steps below; `ServiceEngine.awaitIdle()`);
+    /// 6. what is left is ended (`TokenOwner.abortAll()`), every write still waiting for its
+    ///    store is answered `503 store_unavailable`, and the engine stops (`ServiceEngine.stop()`);
+    /// 7. the store's background work ends (`close()`), waited for up to `storeCloseSeconds`.
     ///
-    /// Blocks the calling thread for up to `drainSeconds` plus the grace period. A second call
-    /// returns at once.
+    /// Blocks the calling thread for up to `drainSeconds` plus the grace period, whatever the
+    /// store is doing (a hung Redis, a slow disk). A second call returns at once.
     public func shutdown(engine: some ServiceEngine) {
         guard
             phase.withLock({ phase in
@@ -161,7 +163,12 @@ public final class Service: Sendable {
     }
 
     /// Shutdown's final step, after the engine has stopped: the store's background work ends
-    /// (writes still in flight during graceful shutdown kept their store until now). Idempotent.
+    /// (writes still in flight during graceful shutdown kept their store until now). Waits up to
+    /// `storeCloseSeconds` for the store (`TokenOwner.close()`, on another thread), then returns
+    /// whether or not it has finished, saying so in the log: a store that does not answer (a hung
+    /// Redis, an `fsync` that takes seconds) does not hold the process. Nothing answered is lost
+    /// then: every write was answered after its store confirmed it, or `503` (it may or may not
+    /// be stored). Idempotent.
     public func close() {
         guard
             phase.withLock({ phase in
@@ -169,8 +176,18 @@ public final class Service: Sendable {
                 return !phase.closed
             })
         else { return }
-        owner.close()
+        let closed = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async { [owner] in
+            owner.close()
+            closed.signal()
+        }
+        if closed.wait(timeout: .now() + .milliseconds(Int(Self.storeCloseSeconds * 1000))) == .timedOut {
+            log?.log(.warning, "the token's store did not stop within \(Self.storeCloseSeconds) s; stopping without it")
+        }
     }
+
+    /// The most seconds `close()` waits for the store to stop.
+    public static let storeCloseSeconds = 0.5
 }
 
 /// What `Service.shutdown(engine:)` asks of the HTTP engine that serves its responder

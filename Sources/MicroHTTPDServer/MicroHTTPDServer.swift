@@ -44,6 +44,9 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     let inFlight = Atomic<Int>(0)
     /// Event streams whose response has not been freed yet (`EventStream`).
     let openStreams = Locked(0)
+    /// The pending answers whose connections are suspended (`Daemon.answer`), answered by
+    /// `stop()` before libmicrohttpd stops.
+    let parked = Locked(ParkedResponses())
     /// Open connections, in all and per client address, against the configured limits.
     let limiter: ConnectionLimiter
     /// When a refused connection was last logged, so that a flood of them logs one line per 10 s.
@@ -202,21 +205,36 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     }
 
     /// Graceful shutdown's step 5: gives requests in flight (streams included) up to
-    /// `configuration.shutdownGraceSeconds` to finish, and logs a warning when some are left.
+    /// `configuration.shutdownGraceSeconds` less `Self.finalStepsSeconds` to finish, and logs a
+    /// warning when some are left. The second kept back is for what follows: `stop()` answers
+    /// what is left (up to `Self.answerLeftSeconds`), and the service closes its store (up to
+    /// `Service.storeCloseSeconds`), so that the whole shutdown after the drain takes at most the
+    /// grace period, whatever the store is doing.
     public func awaitIdle() {
         guard running.withLock({ $0 != nil }) else { return }
-        let grace = configuration.shutdownGraceSeconds
-        if !waitUntilIdle(seconds: grace) {
+        let wait = max(0, configuration.shutdownGraceSeconds - Self.finalStepsSeconds)
+        if !waitUntilIdle(seconds: wait) {
             log.log(
-                .warning, "\(inFlight.load(ordering: .acquiring)) requests still open after \(grace) s; closing them")
+                .warning,
+                "\(inFlight.load(ordering: .acquiring)) requests still open \(wait) s after the service stopped"
+                    + " accepting; answering them")
         }
     }
 
+    /// Seconds of the grace period that `awaitIdle()` leaves to the steps after it.
+    public static var finalStepsSeconds: Double { 1.0 }
+    /// The most seconds `stop()` waits for the answers it gave and the streams ended to be sent.
+    static var answerLeftSeconds: Double { 0.5 }
+
     /// Graceful shutdown's last engine step, after the application has ended every remaining
-    /// stream (`Service.shutdown(engine:)`, which resumes their connections): waits up to 1 s for
-    /// the daemons to close those connections and free their streams (libmicrohttpd must not be
-    /// stopped with a suspended one), then stops the daemons. Returns when they have stopped. Does
-    /// nothing when the server is not running.
+    /// stream (`Service.shutdown(engine:)`, which resumes their connections): answers every write
+    /// still waiting for its store (`PendingResponse.abandon()`: `503 store_unavailable`, whatever
+    /// the store is doing), waits up to `answerLeftSeconds` for the daemons to send those answers
+    /// and free the streams, then stops the daemons. libmicrohttpd must not be stopped with a
+    /// suspended connection (it aborts the process): after this, none is left but one whose
+    /// stream or answer the daemons could not send in time, which is then resumed (not
+    /// suspended) and closed. Returns when the daemons have stopped. Does nothing when the server
+    /// is not running.
     public func stop() {
         quiesce()
         guard
@@ -225,7 +243,14 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
                 return state
             })
         else { return }
-        _ = waitUntil(seconds: 1) { openStreams.withLock { $0 } == 0 }
+        let abandoned = parked.withLock { $0.close() }
+        for pending in abandoned { pending.abandon() }
+        if !abandoned.isEmpty {
+            log.log(
+                .warning,
+                "\(abandoned.count) writes were still waiting for the token's store; answered 503 store_unavailable")
+        }
+        _ = waitUntilIdle(seconds: Self.answerLeftSeconds)
         watcher.stop()
         for context in run.contexts { context.loop.stop() }
         for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }

@@ -32,6 +32,9 @@ final class RequestContext {
     let chunked: Bool
     @exclusivity(unchecked) var status = 0
     @exclusivity(unchecked) var bytes = 0
+    /// The pending answer its suspended connection waits for, while it is in the server's
+    /// `ParkedResponses` (`Daemon.answer`).
+    @exclusivity(unchecked) var parked: PendingResponse?
     /// The event stream opened for it, if any.
     @exclusivity(unchecked) var stream: StreamResponse?
     /// The request's `Origin` field value, kept from its head on so that every answer to it, the

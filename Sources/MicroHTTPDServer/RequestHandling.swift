@@ -270,11 +270,28 @@ extension Daemon {
         -> MHD_Result
     {
         let handle = ConnectionHandle(pointer: connection, loop: loop)
+        var parkedNow = false
         guard
             let response = pending.take(
-                orPark: { MHD_suspend_connection(connection) },
+                orPark: {
+                    MHD_suspend_connection(connection)
+                    parkedNow = true
+                },
                 resume: { handle.resume() })
-        else { return .YES }
+        else {
+            // Kept where a stopping server finds it (`MicroHTTPDServer.stop()`); once the server
+            // has begun to stop, answered at once instead (`PendingResponse.abandon()`, which
+            // resumes the connection just suspended).
+            if parkedNow {
+                context.parked = pending
+                if !server.parked.withLock({ $0.park(pending) }) { pending.abandon() }
+            }
+            return .YES
+        }
+        if let parked = context.parked {
+            context.parked = nil
+            server.parked.withLock { $0.unpark(parked) }
+        }
         context.machine.sent()
         return respond(response, on: connection, context: context)
     }
@@ -297,6 +314,10 @@ extension Daemon {
                     wasStream: false))
         case .context(let context):
             server.inFlight.subtract(1, ordering: .acquiringAndReleasing)
+            if let parked = context.parked {  // closed while it waited (the server stopping)
+                context.parked = nil
+                server.parked.withLock { $0.unpark(parked) }
+            }
             // `components` once: each reading divides the duration's 128-bit count.
             let elapsed = (ContinuousClock.now - context.started).components
             let micros = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)

@@ -21,7 +21,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var maxSubscribers: Int = 10_000
     /// Seconds between `: keep-alive` comments on an idle event stream (≥ 1). Default 15.
     public var heartbeatSeconds: Int = 15
-    /// Seconds that graceful shutdown gives requests in flight before closing them. Default 3.
+    /// Seconds from the moment graceful shutdown stops accepting connections to the end of the
+    /// process's shutdown: requests in flight get all but the last
+    /// `MicroHTTPDServer.finalStepsSeconds` of it to finish; then what is left is answered or
+    /// closed and the store closed (`MicroHTTPDServer.stop()`, `Service.close()`). Default 3.
     public var shutdownGraceSeconds: Double = 3
 
     /// The most bytes a request head may cost (`--max-header-bytes`; `RequestHeadBudget`): its

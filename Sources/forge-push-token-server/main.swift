@@ -1,3 +1,4 @@
+import CLinuxEvents
 import Dispatch
 import ForgePushToken
 import ForgePushTokenHTTP
@@ -8,9 +9,20 @@ import RedisTokenStore
 // forge-push-token-server: the token's one owner behind HTTP/1.1 (docs/http-api.md, docs/architecture.md).
 //
 // Start-up: parse the configuration, block SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 (before
-// any thread starts, so every thread inherits the mask and the main thread alone receives them
-// through sigwait), start the server. Then wait for SIGTERM or SIGINT and shut down gracefully. The process may be PID 1 in a
-// container, where default signal dispositions do not apply: the signals are handled explicitly.
+// any thread starts, so every thread inherits the mask) and read them from a signalfd(2), start
+// the server. Then wait for SIGTERM or SIGINT and shut down gracefully. The process may be PID 1
+// in a container, where default signal dispositions do not apply: the signals are handled
+// explicitly.
+//
+// A signalfd, not sigwait(2): while a thread sleeps in sigwait, the kernel unblocks the signals
+// it waits for, and /proc shows them unblocked. On a crash the Swift runtime's backtracer pauses
+// every other thread with the first of SIGUSR1, SIGUSR2 and SIGPROF that /proc says the thread
+// does not block (the swift repository's stdlib/public/runtime/CrashHandlerLinux.cpp,
+// `signal_for_suspend`): it sent SIGUSR1 to the thread in sigwait, which took it as an ordinary
+// signal and never paused, and the backtracer tried again in 2 s rounds for over 30 s before the
+// process died (issue 42). Read from a signalfd, the signals stay blocked in every thread, so the
+// backtracer uses SIGPROF, which no thread of the process blocks (libdispatch's workers leave it
+// open too), and a crash prints its backtrace and ends the process in about a second.
 #if canImport(FoundationEssentials)
     import FoundationEssentials
 #else
@@ -23,7 +35,7 @@ import RedisTokenStore
 #endif
 
 // First of all, so that a SIGTERM that arrives while the process is still starting is held until
-// the sigwait below (and then shuts down cleanly) instead of killing the process.
+// it is read below (and then shuts down cleanly) instead of killing the process.
 var signals = sigset_t()
 sigemptyset(&signals)
 sigaddset(&signals, SIGTERM)
@@ -37,6 +49,33 @@ sigaddset(&signals, SIGUSR1)
 sigaddset(&signals, SIGUSR2)
 pthread_sigmask(SIG_BLOCK, &signals, nil)
 signal(SIGPIPE, SIG_IGN)
+/// The blocked signals above, as they arrive (first the main thread's, then, once shutdown has
+/// begun, the signal thread's; one reader at a time).
+let signalFD = signalfd(-1, &signals, Int32(SFD_CLOEXEC))
+if signalFD < 0 {
+    ServerLog.standardError("forge-push-token-server: signalfd: \(systemErrorText(errno))\n")
+    exit(1)
+}
+
+/// The next of the blocked signals (blocks until one arrives).
+func nextSignal() -> Int32 {
+    var info = signalfd_siginfo()
+    while true {
+        let count = withUnsafeMutableBytes(of: &info) { read(signalFD, $0.baseAddress, $0.count) }
+        if count == MemoryLayout<signalfd_siginfo>.size { return Int32(info.ssi_signo) }
+    }
+}
+
+/// Test-only (e2e/drain_test.py, `crash`): with `FPT_TEST_CRASH_ON_SIGUSR2=1` in the environment,
+/// SIGUSR2 makes another thread than the one reading signals stop on a fatal error, as a bug
+/// would, while the signals are being waited for: the test sees the runtime's backtrace and the
+/// process's end. Unset, SIGUSR2 is logged and ignored, as always.
+let crashOnSIGUSR2 = ProcessInfo.processInfo.environment["FPT_TEST_CRASH_ON_SIGUSR2"] == "1"
+
+/// The deliberate crash of `crashOnSIGUSR2`, on a Dispatch worker thread.
+func crashElsewhere() {
+    DispatchQueue.global().async { fatalError("deliberate crash on SIGUSR2 (FPT_TEST_CRASH_ON_SIGUSR2=1)") }
+}
 
 /// Writes a fatal error to standard error: as it is in the text format, as one `ERROR` line in the
 /// json format (so that every line of the log parses, even the last one).
@@ -149,7 +188,8 @@ reloader?.start()
 
 var received: Int32 = 0
 while true {
-    guard sigwait(&signals, &received) == 0 else { continue }
+    received = nextSignal()
+    if received == SIGUSR2 && crashOnSIGUSR2 { crashElsewhere() }
     if received == SIGTERM || received == SIGINT { break }
     if received == SIGHUP, let reloader {
         reloader.reload(because: "SIGHUP")
@@ -162,12 +202,10 @@ while true {
 log.log(.info, "received \(received == SIGTERM ? "SIGTERM" : "SIGINT"), shutting down")
 // From here the signals are another thread's: a second SIGTERM or SIGINT cuts a drain short
 // (Service.hurry); SIGHUP and the others change nothing about it (docs/operations.md).
-let stopping = signals
 DispatchQueue(label: "forge-push-token.signals").async { [service, log] in
-    var waited = stopping
-    var signal: Int32 = 0
     while true {
-        guard sigwait(&waited, &signal) == 0 else { continue }
+        let signal = nextSignal()
+        if signal == SIGUSR2 && crashOnSIGUSR2 { crashElsewhere() }
         if signal == SIGTERM || signal == SIGINT {
             log.log(.info, "received \(signal == SIGTERM ? "SIGTERM" : "SIGINT") again: ending the streams at once")
             service.hurry()

@@ -22,11 +22,15 @@ func busiest100ms(_ seconds: [Double]) -> Int {
 
 /// The drain window's schedule as a value (../shared/spec/deploy.md, "Draining", step 2).
 @Suite struct DrainScheduleTests {
-    @Test("no streams, or a window of 0: over at once, nothing to end (a drain with nothing takes no time)")
+    @Test("no streams: nothing to end, but the window lasts N seconds (issue 42 finding 6); N = 0: over at once")
     func nothingToDrain() {
         var generator = SeededGenerator(state: 1)
         var empty = DrainSchedule(streams: [], seconds: 600, using: &generator)
-        #expect(empty.advance(toSeconds: 0) == DrainSchedule.Step(end: [], next: .finished))
+        #expect(empty.advance(toSeconds: 0) == DrainSchedule.Step(end: [], next: .wake(atSeconds: 600)))
+        #expect(empty.advance(toSeconds: 599.9) == DrainSchedule.Step(end: [], next: .wake(atSeconds: 600)))
+        #expect(empty.advance(toSeconds: 600) == DrainSchedule.Step(end: [], next: .finished))
+        var cut = DrainSchedule(streams: [], seconds: 600, using: &generator)
+        #expect(cut.secondSignal() == DrainSchedule.Step(end: [], next: .finished))
         var zero = DrainSchedule(streams: [1, 2, 3], seconds: 0, using: &generator)
         #expect(zero.moments.isEmpty)
         #expect(zero.advance(toSeconds: 0) == DrainSchedule.Step(end: [], next: .finished))
@@ -70,13 +74,14 @@ func busiest100ms(_ seconds: [Double]) -> Int {
         var step = schedule.advance(toSeconds: 0)
         while true {
             handed += step.end
-            guard case .wake(let at) = step.next else { break }
+            guard case .wake(let at) = step.next, handed.count < moments.count else { break }
             #expect(at == moments[handed.count].seconds, "the next wake is the next moment")
             step = schedule.advance(toSeconds: at)
             #expect(!step.end.isEmpty, "waking at a moment ends its stream")
         }
         #expect(handed == moments.map(\.id))
         #expect(schedule.remaining.isEmpty)
+        #expect(step.next == .wake(atSeconds: 10), "every stream ended before N: the window still lasts N")
         #expect(schedule.advance(toSeconds: 100) == DrainSchedule.Step(end: [], next: .finished))
     }
 
@@ -97,7 +102,7 @@ func busiest100ms(_ seconds: [Double]) -> Int {
             let step = schedule.advance(toSeconds: clock)
             handed += step.end
             times += [Double](repeating: clock, count: step.end.count)
-            guard case .wake(let at) = step.next else { break }
+            guard case .wake(let at) = step.next, !schedule.remaining.isEmpty else { break }
             #expect(at > clock)
             clock = at
         }
@@ -218,14 +223,24 @@ final class RecordingEngine: ServiceEngine {
         #expect(wakes.value == 20, "each suspended stream is woken once, to end")
     }
 
-    @Test("with a drain and no streams: no time; a second signal first: the streams end at once, as shutdown")
-    func drainShortCuts() throws {
-        let quiet = service(drainSeconds: 600)
+    @Test("with a drain and no streams: the whole window (issue 42 finding 6); a second signal cuts it short")
+    func drainWithoutStreams() throws {
+        let quiet = service(drainSeconds: 1)
         let engine = RecordingEngine()
         let start = ContinuousClock.now
         quiet.shutdown(engine: engine)
-        #expect(ContinuousClock.now - start < .seconds(60), "600 s of drain with nothing to drain")
+        #expect(ContinuousClock.now - start >= .seconds(1), "the window collapsed with no streams")
         #expect(engine.steps.withLock { $0 } == ["quiesce", "awaitIdle", "stop"])
+
+        let waiting = service(drainSeconds: 600)
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            waiting.shutdown(engine: RecordingEngine())
+            done.signal()
+        }
+        #expect(eventually { waiting.responder.isDraining })
+        waiting.hurry()
+        #expect(done.wait(timeout: .now() + 60) == .success, "a second signal did not end a drain with no streams")
 
         let hurried = service(drainSeconds: 600)
         let streams = try (0..<5).map { _ in try #require(hurried.responder.openEventStream {}.1) }

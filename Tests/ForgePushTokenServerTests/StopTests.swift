@@ -1,0 +1,107 @@
+import Dispatch
+import ForgePushToken
+import ForgePushTokenHTTP
+import ForgePushTokenOwner
+import ForgePushTokenOwnerTestSupport
+import ForgePushTokenTestSupport
+import MicroHTTPDServer
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension LiveServerTests {
+    /// A stop never aborts libmicrohttpd, whatever the store is doing (issue 42, finding 2): a
+    /// write whose store has not answered when the service stops is answered
+    /// `503 store_unavailable` before the daemons stop (libmicrohttpd 0.9.75 aborts the process
+    /// when stopped with a suspended connection), and a store that does not stop in time does not
+    /// hold the shutdown.
+    @Suite("A stop with writes in flight")
+    struct StopTests {
+        /// The most the shutdown may take after the drain: the engine's grace period, with room for
+        /// a slow (sanitized) run; what it guards against is the abort, or a wait on the store.
+        static let shutdownBound = Duration.seconds(4.5)
+
+        @Test("writes the store never answers (a hung Redis) are answered 503 store_unavailable; the stop ends")
+        func hungStore() throws {
+            let store = ScriptedStore(answering: .whenReleased)
+            let live = try LiveServer(store: store, accessLog: false)
+            let writers = try (0..<3).map { _ in try live.client() }
+            defer { for writer in writers { writer.close() } }
+            for (index, writer) in writers.enumerated() {
+                try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabc\(index)")
+            }
+            #expect(eventually { store.heldCount == 3 }, "the writes never reached the store")
+            let start = ContinuousClock.now
+            live.service.shutdown(engine: live.server)
+            let took = ContinuousClock.now - start
+            #expect(took < Self.shutdownBound, "the shutdown took \(took)")
+            for writer in writers {
+                let answer = try writer.readResponse(method: "POST")
+                #expect(answer.status == 503)
+                #expect(answer.text.contains(#""error":"store_unavailable""#), "\(answer.text)")
+                #expect(answer.headers["retry-after"] == "1" && answer.headers["connection"] == "close")
+            }
+            let logged = live.lines.withLock { $0 }
+            #expect(logged.contains { $0.contains("3 writes were still waiting for the token's store") })
+            // The store answers after all, after the engine has stopped: nothing is left to answer.
+            #expect(store.release() && store.release() && store.release())
+        }
+
+        @Test("a store slower than the grace period (a slow fsync), which does not stop in time either")
+        func slowStore() throws {
+            let store = SlowStoppingStore(answering: .after(.seconds(30)))
+            defer { store.finishStopping() }
+            let live = try LiveServer(store: store, accessLog: false)
+            let writer = try live.client()
+            defer { writer.close() }
+            try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")
+            #expect(eventually { store.scripted.proposed.count == 1 }, "the write never reached the store")
+            let start = ContinuousClock.now
+            live.service.shutdown(engine: live.server)
+            let took = ContinuousClock.now - start
+            #expect(took < Self.shutdownBound, "the shutdown took \(took)")
+            let answer = try writer.readResponse(method: "POST")
+            #expect(answer.status == 503 && answer.text.contains(#""error":"store_unavailable""#))
+            #expect(store.stopCalls.withLock { $0 } == 1)
+            #expect(live.lines.withLock { $0 }.contains { $0.contains("the token's store did not stop within") })
+        }
+    }
+}
+
+/// A `ScriptedStore` whose `stop()` blocks until the test lets it go, as a store's would while a
+/// state-file save or a Redis round trip it waits for takes seconds.
+///
+/// Thread-safety: every member may be called from any thread.
+final class SlowStoppingStore: TokenStore {
+    let scripted: ScriptedStore
+    let stopCalls = Locked(0)
+    private let stopped = DispatchSemaphore(value: 0)
+
+    init(answering: ScriptedStore.Answering) {
+        scripted = ScriptedStore(answering: answering)
+    }
+
+    var ordering: CommitOrdering { scripted.ordering }
+
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        scripted.commit(token, base: base, completion: completion)
+    }
+
+    func start(
+        reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
+        current: @escaping @Sendable () -> TokenState
+    ) {
+        scripted.start(reporting: report, current: current)
+    }
+
+    /// Blocks until `finishStopping()` (at most 60 s, a guard against a hang).
+    func stop() {
+        stopCalls.withLock { $0 += 1 }
+        _ = stopped.wait(timeout: .now() + 60)
+    }
+
+    /// Lets `stop()` return.
+    func finishStopping() { stopped.signal() }
+}
