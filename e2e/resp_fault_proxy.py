@@ -266,6 +266,7 @@ class FaultProxy:
         self.links = []
         self.armed = None          # (step, fault) until it fires
         self.slow_seconds = SLOW_SECONDS
+        self.seen_armed = []       # the steps that passed while a fault was armed (for a failure)
         self.fired = None          # (step, fault, role) once fired
         self.fired_at = None
         self.ended_at = None
@@ -292,6 +293,8 @@ class FaultProxy:
     def take(self, step, link):
         """The fault to inject at this command, or None (each armed fault fires once)."""
         with self.lock:
+            if self.armed is not None:
+                self.seen_armed.append(step)
             if self.armed is None or self.armed[0] != step:
                 return None
             fault = self.armed[1]
