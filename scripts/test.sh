@@ -2,7 +2,8 @@
 # Runs every test of the project, in the order a failure is cheapest to find: house style and
 # references, the debug build and `swift test`, the library's platform branches and DocC, Thread
 # and Address Sanitizer, the release build with conformance, schemathesis and churn, the fuzzer,
-# idle subscribers, end to end (e2e/run.sh), REDbot, the operator checks and the container checks.
+# idle subscribers, end to end (e2e/run.sh), Redis fault injection, REDbot, the operator checks and
+# the container checks.
 # docs/testing.md is the one list of what each step runs and how long it takes; each step below
 # also prints its name as it starts. Each configuration is built once and reused. Set SKIP_TSAN=1,
 # SKIP_ASAN=1, SKIP_FUZZ=1 or SKIP_DOCKER=1 to leave a step out locally (TSAN_RUNS=N repeats the
@@ -102,6 +103,12 @@ python3 bench/idle_subscribers.py --server "$server" -n 1000 --seconds 10 --max-
 
 step "end-to-end: metrics (Prometheus parser), state file (restarts, SIGKILL), live page (Chromium)"
 bash e2e/run.sh --server "$server"
+
+# Issue 42: one fault per run between replicas and a real redis-server, at each command the writer
+# and the subscription send (e2e/redis_faults_test.py through e2e/resp_fault_proxy.py); the runs go
+# in parallel on their own ports, and the step has 6 minutes. It fails, never skips.
+step "Redis fault injection: one fault per run at each step of the writer and the subscription"
+timeout -k 5 360 python3 e2e/redis_faults_test.py --server "$server"
 
 # HTTP hygiene (issue 14): REDbot against every route of the release build; fails on any WARN or
 # BAD note. Installs REDbot into its own venv once (e2e/redbot_check.sh).

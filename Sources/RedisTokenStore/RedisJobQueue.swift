@@ -8,8 +8,9 @@ import ForgePushTokenOwner
 final class RedisJobQueue: Sendable {
     /// One piece of work.
     enum Job: Sendable {
-        /// Propose `token`; `enqueued` in monotonic seconds; `completion` gets the outcome.
-        case change(token: String?, enqueued: Double, completion: @Sendable (CommitOutcome) -> Void)
+        /// Propose `token`; `answer` gets the outcome once (from the writer, or from
+        /// `RedisWriteDeadlines` at the write's deadline).
+        case change(token: String?, answer: RedisWriteAnswer)
         /// Read and reconcile `PREFIX:state`.
         case check
         /// Publish delivery probe number `sequence` on `PREFIX:probe`.

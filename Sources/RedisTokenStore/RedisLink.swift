@@ -24,6 +24,8 @@ final class RedisLink: Sendable {
     let writerID: String
     /// The work queue of the writer.
     let queue: RedisJobQueue
+    /// The writes' deadlines: each write is answered within the write timeout of being queued.
+    let deadlines = RedisWriteDeadlines()
     /// The way to the owner, and the queue of reports and log lines the machine decided.
     private let reports: RedisOwnerReports
     /// Makes every connection to Redis and the sentinels, with the TLS credentials.
@@ -60,9 +62,17 @@ final class RedisLink: Sendable {
     /// Whether the store is stopping.
     var isStopping: Bool { queue.isStopped }
 
+    /// Runs the write deadlines (`RedisWriteDeadlines.run`) on the calling thread until the store
+    /// stops; a write answered at its deadline asks for a check of `PREFIX:state` (it may still be
+    /// applied, and this replica skips its own change messages).
+    func runDeadlines() {
+        deadlines.run { [self] in handle { $0.refreshRequested(at: monotonicSeconds()) } }
+    }
+
     /// Marks the store as stopping and wakes the writer.
     func stop() {
         queue.stop()
+        deadlines.stop()
     }
 
     // MARK: Events

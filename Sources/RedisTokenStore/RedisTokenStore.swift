@@ -26,6 +26,9 @@ import ServiceLogging
 /// - `RedisLinkStateMachine`, the link's health, log lines, checks, pings and reconnects, as a
 ///   value, driven by `RedisLink`;
 /// - `RedisJobQueue`, the writer's bounded queue;
+/// - `RedisWriteDeadlines`, a thread that answers a write `.unknown` at the write timeout after it
+///   was queued when the writer has not answered it (the queue, a reconnect and `SCRIPT LOAD`
+///   count in the 2 s);
 /// - `RedisOwnerReports`, the way to the owner: reports queued in the order decided and delivered
 ///   with no lock held;
 /// - `RedisMetrics`, the store's series in `/metrics`.
@@ -127,18 +130,24 @@ public final class RedisTokenStore: TokenStore {
     public var ordering: CommitOrdering { .storeSerialized }
 
     /// Proposes `token` (`nil`: no token) through the change script; `base` is ignored (Redis
-    /// decides against the state it holds). `completion` runs once, on the writer thread, after
-    /// Redis answered or the write timed out; or at once, on the caller's thread, when Redis is
+    /// decides against the state it holds). `completion` runs once, on the writer thread after
+    /// Redis answered or failed, or on the deadline thread at the write timeout after this call,
+    /// whichever comes first; or at once, on the caller's thread, when Redis is
     /// known to be down (`RedisLinkStateMachine.refusesWrites`), the queue is full or the store
     /// is stopping: a request does not wait for a Redis known to be down.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         if let health = link.refusal {
             return completion(.unavailable(reason: RedisWriter.reason(health)))
         }
-        if !link.queue.push(.change(token: token, enqueued: monotonicSeconds(), completion: completion)) {
+        let answer = RedisWriteAnswer(
+            enqueued: monotonicSeconds(), timeout: configuration.writeTimeout, completion: completion)
+        if !link.queue.push(.change(token: token, answer: answer)) {
             let health = link.health
-            completion(.unavailable(reason: RedisWriter.reason(health == .connected ? .unreachable : health)))
+            answer.give(.unavailable(reason: RedisWriter.reason(health == .connected ? .unreachable : health)))
+            return
         }
+        // Tracked after it is queued: a write the queue refused is answered above.
+        link.deadlines.track(answer)
     }
 
     /// Starts the writer and subscription threads, reporting changes and health to the owner
@@ -156,6 +165,7 @@ public final class RedisTokenStore: TokenStore {
         // a thread of its own (as the server's daemon loops do).
         var loops: [(String, @Sendable () -> Void)] = [
             ("forge-push-token.redis-writer", writer.run),
+            ("forge-push-token.redis-deadlines", link.runDeadlines),
             ("forge-push-token.redis-subscriber", subscription.run),
         ]
         if let watcher { loops.append(("forge-push-token.redis-sentinel", watcher.run)) }
@@ -168,8 +178,9 @@ public final class RedisTokenStore: TokenStore {
         }
     }
 
-    /// Stops the threads (the writer, the subscription, and with a sentinel URL the
-    /// `+switch-master` watcher) and fails what is still queued with `.unavailable`. Nothing is written
+    /// Stops the threads (the writer, the write deadlines, the subscription, and with a sentinel
+    /// URL the `+switch-master` watcher) and fails what is still queued with `.unavailable`; a
+    /// write in flight is answered by its deadline at the latest. Nothing is written
     /// to Redis (a replica's shutdown never touches the state). Waits at most 1 s for the
     /// threads to end: one blocked in a connect or a read to a hung Redis ends when that times
     /// out, and the service's shutdown does not wait for it.

@@ -8,8 +8,13 @@ import ServiceLogging
 ///
 /// It takes what is queued (`RedisJobQueue`), sends it as one pipelined batch (`EVALSHA`, `EVAL`
 /// again on `NOSCRIPT`) and waits at most the write timeout for the replies: no reply in time is
-/// `.unknown`, and the connection is made again. A commit's outcome goes to its completion alone
-/// (the owner applies it there); a check's state goes to the owner through `RedisLink.learned`.
+/// `.unknown`, and the connection is made again. What each reply means, and which jobs a failure
+/// leaves to fail, is `RedisBatch`'s decision: every job gets exactly one outcome, and every check
+/// ends (`checkSucceeded` or `checkFailed`), whatever step fails. A commit's outcome goes to its
+/// `RedisWriteAnswer` alone (the owner applies it there), which `RedisWriteDeadlines` answers
+/// `.unknown` at the write timeout after it was queued if the writer has not (the queue, a
+/// reconnect and `SCRIPT LOAD` included); a check's state goes to the owner through
+/// `RedisLink.learned`.
 /// A batch that fails on a connection that sat idle with a broken socket (not a timeout) is sent
 /// once more on a new one: safe, since a write of the current token changes nothing. Every log line
 /// a reply causes is limited to one per 10 s per kind (`RedisLink.logLimited`): a hostile Redis
@@ -78,7 +83,11 @@ final class RedisWriter: Sendable {
                         break
                     }
                 }
-                guard let live = connection, let scripts = hashes else { break }
+                guard let live = connection, let scripts = hashes else {
+                    // Not reached (both are set together above); were it, no job is dropped.
+                    finish(pending, failing: .unavailable(.unreachable, detail: "no connection to Redis"))
+                    break
+                }
                 switch run(pending, on: live, scripts: scripts, mayRetry: reused && mayRetry) {
                 case .done(let keep):
                     if !keep { connection = nil }
@@ -92,23 +101,29 @@ final class RedisWriter: Sendable {
         }
     }
 
+    /// Loads both scripts, pipelined: one write and one wait of at most the write timeout.
     private func loadScripts(_ connection: RedisConnection) throws(RedisConnectionError) -> ScriptHashes {
-        func load(_ source: String) throws(RedisConnectionError) -> String {
-            let reply = try connection.command(["SCRIPT", "LOAD", source], timeout: configuration.writeTimeout)
+        connection.append(["SCRIPT", "LOAD", RedisScripts.change])
+        connection.append(["SCRIPT", "LOAD", RedisScripts.sync])
+        try connection.flush()
+        let deadline = monotonicSeconds() + configuration.writeTimeout
+        func hash() throws(RedisConnectionError) -> String {
+            let reply = try connection.readReply(deadline: deadline)
             if case .error(let message) = reply {
                 throw RedisConnectionError.classify(errorReply: message) ?? .refused(String(message.prefix(120)))
             }
             guard let sha = reply.text else { throw .unreachable("unexpected SCRIPT LOAD reply") }
             return sha
         }
-        return ScriptHashes(change: try load(RedisScripts.change), sync: try load(RedisScripts.sync))
+        let change = try hash()
+        return ScriptHashes(change: change, sync: try hash())
     }
 
     private func arguments(for job: RedisJobQueue.Job, scripts: ScriptHashes, source: Bool) -> [String] {
         let prefix = configuration.prefix
         let replica = RedisScripts.replicaArguments(link.replicaState, writer: link.writerID)
         switch job {
-        case .change(let token, _, _):
+        case .change(let token, _):
             return [
                 source ? "EVAL" : "EVALSHA", source ? RedisScripts.change : scripts.change, "2",
                 prefix.stateKey, prefix.changesChannel, token ?? "",
@@ -123,70 +138,49 @@ final class RedisWriter: Sendable {
         }
     }
 
-    /// Sends `batch` pipelined and completes each job (or, with `mayRetry`, hands back the jobs
-    /// that a broken connection left without a reply).
+    /// Sends `jobs` pipelined and completes each job (or, with `mayRetry`, hands back the jobs
+    /// when the connection broke before any reply: it may have sat idle with a broken socket).
+    /// What each reply means is `RedisBatch`'s decision: a `NOSCRIPT` sends the job again as
+    /// `EVAL`, and a failure at any step fails every job left without a reply (none is dropped).
     private func run(
-        _ batch: [RedisJobQueue.Job], on connection: RedisConnection, scripts: ScriptHashes, mayRetry: Bool
+        _ jobs: [RedisJobQueue.Job], on connection: RedisConnection, scripts: ScriptHashes, mayRetry: Bool
     )
         -> BatchResult
     {
-        // A commit that waited longer than the write timeout in the queue (behind a Redis that
-        // stopped answering) is not sent: its request has waited long enough.
-        let now = monotonicSeconds()
-        var batch = batch
-        batch.removeAll { job in
-            guard case .change(_, let enqueued, let completion) = job, now - enqueued > configuration.writeTimeout
-            else {
-                return false
-            }
-            completion(.unavailable(reason: Self.reason(.unreachable)))
-            return true
+        // A write already answered (its deadline passed while it waited behind a Redis that
+        // stopped answering, `RedisWriteDeadlines`) is not sent.
+        let jobs = jobs.filter { job in
+            guard case .change(_, let answer) = job else { return true }
+            return !answer.isGiven
         }
-        for job in batch { connection.append(arguments(for: job, scripts: scripts, source: false)) }
-        do throws(RedisConnectionError) {
-            try connection.flush()
-        } catch {
-            if mayRetry { return .retry(batch) }
-            failed(error)
-            finish(batch, failing: .unknown(detail: error.description))
-            return .done(keep: false)
-        }
-        let deadline = monotonicSeconds() + configuration.writeTimeout
+        var batch = RedisBatch(jobs)
         var keep = true
-        var retry: [RedisJobQueue.Job] = []
-        for (index, job) in batch.enumerated() {
-            let reply: RedisReply
+        var round = jobs
+        while !round.isEmpty {
+            let source = batch.round == .source
+            for job in round { connection.append(arguments(for: job, scripts: scripts, source: source)) }
             do throws(RedisConnectionError) {
-                reply = try connection.readReply(deadline: deadline)
+                try connection.flush()
+                let deadline = monotonicSeconds() + configuration.writeTimeout
+                while !batch.roundDone {
+                    let reply = try connection.readReply(deadline: deadline)
+                    if !batch.anyReply { link.note { $0.writerReplied() } }
+                    if case .complete(let job, let reply) = batch.replied(reply), !complete(job, with: reply) {
+                        keep = false
+                    }
+                }
             } catch {
-                if mayRetry, index == 0, error != .timedOut { return .retry(batch) }
+                if mayRetry, !batch.anyReply, error != .timedOut { return .retry(jobs) }
                 failed(error)
-                finish(Array(batch[index...]), failing: .unknown(detail: error.description))
                 if case .timedOut = error {
                     link.telemetry.logLimited(
                         "writer.timeout", .warning,
                         "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
                 }
+                finish(batch.failed(), failing: .unknown(detail: error.description))
                 return .done(keep: false)
             }
-            if index == 0 { link.note { $0.writerReplied() } }
-            if reply.errorCode == "NOSCRIPT" {
-                retry.append(job)
-                continue
-            }
-            if !complete(job, with: reply) { keep = false }
-        }
-        for job in retry {
-            do throws(RedisConnectionError) {
-                let reply = try connection.command(
-                    arguments(for: job, scripts: scripts, source: true),
-                    timeout: configuration.writeTimeout)
-                if !complete(job, with: reply) { keep = false }
-            } catch {
-                failed(error)
-                finish([job], failing: .unknown(detail: error.description))
-                return .done(keep: false)
-            }
+            round = batch.nextRound()
         }
         return .done(keep: keep)
     }
@@ -273,11 +267,15 @@ final class RedisWriter: Sendable {
             break
         }
         switch job {
-        case .change(_, let enqueued, let completion):
-            link.telemetry.recordWrite(seconds: monotonicSeconds() - enqueued)
-            // The owner applies it from the completion: this is how it reaches the owner, once.
+        case .change(_, let answer):
+            link.telemetry.recordWrite(seconds: monotonicSeconds() - answer.enqueued)
+            // The owner applies it from the answer: this is how it reaches the owner, once.
             link.committed()
-            completion(result.changed ? .applied(result.state) : .unchanged(result.state))
+            if !answer.give(result.changed ? .applied(result.state) : .unchanged(result.state)) {
+                // Answered at its deadline already: the owner learns the state Redis holds as it
+                // learns another replica's (its own change message is skipped).
+                link.learned(result.state)
+            }
         case .check:
             link.learned(result.state)
             link.handle { $0.checkSucceeded(at: monotonicSeconds(), read: result.state) }
@@ -294,13 +292,20 @@ final class RedisWriter: Sendable {
     }
 
     private func finish(_ jobs: [RedisJobQueue.Job], failing failure: Failure) {
+        defer {
+            // A write that may have been applied: read the state soon, since this replica's own
+            // change message is skipped and no reply will tell the owner.
+            if case .unknown = failure, jobs.contains(where: { if case .change = $0 { true } else { false } }) {
+                link.handle { $0.refreshRequested(at: monotonicSeconds()) }
+            }
+        }
         for job in jobs {
             switch job {
-            case .change(_, _, let completion):
+            case .change(_, let answer):
                 switch failure {
-                case .unavailable(let health, _): completion(.unavailable(reason: Self.reason(health)))
-                case .unknown: completion(.unknown(reason: "Redis did not answer the write in time"))
-                case .versionExhausted: completion(.versionExhausted)
+                case .unavailable(let health, _): answer.give(.unavailable(reason: Self.reason(health)))
+                case .unknown: answer.give(.unknown(reason: "Redis did not answer the write in time"))
+                case .versionExhausted: answer.give(.versionExhausted)
                 }
             case .probe(let sequence):
                 // A failed PUBLISH is the writer's failure (`unreachable`), not `not_delivering`.
