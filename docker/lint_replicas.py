@@ -15,7 +15,8 @@ import yaml
 def replica_service_problems(services, url_problem):
     """What both setups ask of the service's own replicas, nginx in front: no state file (Redis
     keeps the state), a Redis URL (`url_problem(url)` says what is wrong with it, or None), at
-    least three replicas, no published port, and docker/nginx/replicas.conf mounted into nginx."""
+    least three replicas, no published port, and docker/nginx/replicas.conf mounted into nginx,
+    which writes it as its default.conf with the container's own resolvers."""
     problems = []
     replica = services.get("replica", {})
     environment = replica.get("environment", {})
@@ -28,9 +29,16 @@ def replica_service_problems(services, url_problem):
         problems.append("replica: fewer than 3 replicas")
     if "ports" in replica:
         problems.append("replica: publishes a port (nginx is the way in)")
-    if not any("replicas.conf:/etc/nginx/conf.d/default.conf" in str(v)
-               for v in services.get("nginx", {}).get("volumes", [])):
-        problems.append("nginx: docker/nginx/replicas.conf is not mounted as its default.conf")
+    nginx = services.get("nginx", {})
+    if not any("replicas.conf:/etc/nginx/replicas.conf" in str(v) for v in nginx.get("volumes", [])):
+        problems.append("nginx: docker/nginx/replicas.conf is not mounted as /etc/nginx/replicas.conf")
+    # The resolver of replicas.conf is Docker's; the command sets the container's own (podman's
+    # aardvark-dns differs) and writes the result as default.conf (issue 45).
+    script = " ".join(str(part) for part in nginx.get("command", []))
+    if "/etc/resolv.conf" not in script or ">/etc/nginx/conf.d/default.conf" not in script \
+            or "exec nginx -g 'daemon off;'" not in script:
+        problems.append("nginx: the command does not write default.conf with the resolvers of /etc/resolv.conf "
+                        "and exec nginx")
     return problems
 
 
