@@ -129,14 +129,18 @@ main() {
     toolchain="$(dirname "$(dirname "$(dirname "$swift_bin")")")"
     [[ -x "$toolchain/usr/bin/swift" && -x "$toolchain/usr/libexec/swift/linux/swift-backtrace-static" ]] \
         || die "$toolchain does not hold a Swift toolchain under usr/ with the static backtracer"
+    # The Swift stand-in takes minutes (its toolchain layer is over 3 GB, most of it disk work):
+    # the other three are built meanwhile.
     build "$SWIFT" "$( { child_key "$here/standins/swift.Containerfile"; echo "$toolchain"; swift --version 2>&1; } | hash_of)" \
-        "$here/standins/swift.Containerfile" "$toolchain"
+        "$here/standins/swift.Containerfile" "$toolchain" &
+    local swift_build=$!
     build "$REDIS" "$(child_key "$here/standins/redis.Containerfile" "$here/standins/redis-entrypoint.sh" "$here/standins/redis-server-wrapper.sh")" \
         "$here/standins/redis.Containerfile" "$here/standins"
     build "$NGINX" "$(child_key "$here/standins/nginx.Containerfile" "$here/standins/nginx.conf")" \
         "$here/standins/nginx.Containerfile" "$here/standins"
     build "$PROMETHEUS" "$(child_key "$here/standins/prometheus.Containerfile")" \
         "$here/standins/prometheus.Containerfile" "$here/standins"
+    wait "$swift_build" || die "the stand-in $SWIFT was not built"
 
     echo "what the stand-ins carry (Debian 12's packages, not the official images' versions):"
     printf '  %-45s %s\n' "$SLIM" "Debian $(podman run --rm --network=none "$SLIM" cat /etc/debian_version)"
