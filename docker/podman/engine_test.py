@@ -433,7 +433,7 @@ class Stack:
 
     def down(self):
         """`down -v`, then nothing of the project may be left: containers, networks, volumes."""
-        compose(self.project, self.files, "down", "-v", "-t", "25", env=self.env, timeout=120)
+        compose(self.project, self.files, "down", "-v", "-t", "10", env=self.env, timeout=120)
         label = "label=io.podman.compose.project=%s" % self.project
         left = {
             "containers": podman("ps", "-a", "--filter", label, "--format", "{{.Names}}")[1].split(),
