@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "e2e"))
 from e2e_support import (Failure, SENTINEL_FAILOVER_BOUND, check, distinct_free_ports,  # noqa: E402
-                         token_hex, wait_until)
+                         sentinels_ready, token_hex, wait_until)
 
 LABEL = "forge-push-token.test=engine"
 PREFIX = "fpt-engine-%d" % os.getpid()
@@ -607,14 +607,12 @@ def compose_sentinel():
         replica_redis = stack.containers("redis-replica")[0]
         sentinels = stack.containers("sentinel-1") + stack.containers("sentinel-2") + stack.containers("sentinel-3")
 
-        # A sentinel that has not seen the replica cannot promote it (docs/replicas.md).
-        def sentinels_know_replica():
-            for name in sentinels:
-                status, out, _ = podman("exec", name, "redis-cli", "-p", "26379", "SENTINEL", "replicas", "mymaster", ok=False)
-                if status != 0 or "redis-replica" not in out:
-                    return False
-            return True
-        wait_until(sentinels_know_replica, 30, interval=0.5, what="every sentinel listing the replica")
+        # A sentinel that has not seen the replica cannot promote it, and one that has not met the
+        # other sentinels splits the vote (docs/replicas.md): wait for both, as the e2e tests do.
+        def cli_of(name):
+            return lambda *args: podman("exec", name, "redis-cli", "-p", "26379", *args, ok=False)[1]
+        wait_until(lambda: sentinels_ready([cli_of(name) for name in sentinels], "mymaster", "redis-replica"),
+                   30, interval=0.5, what="every sentinel listing the replica and the other sentinels")
         podman("kill", master)
         t0 = time.monotonic()
         token = token_hex(45, 6)
@@ -622,8 +620,20 @@ def compose_sentinel():
         def written():
             status, _, _ = try_request("127.0.0.1", stack.port, "POST", "/register", body=token.encode(), timeout=3)
             return status == 200
-        wait_until(written, SENTINEL_FAILOVER_BOUND, interval=0.5,
-                   what="a write through nginx after the master was killed")
+        # Known to miss the bound now and then (2 of 9 runs here, issue 45's report): the sentinels
+        # of Debian's Redis 7.0.15 log "Failed to resolve hostname 'redis-master'" once the killed
+        # container's name has left aardvark-dns, and abort the failover every 10 s. The logs
+        # below show it when it happens.
+        try:
+            wait_until(written, SENTINEL_FAILOVER_BOUND, interval=0.5,
+                       what="a write through nginx after the master was killed")
+        except Failure:
+            # What the sentinels, the promoted Redis and a replica of ours say, for the report.
+            for name in sentinels[:1] + [replica_redis, replicas[0][0]]:
+                log = subprocess.run(["podman", "logs", "--tail", "25", name], capture_output=True, text=True)
+                for line in (log.stdout + log.stderr).splitlines():
+                    print("#   %s: %s" % (name, line))
+            raise
         took = time.monotonic() - t0
         _, out, _ = podman("exec", replica_redis, "redis-cli", "ROLE")
         check(out.split()[0] == "master", "redis-replica did not become the master: %r" % out)
