@@ -620,7 +620,7 @@ def compose_sentinel():
         def written():
             status, _, _ = try_request("127.0.0.1", stack.port, "POST", "/register", body=token.encode(), timeout=3)
             return status == 200
-        # Known to miss the bound now and then (2 of 9 runs here, issue 45's report): the sentinels
+        # Known to miss the bound now and then (3 of 11 runs here, issue 45's report): the sentinels
         # of Debian's Redis 7.0.15 log "Failed to resolve hostname 'redis-master'" once the killed
         # container's name has left aardvark-dns, and abort the failover every 10 s. The logs
         # below show it when it happens.
