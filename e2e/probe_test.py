@@ -25,30 +25,7 @@ import time
 
 from e2e_support import HOST, Server, check, log, loopback_listener, main, request, token_hex, wait_until
 from replicas_test import Redis, health, write
-
-
-def frame_end(buffer, start):
-    """The end of the RESP frame at `start`, or None when the buffer holds only part of it."""
-    line_end = buffer.find(b"\r\n", start)
-    if line_end < 0:
-        return None
-    kind = buffer[start:start + 1]
-    if kind in (b"+", b"-", b":"):
-        return line_end + 2
-    length = int(buffer[start + 1:line_end])
-    if kind == b"$":
-        if length < 0:
-            return line_end + 2
-        end = line_end + 2 + length + 2
-        return end if end <= len(buffer) else None
-    if kind == b"*":
-        position = line_end + 2
-        for _ in range(max(length, 0)):
-            position = frame_end(buffer, position)
-            if position is None:
-                return None
-        return position
-    raise ValueError("not RESP: %r" % buffer[start:start + 20])
+from resp_fault_proxy import frame_end
 
 
 def is_message(frame):
