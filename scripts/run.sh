@@ -7,6 +7,18 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup.sh"
 # The same build as scripts/test.sh and docker/Dockerfile (scripts/build-release.sh prints the
-# binary's absolute path).
-server="$("$root/scripts/build-release.sh")"
+# binary's absolute path). The build's progress goes to a terminal; when standard error is a file
+# or a pipe (`--log-format json 2>log`), it is kept out of the service's log and shown only if the
+# build fails.
+if [ -t 2 ]; then
+  server="$("$root/scripts/build-release.sh")"
+else
+  build_log="$(mktemp)"
+  if ! server="$("$root/scripts/build-release.sh" 2>"$build_log")"; then
+    cat "$build_log" >&2
+    rm -f "$build_log"
+    exit 1
+  fi
+  rm -f "$build_log"
+fi
 exec "$server" "$@"

@@ -6,8 +6,8 @@
 # the container checks.
 # docs/testing.md is the one list of what each step runs and how long it takes; each step below
 # also prints its name as it starts. Each configuration is built once and reused. Set SKIP_TSAN=1,
-# SKIP_ASAN=1, SKIP_FUZZ=1 or SKIP_DOCKER=1 to leave a step out locally (TSAN_RUNS=N repeats the
-# Thread Sanitizer run); CI runs everything.
+# SKIP_ASAN=1, SKIP_FUZZ=1, SKIP_DOCKER=1 or SKIP_ENGINE=1 to leave a step out locally
+# (TSAN_RUNS=N repeats the Thread Sanitizer run); CI runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
