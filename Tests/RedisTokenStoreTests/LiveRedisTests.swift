@@ -242,14 +242,15 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         let outcomes = Locked<[CommitOutcome]>([])
         let done = DispatchSemaphore(value: 0)
         let started = monotonicSeconds()
-        // The first batch blocks the writer on the hung Redis; 2 more fill the queue; the rest
-        // are refused at once.
+        // The first batch blocks the writer on the hung Redis (the test waits for the writer to
+        // take it from the queue, not for a time); 2 more fill the queue; the rest are refused at
+        // once.
         for n in 0..<6 {
             a.store.commit(String(format: "%02x", n), base: .initial) { outcome in
                 outcomes.withLock { $0.append(outcome) }
                 done.signal()
             }
-            usleep(20_000)
+            if n == 0 { waitUntil("the writer to take the first write") { a.store.link.queue.changeCount == 0 } }
         }
         let refusedAtOnce = outcomes.withLock { $0.filter { $0 == .unavailable(reason: "Redis: unreachable") }.count }
         #expect(refusedAtOnce >= 2)
