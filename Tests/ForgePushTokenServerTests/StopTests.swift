@@ -96,10 +96,13 @@ final class SlowStoppingStore: TokenStore {
         scripted.start(reporting: report, current: current)
     }
 
-    /// Blocks until `finishStopping()` (at most 60 s, a guard against a hang).
+    /// Blocks until `finishStopping()`; fails the test if that has not come within
+    /// `waitBoundSeconds` (a guard against a hang).
     func stop() {
         stopCalls.withLock { $0 += 1 }
-        _ = stopped.wait(timeout: .now() + 60)
+        if stopped.wait(timeout: .now() + waitBoundSeconds) == .timedOut {
+            Issue.record("waited \(Int(waitBoundSeconds)) s (waitBoundSeconds) for finishStopping(), in vain")
+        }
     }
 
     /// Lets `stop()` return.

@@ -162,22 +162,18 @@ struct ServerProcess {
         try process.run()
         let server = ServerProcess(process: process, port: port)
         let health = try #require(URL(string: "http://127.0.0.1:\(port)/healthz"))
-        // Waits for the answer, not for a time: the 60 s only guard against a hang (a server
-        // built with Thread Sanitizer, started on a loaded machine, can take seconds to listen).
-        let giveUp = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < giveUp {
+        // Waits for the answer, not for a time (a server built with Thread Sanitizer, started on a
+        // loaded machine, can take seconds to listen); the wait's bound only guards against a hang.
+        let answered = try await waitUntil("the server started on port \(port) to answer GET /healthz") {
             guard process.isRunning else {
                 throw TestError(description: "the server exited with status \(process.terminationStatus)")
             }
-            if let (_, response) = try? await URLSession.shared.data(from: health),
-                (response as? HTTPURLResponse)?.statusCode == 200
-            {
-                return server
-            }
-            try await Task.sleep(for: .milliseconds(20))
+            guard let (_, response) = try? await URLSession.shared.data(from: health) else { return false }
+            return (response as? HTTPURLResponse)?.statusCode == 200
         }
+        if answered { return server }
         server.stop()
-        throw TestError(description: "the server did not answer GET /healthz within 60 s")
+        throw TestError(description: "the server did not answer GET /healthz")
     }
 
     /// Stops the server (SIGTERM, a graceful shutdown) and waits for it to exit. Idempotent.

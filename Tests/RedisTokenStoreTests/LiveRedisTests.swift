@@ -19,9 +19,9 @@ struct ServerDidNotStart: Error, CustomStringConvertible {
 /// A port `freeLoopbackPort()` found free can be taken before the server binds it: another test's
 /// outgoing connection may get it as its local port. The server then exits at once; this sees the
 /// exit and starts it again on another port (5 tries), instead of waiting on a port nobody serves.
-/// - Throws: `ServerDidNotStart` when it never became ready (60 s each, a guard against a hang,
-///   not a timing assertion: a loaded machine, two sanitizer runs beside other work, has taken more
-///   than 5 s to start one) or exited on every try; an error of `arguments`; `CocoaError` when it
+/// - Throws: `ServerDidNotStart` when it never became ready (within `waitBoundSeconds`, a guard
+///   against a hang, not a timing assertion: a loaded machine, two sanitizer runs beside other
+///   work, has taken more than 5 s to start one; the wait has failed the test) or exited on every try; an error of `arguments`; `CocoaError` when it
 ///   cannot be spawned.
 func startRedisServer(
     _ what: String, arguments: (Int) throws -> [String], isReady: (Int) -> Bool
@@ -42,14 +42,15 @@ func startRedisServer(
         guard posix_spawnp(&pid, "redis-server", &actions, nil, &argv, environ) == 0 else {
             throw CocoaError(.executableNotLoadable)
         }
-        let deadline = Date().addingTimeInterval(60)
         var status: Int32 = 0
-        while Date() < deadline {
-            if isReady(port) { return (pid, port) }
-            if waitpid(pid, &status, WNOHANG) == pid { break }  // it exited: the port was taken
-            usleep(20_000)
+        var exited = false
+        let settled = waitUntil("\(what) on port \(port) to be ready, or to exit") {
+            if isReady(port) { return true }
+            exited = waitpid(pid, &status, WNOHANG) == pid  // it exited: the port was taken
+            return exited
         }
-        if Date() >= deadline {
+        if settled && !exited { return (pid, port) }
+        if !settled {
             kill(pid, SIGKILL)
             waitpid(pid, &status, 0)
             break

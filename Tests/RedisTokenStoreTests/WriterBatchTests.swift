@@ -144,7 +144,8 @@ import Testing
         // Still one write to answer: the thread waits for it (its deadline, or an answer).
         #expect(ended.wait(timeout: .now() + .milliseconds(100)) == .timedOut)
         #expect(later.give(.unavailable(reason: "Redis: unreachable")))
-        #expect(ended.wait(timeout: .now() + 60) == .success, "the deadline thread did not end after stop()")
+        #expect(
+            ended.wait(timeout: .now() + waitBoundSeconds) == .success, "the deadline thread did not end after stop()")
         // `later` was answered by its writer, not at its deadline: no second check.
         #expect(expiries.withLock { $0 } == 1)
     }
