@@ -138,11 +138,13 @@ class Subscriber(Connection):
     def read_event(self, version):
         """Reads until the event with id `version` has come whole."""
         wanted = b"id: %d\n" % version
+        deadline = time.monotonic() + 60  # heartbeats alone would keep the reads going forever
         while True:
             at = self.text.find(wanted)
             if at >= 0 and b"\n\n" in self.text[at:]:
                 self.text = self.text[self.text.index(b"\n\n", at) + 2:]
                 return
+            check(time.monotonic() < deadline, "the event with id %d did not come within 60 s" % version)
             self.text += self.chunk()
 
 
@@ -246,7 +248,9 @@ def current_version(port):
     """The version the service serves now, from a subscriber's first event."""
     probe = Subscriber(port)
     try:
+        deadline = time.monotonic() + 60
         while b"\n\n" not in probe.text:
+            check(time.monotonic() < deadline, "a subscriber's first event did not come within 60 s")
             probe.text += probe.chunk()
         match = re.search(rb"^id: (\d+)$", probe.text, re.M)
         check(match is not None, "no id in the first event: %r" % probe.text)

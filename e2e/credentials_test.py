@@ -211,9 +211,11 @@ def open_streams(port, token, count):
             sock = socket.create_connection((HOST, port), timeout=10)
             socks.append(sock)
             sock.sendall(request_bytes)
+        deadline = time.monotonic() + 60  # heartbeats alone would keep the reads going forever
         for sock in socks:
             data = b""
             while b"data:" not in data:
+                check(time.monotonic() < deadline, "a stream's first event did not come within 60 s")
                 chunk = sock.recv(4096)
                 if not chunk:
                     raise Failure("a stream was closed before its first event: %r" % data[:200])

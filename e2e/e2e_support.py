@@ -437,9 +437,11 @@ def open_subscribers(port, count, timeout=10):
             sock = socket.create_connection((HOST, port), timeout=timeout)
             subscribers.append(sock)
             sock.sendall(STREAM_REQUEST)
+        deadline = time.monotonic() + 60  # heartbeats alone would keep the reads going forever
         for sock in subscribers:
             data = b""
             while b"data:" not in data:
+                check(time.monotonic() < deadline, "a subscriber's first event did not come within 60 s")
                 chunk = sock.recv(4096)
                 if not chunk:
                     raise Failure("a subscriber was closed before its first event")

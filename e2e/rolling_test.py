@@ -449,7 +449,9 @@ def rolling_deploy(binary, count, drain, roll=True, nginx_replace=(), connect_ti
         try:
             conn.sendall(b"GET /token/stream HTTP/1.1\r\nHost: e2e\r\n\r\n")
             data = b""
+            deadline = time.monotonic() + 30  # heartbeats alone would keep the reads going forever
             while not re.search(rb"id: \d+\n", data):
+                check(time.monotonic() < deadline, "a new stream after the last write: no event within 30 s")
                 chunk = conn.recv(65536)
                 check(chunk, "a new stream after the last write ended before its first event")
                 data += chunk

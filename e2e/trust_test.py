@@ -402,12 +402,14 @@ def log_flood(binary, redis):
     server = replica(binary, "redis://%s:%d" % (HOST, redis.port)).start()
     try:
         wait_until(lambda: connected(server.port), 10, what="replica connected")
-        with socket.create_connection((HOST, redis.port)) as sock:
+        with socket.create_connection((HOST, redis.port), timeout=30) as sock:
             payload = b"".join(resp([b"PUBLISH", (PREFIX + ":changes").encode(), b"garbage"]) for _ in range(20000))
             sock.sendall(payload)
             received = b""
             while received.count(b"\r\n") < 20000:
-                received += sock.recv(65536)
+                chunk = sock.recv(65536)  # each read bounded by the socket's 30 s
+                check(chunk, "Redis closed the connection after %d replies" % received.count(b"\r\n"))
+                received += chunk
         wait_until(lambda: ignored(server.port, "malformed") >= 20000, 20, what="20,000 garbage messages counted")
         lines = server.stderr().count("that this service did not write")
         check(1 <= lines <= 3, "%d log lines for 20,000 garbage messages" % lines)

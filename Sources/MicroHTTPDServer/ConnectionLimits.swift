@@ -89,6 +89,12 @@ final class ConnectionLimiter: Sendable {
         }
     }
 
+    /// How many admitted connections libmicrohttpd has not yet reported closed: the event a test
+    /// waits for to know that the server accepted a connection, or closed one (a client's reset).
+    var openCount: Int {
+        state.withLock { $0.total }
+    }
+
     /// Gives back the place of an admitted connection from `address`.
     func release(_ address: ClientAddress?) {
         state.withLock { state in

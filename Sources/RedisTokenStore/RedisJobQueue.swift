@@ -57,6 +57,14 @@ final class RedisJobQueue: Sendable {
         }
     }
 
+    /// How many changes (`Job.change`) wait for the writer: the event a test waits for to know
+    /// that the writer took one (LiveRedisTests).
+    var changeCount: Int {
+        state.withLock { state in
+            state.jobs.count { if case .change = $0 { true } else { false } }
+        }
+    }
+
     /// Whether `stop()` was called.
     var isStopped: Bool { state.withLock { $0.stopped } }
 

@@ -305,9 +305,11 @@ final class RecordingEngine: ServiceEngine {
             waiting.shutdown(engine: RecordingEngine())
             done.signal()
         }
-        #expect(eventually { waiting.responder.isDraining })
+        waitUntil(#"waiting.responder.isDraining"#) { waiting.responder.isDraining }
         waiting.hurry()
-        #expect(done.wait(timeout: .now() + 60) == .success, "a second signal did not end a drain with no streams")
+        #expect(
+            done.wait(timeout: .now() + waitBoundSeconds) == .success,
+            "a second signal did not end a drain with no streams")
 
         let hurried = service(drainSeconds: 600)
         let streams = try (0..<5).map { _ in try #require(hurried.responder.openEventStream {}.1) }
@@ -422,9 +424,9 @@ final class RecordingEngine: ServiceEngine {
             service.shutdown(engine: RecordingEngine())
             done.signal()
         }
-        #expect(eventually { responder.isDraining })
+        waitUntil(#"responder.isDraining"#) { responder.isDraining }
         responder.endStreamsPastTheirAge(at: .now + .seconds(61))  // every limit has passed
-        #expect(done.wait(timeout: .now() + 60) == .success)
+        #expect(done.wait(timeout: .now() + waitBoundSeconds) == .success)
         #expect(streams.allSatisfy { $0.endReason == .drain }, "\(streams.map(\.endReason))")
     }
 }

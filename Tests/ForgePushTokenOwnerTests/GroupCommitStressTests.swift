@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwnerTestSupport
+import ForgePushTokenTestSupport
 import Testing
 
 @testable import ForgePushTokenOwner
@@ -13,7 +14,25 @@ import Testing
 
 /// `StateFileStore`'s gathering under stress (from an attack on it, issue 32): many writers with random pauses, `stop()` racing
 /// commits, failing saves. Every wait is bounded, so that a lost answer fails instead of hanging.
+///
+/// The pauses and tokens come from a seeded generator: the seed is printed at the start of each
+/// test and named in every failure, and `FORGE_STRESS_SEED=N` replays it (the same inputs; the
+/// threads' interleaving is the scheduler's).
 @Suite struct GroupCommitStressTests {
+    /// This run's seed: `FORGE_STRESS_SEED`, or a random one.
+    static let seed: UInt64 = {
+        if let text = getenv("FORGE_STRESS_SEED"), let seed = UInt64(String(cString: text)) {
+            return seed
+        }
+        return UInt64.random(in: 1...UInt64(UInt32.max))
+    }()
+
+    /// Names the seed in failures, and prints it once per test.
+    static func seedComment(_ test: String) -> Comment {
+        print("GroupCommitStressTests.\(test): seed \(seed) (FORGE_STRESS_SEED=\(seed) replays it)")
+        return "seed \(seed) (FORGE_STRESS_SEED=\(seed) replays it)"
+    }
+
     /// A state file's path in a fresh folder (`remove(_:in:)` removes both).
     func stateFile() -> (folder: String, file: StateFile) {
         let dir = GroupCommitTests().folder()
@@ -43,13 +62,14 @@ import Testing
     }
 
     /// Commits from `threads` threads, `perThread` each, with random pauses (and a same-token
-    /// write now and then), straight to the store.
+    /// write now and then), straight to the store; thread `t` draws them from `SeededGenerator`
+    /// seeded with `seed + t`.
     func hammer(
-        _ store: StateFileStore, file: StateFile, threads: Int, perThread: Int, answers: Answers,
+        _ store: StateFileStore, file: StateFile, threads: Int, perThread: Int, answers: Answers, seed: UInt64,
         checkFile: Bool = true
     ) {
         DispatchQueue.concurrentPerform(iterations: threads) { thread in
-            var generator = SystemRandomNumberGenerator()
+            var generator = SeededGenerator(state: seed &+ UInt64(thread))
             for index in 0..<perThread {
                 let pause = UInt32.random(in: 0..<300, using: &generator)
                 if pause > 150 { usleep(pause) }
@@ -77,60 +97,72 @@ import Testing
 
     @Test("many writers with random pauses: every write answered once, after the file holds it; no signal left over")
     func manyWritersRandomPauses() throws {
+        let seeded = Self.seedComment("manyWritersRandomPauses")
         let (dir, file) = stateFile()
         defer { remove(file, in: dir) }
-        for _ in 0..<5 {
+        for round in 0..<5 {
             let store = StateFileStore(file: file)
             _ = try store.load()
             let answers = Answers()
-            hammer(store, file: file, threads: 6, perThread: 150, answers: answers)
-            #expect(answers.group.wait(timeout: .now() + 20) == .success, "a commit was never answered")
+            hammer(
+                store, file: file, threads: 6, perThread: 150, answers: answers, seed: Self.seed &+ UInt64(round) &* 64)
+            #expect(
+                answers.group.wait(timeout: .now() + waitBoundSeconds) == .success,
+                "a commit was never answered; \(seeded)")
             let all = answers.answers.withLock { $0 }
-            #expect(all.count == 900)
-            #expect(Set(all.map(\.index)).count == 900, "a write was answered twice")
+            #expect(all.count == 900, seeded)
+            #expect(Set(all.map(\.index)).count == 900, "a write was answered twice; \(seeded)")
             for answer in all {
                 switch answer.outcome {
                 case .applied(let state), .unchanged(let state):
                     #expect(
                         (answer.fileVersion ?? 0) >= state.version,
-                        "answered \(answer.outcome) while the file held \(String(describing: answer.fileVersion))")
-                default: Issue.record("unexpected outcome \(answer.outcome)")
+                        "answered \(answer.outcome) while the file held \(String(describing: answer.fileVersion)); \(seeded)"
+                    )
+                default: Issue.record("unexpected outcome \(answer.outcome); \(seeded)")
                 }
             }
             let changed = all.compactMap { answer -> UInt64? in
                 if case .applied(let state) = answer.outcome { return state.version }
                 return nil
             }
-            #expect(Set(changed).count == changed.count, "two changes share a version")
+            #expect(Set(changed).count == changed.count, "two changes share a version; \(seeded)")
             // Wait for the writer's item to end (its last gathering times out), then look for a
             // signal left over: it would end the next gathering at once.
             store.stop()
-            let semaphore = try #require(Self.gathered(store))
-            #expect(semaphore.wait(timeout: .now()) == .timedOut, "a gathering's signal was left over")
+            let semaphore = try #require(Self.gathered(store), seeded)
+            #expect(semaphore.wait(timeout: .now()) == .timedOut, "a gathering's signal was left over; \(seeded)")
         }
     }
 
     @Test("no leftover signal without stop: the item ends by itself, and the semaphore is back at zero")
     func noLeftoverSignalWithoutStop() throws {
+        let seeded = Self.seedComment("noLeftoverSignalWithoutStop")
         let (dir, file) = stateFile()
         defer { remove(file, in: dir) }
         let queue = DispatchQueue(label: "stress.state-file")
-        for _ in 0..<5 {
+        for round in 0..<5 {
             let store = StateFileStore(file: file, queue: queue)
             _ = try store.load()
             let answers = Answers()
-            hammer(store, file: file, threads: 4, perThread: 200, answers: answers, checkFile: false)
-            #expect(answers.group.wait(timeout: .now() + 20) == .success, "a commit was never answered")
+            hammer(
+                store, file: file, threads: 4, perThread: 200, answers: answers, seed: Self.seed &+ UInt64(round) &* 64,
+                checkFile: false)
+            #expect(
+                answers.group.wait(timeout: .now() + waitBoundSeconds) == .success,
+                "a commit was never answered; \(seeded)")
             // The writer's last gathering ends by its time limit, then its item: wait for it.
             queue.sync {}
-            let semaphore = try #require(Self.gathered(store))
-            #expect(semaphore.wait(timeout: .now()) == .timedOut, "a gathering's signal was left over")
+            let semaphore = try #require(Self.gathered(store), seeded)
+            #expect(semaphore.wait(timeout: .now()) == .timedOut, "a gathering's signal was left over; \(seeded)")
             store.stop()
         }
     }
 
     @Test("stop() racing commits: no hang, every commit answered, nothing left open after a quiet stop")
     func stopRacingCommits() throws {
+        let seeded = Self.seedComment("stopRacingCommits")
+        var stopGenerator = SeededGenerator(state: Self.seed ^ 0x5709)
         let (dir, file) = stateFile()
         defer { remove(file, in: dir) }
         for round in 0..<20 {
@@ -140,15 +172,20 @@ import Testing
             _ = try store.load()
             let answers = Answers()
             let stopped = DispatchSemaphore(value: 0)
+            let stopPause = UInt32.random(in: 0..<3000, using: &stopGenerator)
             DispatchQueue.global().async {
-                usleep(UInt32.random(in: 0..<3000))
+                usleep(stopPause)
                 store.stop()
                 stopped.signal()
             }
-            hammer(store, file: file, threads: 3, perThread: 40, answers: answers, checkFile: false)
-            #expect(stopped.wait(timeout: .now() + 10) == .success, "stop() hung")
-            #expect(answers.group.wait(timeout: .now() + 10) == .success, "a commit was never answered")
-            #expect(answers.answers.withLock { $0.count } == 120)
+            hammer(
+                store, file: file, threads: 3, perThread: 40, answers: answers, seed: Self.seed &+ UInt64(round) &* 64,
+                checkFile: false)
+            #expect(stopped.wait(timeout: .now() + waitBoundSeconds) == .success, "stop() hung; \(seeded)")
+            #expect(
+                answers.group.wait(timeout: .now() + waitBoundSeconds) == .success,
+                "a commit was never answered; \(seeded)")
+            #expect(answers.answers.withLock { $0.count } == 120, seeded)
             // Stopped again, once quiet: returns at once.
             store.stop()
         }
@@ -156,6 +193,7 @@ import Testing
 
     @Test("failing saves: notSaved while the folder is gone, no version tried given again once it is back")
     func failingSaves() throws {
+        let seeded = Self.seedComment("failingSaves")
         let (dir, file) = stateFile()
         defer { remove(file, in: dir) }
         let store = StateFileStore(file: file)
@@ -168,44 +206,44 @@ import Testing
                 result.withLock { $0 = outcome }
                 done.signal()
             }
-            guard done.wait(timeout: .now() + 5) == .success else { return nil }
+            guard done.wait(timeout: .now() + waitBoundSeconds) == .success else { return nil }
             return result.withLock { $0 }
         }
-        #expect(commit("aa") == .applied(TokenState(version: 1, token: "aa")))
+        #expect(commit("aa") == .applied(TokenState(version: 1, token: "aa")), seeded)
         unlink(file.path)
-        #expect(rmdir(dir) == 0)
+        #expect(rmdir(dir) == 0, seeded)
         guard case .notSaved = commit("bb") else {
-            Issue.record("expected notSaved")
+            Issue.record("expected notSaved; \(seeded)")
             return
         }
         // Many writers while the folder is gone: each answered once, notSaved.
         let answers = Answers()
-        hammer(store, file: file, threads: 4, perThread: 50, answers: answers, checkFile: false)
-        #expect(answers.group.wait(timeout: .now() + 10) == .success)
-        #expect(answers.answers.withLock { $0.count } == 200)
+        hammer(store, file: file, threads: 4, perThread: 50, answers: answers, seed: Self.seed, checkFile: false)
+        #expect(answers.group.wait(timeout: .now() + waitBoundSeconds) == .success, seeded)
+        #expect(answers.answers.withLock { $0.count } == 200, seeded)
         for answer in answers.answers.withLock({ $0 }) {
             guard case .notSaved = answer.outcome else {
-                Issue.record("answered \(answer.outcome) with the folder gone")
+                Issue.record("answered \(answer.outcome) with the folder gone; \(seeded)")
                 continue
             }
         }
         // The folder back: "aa" is written again (the file is gone), not answered at once as
         // unchanged, with the highest version tried; then a change takes a version above it.
-        #expect(mkdir(dir, 0o700) == 0)
-        #expect(commit("aa") == .unchanged(TokenState(version: 1, token: "aa")))
-        let onDisk = try #require(try file.load())
-        #expect(onDisk.token == "aa" && onDisk.version == 1)
+        #expect(mkdir(dir, 0o700) == 0, seeded)
+        #expect(commit("aa") == .unchanged(TokenState(version: 1, token: "aa")), seeded)
+        let onDisk = try #require(try file.load(), seeded)
+        #expect(onDisk.token == "aa" && onDisk.version == 1, seeded)
         // "bb" tried 2; of the 200 writers, every change (a run of "00"s in one batch is one) tried
         // one more.
-        let tried = try #require(onDisk.tried)
-        #expect(tried > 2 && tried <= 202)
+        let tried = try #require(onDisk.tried, seeded)
+        #expect(tried > 2 && tried <= 202, seeded)
         let current = commit("cc")
         guard case .applied(let now) = current else {
-            Issue.record("expected applied, got \(String(describing: current))")
+            Issue.record("expected applied, got \(String(describing: current)); \(seeded)")
             return
         }
-        #expect(now.version == tried + 1)
-        #expect(try file.load() == .init(token: "cc", version: now.version))
-        #expect(commit("cc") == .unchanged(now))
+        #expect(now.version == tried + 1, seeded)
+        #expect(try file.load() == .init(token: "cc", version: now.version), seeded)
+        #expect(commit("cc") == .unchanged(now), seeded)
     }
 }

@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwnerTestSupport
+import ForgePushTokenTestSupport
 import Testing
 
 @testable import ForgePushTokenOwner
@@ -166,13 +167,13 @@ import Testing
         }
         #expect(mkdir(file.temporary, 0o700) == 0)
         send(0, "bb")
-        #expect(group.wait(timeout: .now() + 10) == .success)
+        #expect(group.wait(timeout: .now() + waitBoundSeconds) == .success)
         #expect(rmdir(file.temporary) == 0)
         // "bb" tried 1. Now "bb" again and "cc": "bb" is a change (the state written has no
         // token), so it takes 2, and "cc" 3.
         send(1, "bb")
         send(2, "cc")
-        #expect(group.wait(timeout: .now() + 10) == .success)
+        #expect(group.wait(timeout: .now() + waitBoundSeconds) == .success)
         let outcomes = answers.withLock { $0 }
         guard case .notSaved = outcomes[0] else {
             Issue.record("expected notSaved, got \(String(describing: outcomes[0]))")

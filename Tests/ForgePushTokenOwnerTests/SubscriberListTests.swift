@@ -158,7 +158,9 @@ struct SubscriberListTests {
                 }
                 // Let the committers apply more changes after the last leave, then check.
                 let target = owner.version + 20
-                while owner.version < target { Thread.sleep(forTimeInterval: 0.001) }
+                guard waitUntil("the committers to reach version \(target)", { owner.version >= target }) else {
+                    return
+                }
                 for (subscriber, atLeave) in departed {
                     let newest = subscriber.offered.last!.version
                     if newest > atLeave {

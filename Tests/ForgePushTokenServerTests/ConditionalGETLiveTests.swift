@@ -93,21 +93,22 @@ extension LiveServerTests {
             let live = try LiveServer(accessLog: false)  // the fast path needs the access log off
             try conditionalReads(live)
             // A request is counted when libmicrohttpd reports it finished, after its answer was sent.
-            #expect(
-                eventually {
-                    let metrics = (try? live.request("GET", "/metrics").text) ?? ""
-                    return metrics.contains(
-                        #"forge_push_token_http_requests_total{route="/token",method="GET",status="304"} 5"#)
-                        && metrics.contains(
-                            #"forge_push_token_http_requests_total{route="/token",method="HEAD",status="304"} 1"#)
-                })
+            waitUntil("5 GET and 1 HEAD of /token counted 304 in /metrics") {
+                let metrics = (try? live.request("GET", "/metrics").text) ?? ""
+                return metrics.contains(
+                    #"forge_push_token_http_requests_total{route="/token",method="GET",status="304"} 5"#)
+                    && metrics.contains(
+                        #"forge_push_token_http_requests_total{route="/token",method="HEAD",status="304"} 1"#)
+            }
         }
 
         @Test("conditional GET /token with the access log on: the log line says 304")
         func accessLogPath() throws {
             let live = try LiveServer(accessLog: true)
             try conditionalReads(live)
-            #expect(eventually { live.lines.withLock { $0 }.contains { $0.contains("GET /token 304 0 bytes") } })
+            waitUntil(#"live.lines.withLock { $0 }.contains { $0.contains("GET /token 304 0 bytes") }"#) {
+                live.lines.withLock { $0 }.contains { $0.contains("GET /token 304 0 bytes") }
+            }
         }
 
         @Test("conditional GET /token through the responder (--auth-scope all): private, no-cache")

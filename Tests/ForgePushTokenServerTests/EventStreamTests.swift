@@ -65,7 +65,7 @@ extension LiveServerTests {
                 // threads waited for a core longer than 2 s (issue 22). So this waits for the
                 // release itself; the 2-second contract (docs/http-api.md) is checked against the
                 // release binary by e2e/metrics_test.py.
-                #expect(eventually { live.owner.subscriberCount == 0 })
+                waitUntil(#"live.owner.subscriberCount == 0"#) { live.owner.subscriberCount == 0 }
             }
             #expect(try live.request("GET", "/healthz").status == 200)
         }
@@ -141,10 +141,10 @@ extension LiveServerTests {
             _ = try stream.readStream(until: "\n\n")
             // Waits for the suspension itself (the reader found nothing more to send), not for a
             // while: a reset before it would be noticed by libmicrohttpd, and prove nothing.
-            #expect(eventually { suspendedSubscribers(live) == 1 })
+            waitUntil(#"suspendedSubscribers(live) == 1"#) { suspendedSubscribers(live) == 1 }
             #expect(live.owner.subscriberCount == 1)
             stream.reset()
-            #expect(eventually { live.owner.subscriberCount == 0 })
+            waitUntil(#"live.owner.subscriberCount == 0"#) { live.owner.subscriberCount == 0 }
         }
     }
 }
@@ -183,12 +183,11 @@ extension LiveServerTests.EventStreamTests {
             let clients = try (0..<50).map { _ in try openStream(live) }
             for client in clients { _ = try client.readStream(until: "\n\n") }
             for client in clients { client.close() }
-            let released = eventually {
+            waitUntil(
+                "no subscriber and the descriptors back to a baseline of \(baseline) + 2 (now \(openDescriptors()))"
+            ) {
                 live.owner.subscriberCount == 0 && openDescriptors() <= baseline + 2
             }
-            #expect(
-                released,
-                "descriptors: \(openDescriptors()) against a baseline of \(baseline)")
         }
     }
 }

@@ -3,8 +3,9 @@ import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
-import MicroHTTPDServer
 import Testing
+
+@testable import MicroHTTPDServer
 
 #if canImport(Glibc)
     import Glibc
@@ -85,7 +86,9 @@ extension LiveServerTests {
             held[0].close()
             // The close reaches the server shortly: then a new connection is served (the attempts
             // before it arrives are refused and counted too).
-            #expect(eventually { (try? live.request("GET", "/token").status) == 200 })
+            waitUntil(#"(try? live.request("GET", "/token").status) == 200"#) {
+                (try? live.request("GET", "/token").status) == 200
+            }
         }
 
         struct Smuggle: Sendable, CustomTestStringConvertible {
@@ -181,11 +184,15 @@ extension LiveServerTests {
                 try client.send("GET \(target) HTTP/1.1\r\nHost: x\r\nX-Pad: \(pad)\r\n\r\n")
                 #expect(try client.readResponse().status == 431)
             }
+            // Waits for the events, not for a time: the server closed the clients above, accepted
+            // this one (its partial head is in the socket before the reset), and closed it after it.
+            let limiter = live.server.limiter
+            waitUntil("the clients above closed (\(limiter.openCount) open)") { limiter.openCount == 0 }
             let reset = try live.client()
             try reset.send("GET /a%2Fb HTTP/1.1\r\n")
-            usleep(50_000)
+            waitUntil("the connection to reset accepted") { limiter.openCount == 1 }
             reset.reset()
-            usleep(50_000)
+            waitUntil("the reset connection closed by the server") { limiter.openCount == 0 }
             #expect(try live.request("GET", "/token").status == 200)
         }
 

@@ -22,22 +22,22 @@ struct JSONAccessLogTests {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    /// The parsed access lines (those with a `method`), once `count` of them were written.
+    /// The parsed access lines (those with a `method`), once `count` of them were written (or
+    /// those written when the wait gave up, having failed the test).
     ///
     /// Waits for the lines, which the answered requests set in motion (docs/testing.md, "Waiting
-    /// in tests"); the 60 s are only a guard against a hang, as in `eventually`.
-    static func accessLines(_ live: LiveServer, count: Int) throws -> [[String: Any]] {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while true {
-            let lines = live.lines.withLock { $0 }
-            let objects = try lines.map { line -> [String: Any] in
+    /// in tests").
+    static func accessLines(
+        _ live: LiveServer, count: Int, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> [[String: Any]] {
+        func parsed() throws -> [[String: Any]] {
+            try live.lines.withLock { $0 }.map { line -> [String: Any] in
                 #expect(line.hasSuffix("}\n"), "not one JSON line: \(line.debugDescription)")
                 return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-            }
-            let access = objects.filter { $0["method"] != nil }
-            if access.count >= count || ContinuousClock.now > deadline { return access }
-            usleep(1_000)
+            }.filter { $0["method"] != nil }
         }
+        try waitUntil("\(count) access lines", sourceLocation: sourceLocation) { try parsed().count >= count }
+        return try parsed()
     }
 
     @Test("each request gets one JSON line with method, path, status, bytes, duration_us and remote")

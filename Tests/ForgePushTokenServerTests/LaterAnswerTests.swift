@@ -29,7 +29,7 @@ extension LiveServerTests {
             let writer = try live.client()
             defer { writer.close() }
             try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")
-            #expect(eventually { store.heldCount == 1 }, "the write never reached the store")
+            waitUntil("the write to reach the store") { store.heldCount == 1 }
             // While the write is held by the store, GET /token is answered, with the old value.
             let read = try live.request("GET", "/token")
             #expect(read.status == 200 && read.text == #"{"token":null}"#)

@@ -142,12 +142,11 @@ extension LiveServerTests {
         @Test func accessLogLineNamesMethodPathStatusBytesAndMicroseconds() throws {
             let live = try LiveServer()
             _ = try live.request("GET", "/token")
-            #expect(
-                eventually {
-                    live.lines.withLock {
-                        $0.contains { $0.contains("GET /token 200 14 bytes") && $0.hasSuffix(" us\n") }
-                    }
-                })
+            waitUntil("the access line of GET /token 200 14 bytes, in microseconds") {
+                live.lines.withLock {
+                    $0.contains { $0.contains("GET /token 200 14 bytes") && $0.hasSuffix(" us\n") }
+                }
+            }
         }
     }
 }

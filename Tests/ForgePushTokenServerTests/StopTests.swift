@@ -32,7 +32,7 @@ extension LiveServerTests {
             for (index, writer) in writers.enumerated() {
                 try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabc\(index)")
             }
-            #expect(eventually { store.heldCount == 3 }, "the writes never reached the store")
+            waitUntil("the writes to reach the store") { store.heldCount == 3 }
             let start = ContinuousClock.now
             live.service.shutdown(engine: live.server)
             let took = ContinuousClock.now - start
@@ -57,7 +57,7 @@ extension LiveServerTests {
             let writer = try live.client()
             defer { writer.close() }
             try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")
-            #expect(eventually { store.scripted.proposed.count == 1 }, "the write never reached the store")
+            waitUntil("the write to reach the store") { store.scripted.proposed.count == 1 }
             let start = ContinuousClock.now
             live.service.shutdown(engine: live.server)
             let took = ContinuousClock.now - start
@@ -96,10 +96,13 @@ final class SlowStoppingStore: TokenStore {
         scripted.start(reporting: report, current: current)
     }
 
-    /// Blocks until `finishStopping()` (at most 60 s, a guard against a hang).
+    /// Blocks until `finishStopping()`; fails the test if that has not come within
+    /// `waitBoundSeconds` (a guard against a hang).
     func stop() {
         stopCalls.withLock { $0 += 1 }
-        _ = stopped.wait(timeout: .now() + 60)
+        if stopped.wait(timeout: .now() + waitBoundSeconds) == .timedOut {
+            Issue.record("waited \(Int(waitBoundSeconds)) s (waitBoundSeconds) for finishStopping(), in vain")
+        }
     }
 
     /// Lets `stop()` return.

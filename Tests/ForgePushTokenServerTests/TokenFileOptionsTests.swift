@@ -140,11 +140,15 @@ import Testing
                 log: ServerLog(minimumLevel: .info) { line in lines.withLock { $0.append(line) } })
         }
 
-        /// Reloads now and waits for that reload's log line (the reloader's queue is serial).
-        func reload() -> String {
+        /// Reloads now and waits for that reload's log line (the reloader's queue is serial); the
+        /// line, or "" if it never came (the wait has failed the test).
+        func reload(sourceLocation: SourceLocation = #_sourceLocation) -> String {
             let before = lines.withLock { $0.count }
             reloader.reload(because: "test")
-            while lines.withLock({ $0.count }) == before { usleep(1000) }
+            guard
+                waitUntil(
+                    "the reload's log line", sourceLocation: sourceLocation, { lines.withLock { $0.count } > before })
+            else { return "" }
             return lines.withLock { $0[before] }
         }
 
@@ -165,7 +169,7 @@ import Testing
         #expect(line.contains("credentials reloaded (test): 2 write and 1 read tokens"), "\(line)")
         #expect(setup.counts()! == (1, 2))
         // The reload is logged before it is counted: wait for the count.
-        #expect(eventually { setup.metric("ok") })
+        waitUntil(#"setup.metric("ok")"#) { setup.metric("ok") }
     }
 
     @Test func aLinkSwapIsNoticedWithoutASignal() throws {
@@ -187,7 +191,7 @@ import Testing
         #expect(symlink("..folder-b", volume + "/..data-next") == 0)
         #expect(rename(volume + "/..data-next", volume + "/..data") == 0)
         // The poll looks every second: wait for its line, not for a deadline.
-        while setup.lines.withLock({ $0.count }) == before { usleep(10_000) }
+        guard waitUntil("the poll's reload line", { setup.lines.withLock { $0.count } > before }) else { return }
         let line = setup.lines.withLock { $0[before] }
         #expect(line.contains("credentials reloaded (a token file changed)"), "\(line)")
         let check = setup.responder.currentCredentials?.check(
@@ -212,7 +216,7 @@ import Testing
             signatures: options.tokenFileSignatures)
         reloader.start()
         defer { reloader.stop() }
-        while lines.withLock({ $0.isEmpty }) { usleep(10_000) }
+        guard waitUntil("the first poll's reload line", { !lines.withLock { $0.isEmpty } }) else { return }
         #expect(lines.withLock { $0[0] }.contains("credentials reloaded (a token file changed)"))
         let check = responder.currentCredentials?.check(
             authorization: "Bearer second-write-token-000", query: nil, method: "POST")
@@ -226,7 +230,7 @@ import Testing
         #expect(line.contains(" error "), "\(line)")
         #expect(line.contains("--write-token-file: cannot read \(setup.writePath): No such file"), "\(line)")
         #expect(setup.counts()! == (1, 1))
-        #expect(eventually { setup.metric("failed") })
+        waitUntil(#"setup.metric("failed")"#) { setup.metric("failed") }
     }
 
     @Test func aFileReplacedByADirectoryOrMadeInvalidIsAFailedReload() throws {

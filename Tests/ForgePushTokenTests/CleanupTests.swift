@@ -1,3 +1,4 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
@@ -31,7 +32,7 @@ struct CleanupTests {
             }
             if cycle.isMultiple(of: 2) {
                 // Half the time, cancel once subscribed; otherwise possibly before it starts.
-                await waitUntil { manager.subscriberCount == 1 }
+                await waitUntil(#"manager.subscriberCount == 1"#) { manager.subscriberCount == 1 }
             }
             consumer.cancel()
             await consumer.value

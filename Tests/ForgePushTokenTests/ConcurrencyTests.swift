@@ -35,7 +35,7 @@ struct ConcurrencyTests {
             }
             return seen
         }
-        await waitUntil { manager.subscriberCount == 1 }
+        await waitUntil(#"manager.subscriberCount == 1"#) { manager.subscriberCount == 1 }
         for n in 1...last {
             manager.didRegister(deviceToken: token(n))
         }
@@ -163,7 +163,7 @@ struct ConcurrencyTests {
                     return violations
                 }
             }
-            await waitUntil { manager.subscriberCount == stayers }
+            await waitUntil(#"manager.subscriberCount == stayers"#) { manager.subscriberCount == stayers }
 
             // Subscribers that leave: by cancellation (unstructured tasks) and by breaking.
             let leavers = (0..<200).map { index in

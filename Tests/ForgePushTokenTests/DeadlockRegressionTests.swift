@@ -21,7 +21,7 @@ struct DeadlockRegressionTests {
             let consumer = Task {
                 for await _ in manager.tokenStream {}
             }
-            await waitUntil { manager.subscriberCount == 1 }
+            await waitUntil(#"manager.subscriberCount == 1"#) { manager.subscriberCount == 1 }
             await runOnThreads(2) { role in
                 if role == 0 {
                     for step in 1...8 as ClosedRange<UInt32> {

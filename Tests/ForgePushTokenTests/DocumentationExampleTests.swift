@@ -1,4 +1,5 @@
 import ForgePushToken
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
@@ -306,12 +307,12 @@ struct DocumentationExampleTests {
         let model = PushModel(pushTokens: manager, client: client, serverRecord: MemoryServerRecordStore())
         let running = Task { await model.keepServerInStep() }
         manager.didRegister(deviceToken: token(0xa))
-        while client.devices.isEmpty { try await yieldUnlessCancelled() }
+        await waitUntil(#"!client.devices.isEmpty"#) { !client.devices.isEmpty }
         #expect(client.devices == [hex(0xa): .production])
         #expect(model.lastUpload?.token == hex(0xa))
 
         model.userDidLogIn()  // the same token is uploaded again
-        while model.lastUpload?.serverToken == nil { try await yieldUnlessCancelled() }
+        await waitUntil("the upload's server token") { model.lastUpload?.serverToken != nil }
         #expect(
             model.lastUpload
                 == .init(token: hex(0xa), serverToken: hex(0xa), environment: .production, registrationError: nil))
@@ -323,11 +324,11 @@ struct DocumentationExampleTests {
         #expect(model.lastUpload?.isSignOut == true)
         #expect(model.lastUpload?.serverToken == hex(0xa))
         model.userDidLogIn()  // and hears about it again
-        while client.devices.isEmpty { try await yieldUnlessCancelled() }
+        await waitUntil(#"!client.devices.isEmpty"#) { !client.devices.isEmpty }
         #expect(client.devices == [hex(0xa): .production])
 
         manager.didFailToRegister(error: TestError(description: "revoked"))
-        while !client.devices.isEmpty { try await yieldUnlessCancelled() }
+        await waitUntil(#"client.devices.isEmpty"#) { client.devices.isEmpty }
         #expect(model.lastUpload?.registrationError == "revoked")
         running.cancel()
         await running.value
@@ -360,7 +361,7 @@ struct DocumentationExampleTests {
             from: manager, to: api, serverRecord: MemoryServerRecordStore(), clock: clock)
         var received = api.received.makeAsyncIterator()
         manager.didRegister(deviceToken: token(0xc))
-        while clock.requestedWaits.isEmpty { try await yieldUnlessCancelled() }
+        await waitUntil(#"!clock.requestedWaits.isEmpty"#) { !clock.requestedWaits.isEmpty }
         let wait = try #require(clock.requestedWaits.first)
         #expect(wait >= .milliseconds(500) && wait <= .seconds(1))
         clock.advance(by: wait - .milliseconds(1))
@@ -406,11 +407,4 @@ struct DocumentationExampleTests {
             }
         }
     }
-}
-
-/// Lets other tasks run once; throws once the test is cancelled (as its time limit does), so a
-/// loop waiting for a condition ends.
-private func yieldUnlessCancelled() async throws {
-    try Task.checkCancellation()
-    await Task.yield()
 }

@@ -72,7 +72,9 @@ struct RaceTests {
             // Every subscriber must reach the final value: waits for that event (a lost value is a
             // hang, which the suite's time limit turns into a failure), not for a deadline.
             let current = manager.token
-            await waitUntil { lastSeen.withLock { $0.allSatisfy { $0 == current } } }
+            await waitUntil(#"lastSeen.withLock { $0.allSatisfy { $0 == current } }"#) {
+                lastSeen.withLock { $0.allSatisfy { $0 == current } }
+            }
             let behind = lastSeen.withLock { $0.filter { $0 != current }.count }
             #expect(behind == 0, "round \(round): \(behind) subscribers did not reach \(current ?? "nil")")
             if behind > 0 { break }

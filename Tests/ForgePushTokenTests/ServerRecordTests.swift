@@ -35,7 +35,7 @@ struct ServerRecordTests {
         harness.manager.didRegister(deviceToken: token(0xa))
         try #require(await harness.backend.nextCall()).succeed()
         try await harness.expectNothingMoreThen(0xb)
-        await waitUntil { harness.record.load()?.token == hex(0xb) }
+        await waitUntil(#"harness.record.load()?.token == hex(0xb)"#) { harness.record.load()?.token == hex(0xb) }
         #expect(
             harness.record.load()
                 == ServerRecord(
@@ -59,7 +59,7 @@ struct ServerRecordTests {
                 == TokenUpload(
                     token: hex(0xb), serverToken: hex(0xa), environment: .development, registrationError: nil))
         call.succeed()
-        await waitUntil { record.load()?.token == hex(0xb) }
+        await waitUntil(#"record.load()?.token == hex(0xb)"#) { record.load()?.token == hex(0xb) }
         #expect(record.load()?.acknowledged == relaunched.wallClock.now())
         await relaunched.stop()
     }
@@ -108,7 +108,7 @@ struct ServerRecordTests {
         #expect(call.request.token == hex(0xa))
         #expect(call.request.serverToken == hex(0xa))
         call.succeed()
-        await waitUntil { record.load()?.environment == .development }
+        await waitUntil(#"record.load()?.environment == .development"#) { record.load()?.environment == .development }
         #expect(record.load()?.token == hex(0xa))
         await relaunched.stop()
     }
@@ -126,13 +126,13 @@ struct ServerRecordTests {
                     token: nil, serverToken: hex(0xa), environment: .development, registrationError: nil,
                     isSignOut: true))
         signOut.succeed()
-        await waitUntil { harness.record.load()?.token == nil }
+        await waitUntil(#"harness.record.load()?.token == nil"#) { harness.record.load()?.token == nil }
         #expect(harness.record.load()?.uploadsPaused == true)
 
         // Signed out: a new token and a re-send are remembered, not sent.
         harness.manager.didRegister(deviceToken: token(0xb))
         harness.manager.resendToken()
-        await waitUntil {
+        await waitUntil("the uploader to take B from its mailbox") {
             guard let mailbox = harness.manager.uploaderMailboxes.first else { return false }
             return mailbox.lastPut == .some(hex(0xb)) && !mailbox.hasNews
         }
@@ -144,7 +144,7 @@ struct ServerRecordTests {
             resumed.request
                 == TokenUpload(token: hex(0xb), serverToken: nil, environment: .development, registrationError: nil))
         resumed.succeed()
-        await waitUntil { harness.record.load()?.token == hex(0xb) }
+        await waitUntil(#"harness.record.load()?.token == hex(0xb)"#) { harness.record.load()?.token == hex(0xb) }
         #expect(harness.record.load()?.uploadsPaused == false)
         await harness.stop()
     }
@@ -155,7 +155,9 @@ struct ServerRecordTests {
         harness.manager.didRegister(deviceToken: token(0xa))
         let inFlight = try #require(await harness.backend.nextCall())
         signOutNow(harness.manager)
-        await waitUntil { harness.manager.uploaderMailboxes.first?.hasNews == true }
+        await waitUntil(#"harness.manager.uploaderMailboxes.first?.hasNews == true"#) {
+            harness.manager.uploaderMailboxes.first?.hasNews == true
+        }
         #expect(harness.backend.waitingCount == 0)  // nothing overlaps the upload in flight
         inFlight.succeed()
         let signOut = try #require(await harness.backend.nextCall())
@@ -163,7 +165,7 @@ struct ServerRecordTests {
         #expect(signOut.request.serverToken == hex(0xa))  // names what the finished upload put there
         signOut.succeed()
         #expect(harness.backend.maximumInFlight == 1)
-        await waitUntil { harness.record.load()?.token == nil }
+        await waitUntil(#"harness.record.load()?.token == nil"#) { harness.record.load()?.token == nil }
         #expect(harness.record.load()?.uploadsPaused == true)
         try await harness.resumeThenExpect(0xa)
         await harness.stop()
@@ -175,7 +177,9 @@ struct ServerRecordTests {
         harness.manager.didRegister(deviceToken: token(0xa))
         let inFlight = try #require(await harness.backend.nextCall())
         signOutNow(harness.manager)
-        await waitUntil { harness.manager.uploaderMailboxes.first?.hasNews == true }
+        await waitUntil(#"harness.manager.uploaderMailboxes.first?.hasNews == true"#) {
+            harness.manager.uploaderMailboxes.first?.hasNews == true
+        }
         inFlight.fail(TestError(description: "down"))  // the upload may or may not have landed
         let signOut = try #require(await harness.backend.nextCall())
         #expect(signOut.request.isSignOut)
@@ -300,10 +304,12 @@ extension TokenUploadTests.Harness {
     /// taken everything the mailbox held.
     func waitUntilTakenAll(_ value: String?, sourceLocation: SourceLocation = #_sourceLocation) async {
         await waitUntil(
-            {
-                guard let mailbox = manager.uploaderMailboxes.first else { return false }
-                return mailbox.lastPut == .some(value) && !mailbox.hasNews
-            }, sourceLocation: sourceLocation)
+            "the mailbox to have been put \(String(describing: value)) and the uploader to have taken it",
+            sourceLocation: sourceLocation
+        ) {
+            guard let mailbox = manager.uploaderMailboxes.first else { return false }
+            return mailbox.lastPut == .some(value) && !mailbox.hasNews
+        }
     }
 
     /// Resumes uploads and expects the next upload to be `value`'s, answered done.

@@ -41,7 +41,7 @@ struct ServerUploadEndToEndTests {
         let first = Data((0..<32).map { UInt8($0) })
         let firstHex = DeviceTokenHex.encode(first)
         manager.didRegister(deviceToken: first)
-        try await eventually { try await serverToken(base) == firstHex }
+        try await waitUntil("GET /token to serve the first token") { try await serverToken(base) == firstHex }
         let event = "data: {\"token\":\"\(firstHex)\"}"
         let events = try readEventStream(base.appendingPathComponent("token/stream"), until: event)
         #expect(events.contains(event))
@@ -51,15 +51,17 @@ struct ServerUploadEndToEndTests {
         let second = Data((0..<32).map { UInt8(255 - $0) })
         let secondHex = DeviceTokenHex.encode(second)
         manager.didRegister(deviceToken: second)
-        await waitUntil { log.recorded.contains { $0.message.contains("retrying in") } }
+        await waitUntil("a log line saying \"retrying in\"") {
+            log.recorded.contains { $0.message.contains("retrying in") }
+        }
 
         // ...and lands once the server is back on the same port.
         server = try await ServerProcess.start(port: port)
-        try await eventually { try await serverToken(base) == secondHex }
+        try await waitUntil("GET /token to serve the second token") { try await serverToken(base) == secondHex }
 
         // The app loses its token: the server's is cleared.
         manager.didFailToRegister(error: TestError(description: "revoked"))
-        try await eventually { try await serverToken(base) == .some(nil) }
+        try await waitUntil("GET /token to serve no token") { try await serverToken(base) == .some(nil) }
 
         uploads.cancel()
         await uploads.value
@@ -83,9 +85,9 @@ struct ServerUploadEndToEndTests {
         let gaveUp = "device token upload failed (attempt 1): the upload gave up; waiting for a new value or a re-send"
 
         manager.didRegister(deviceToken: Data((0..<32).map { UInt8($0) }))
-        await waitUntil { log.recorded.count == 1 }
+        await waitUntil(#"log.recorded.count == 1"#) { log.recorded.count == 1 }
         manager.didRegister(deviceToken: Data((0..<32).map { UInt8(255 - $0) }))
-        await waitUntil { log.recorded.count == 2 }
+        await waitUntil(#"log.recorded.count == 2"#) { log.recorded.count == 2 }
         // Two attempts, one per token, each given up: no retry of the first came between them.
         #expect(log.recorded.map(\.message) == [gaveUp, gaveUp])
         #expect(try await serverToken(base) == .some(nil))
@@ -105,18 +107,6 @@ private func serverToken(_ base: URL) async throws -> String?? {
     }
     #expect((response as? HTTPURLResponse)?.statusCode == 200)
     return .some(try JSONDecoder().decode(Body.self, from: data).token)
-}
-
-/// Retries `condition` every 20 ms until it holds; fails the test (through the suite's time limit)
-/// if it never does.
-@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
-private func eventually(
-    sourceLocation: SourceLocation = #_sourceLocation,
-    _ condition: () async throws -> Bool
-) async throws {
-    while try await !condition() {
-        try await Task.sleep(for: .milliseconds(20))
-    }
 }
 
 /// The event stream at `url`, read with curl (`-N`: unbuffered) until a line holding `text` has
@@ -172,22 +162,18 @@ struct ServerProcess {
         try process.run()
         let server = ServerProcess(process: process, port: port)
         let health = try #require(URL(string: "http://127.0.0.1:\(port)/healthz"))
-        // Waits for the answer, not for a time: the 60 s only guard against a hang (a server
-        // built with Thread Sanitizer, started on a loaded machine, can take seconds to listen).
-        let giveUp = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < giveUp {
+        // Waits for the answer, not for a time (a server built with Thread Sanitizer, started on a
+        // loaded machine, can take seconds to listen); the wait's bound only guards against a hang.
+        let answered = try await waitUntil("the server started on port \(port) to answer GET /healthz") {
             guard process.isRunning else {
                 throw TestError(description: "the server exited with status \(process.terminationStatus)")
             }
-            if let (_, response) = try? await URLSession.shared.data(from: health),
-                (response as? HTTPURLResponse)?.statusCode == 200
-            {
-                return server
-            }
-            try await Task.sleep(for: .milliseconds(20))
+            guard let (_, response) = try? await URLSession.shared.data(from: health) else { return false }
+            return (response as? HTTPURLResponse)?.statusCode == 200
         }
+        if answered { return server }
         server.stop()
-        throw TestError(description: "the server did not answer GET /healthz within 60 s")
+        throw TestError(description: "the server did not answer GET /healthz")
     }
 
     /// Stops the server (SIGTERM, a graceful shutdown) and waits for it to exit. Idempotent.

@@ -107,7 +107,7 @@ struct ShippingTests {
         let first = Harness(record: old)
         first.manager.didRegister(deviceToken: token(0xa))
         try #require(await first.backend.nextCall()).succeed()
-        await waitUntil { old.load()?.token == hex(0xa) }
+        await waitUntil(#"old.load()?.token == hex(0xa)"#) { old.load()?.token == hex(0xa) }
         await first.stop()
 
         // The same device, relaunched: the record is read, and names the token it replaces.
@@ -127,7 +127,7 @@ struct ShippingTests {
         #expect(call.request.token == hex(0xc))
         #expect(call.request.serverToken == nil)  // never the old phone's token
         call.succeed()
-        await waitUntil { restored.load()?.token == hex(0xc) }
+        await waitUntil(#"restored.load()?.token == hex(0xc)"#) { restored.load()?.token == hex(0xc) }
         await onNewPhone.stop()
     }
 
@@ -175,11 +175,15 @@ struct ShippingTests {
         let first = try #require(await harness.backend.nextCall())
         #expect(first.request.authorization == .authorized)
         first.succeed()
-        await waitUntil { harness.record.load()?.authorization == .authorized }
+        await waitUntil(#"harness.record.load()?.authorization == .authorized"#) {
+            harness.record.load()?.authorization == .authorized
+        }
 
         // Back in the foreground, unchanged: nothing goes.
         harness.manager.applicationWillEnterForeground()
-        await waitUntil { authorization.reads == 2 && harness.manager.uploaderMailboxes.first?.hasNews == false }
+        await waitUntil(#"authorization.reads == 2 && harness.manager.uploaderMailboxes.first?.hasNews == false"#) {
+            authorization.reads == 2 && harness.manager.uploaderMailboxes.first?.hasNews == false
+        }
         // The user turned alerts off in Settings, then returned to the app.
         authorization.set(.denied)
         harness.manager.applicationWillEnterForeground()
@@ -190,7 +194,9 @@ struct ShippingTests {
                     token: hex(0xa), serverToken: hex(0xa), environment: .development, registrationError: nil,
                     authorization: .denied))
         again.succeed()
-        await waitUntil { harness.record.load()?.authorization == .denied }
+        await waitUntil(#"harness.record.load()?.authorization == .denied"#) {
+            harness.record.load()?.authorization == .denied
+        }
         // The stream's next element is the next token, not the re-upload.
         try await harness.expectNothingMoreThen(0xb)
         #expect(await stream.next() == .some(hex(0xb)))
@@ -226,12 +232,14 @@ struct ShippingTests {
         let harness = Harness(policy: .standard, wallClock: wall)
         harness.manager.didRegister(deviceToken: token(0xa))
         try #require(await harness.backend.nextCall()).succeed()
-        await waitUntil { harness.record.load()?.token == hex(0xa) }
+        await waitUntil(#"harness.record.load()?.token == hex(0xa)"#) { harness.record.load()?.token == hex(0xa) }
 
         // Suspended for most of a day (the manual clock does not move): nothing.
         wall.advance(by: 86_000)
         harness.manager.applicationWillEnterForeground()
-        await waitUntil { harness.manager.uploaderMailboxes.first?.hasNews == false }
+        await waitUntil(#"harness.manager.uploaderMailboxes.first?.hasNews == false"#) {
+            harness.manager.uploaderMailboxes.first?.hasNews == false
+        }
         #expect(harness.backend.values == [hex(0xa)])
         // A day after the acknowledgement: the same token again.
         wall.advance(by: 400)

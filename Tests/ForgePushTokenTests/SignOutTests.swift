@@ -36,7 +36,7 @@ struct SignOutTests {
         let harness = Harness()
         harness.manager.didRegister(deviceToken: token(0xa))
         try #require(await harness.backend.nextCall()).succeed()
-        await waitUntil { harness.record.load()?.token == hex(0xa) }
+        await waitUntil(#"harness.record.load()?.token == hex(0xa)"#) { harness.record.load()?.token == hex(0xa) }
         return harness
     }
 
@@ -58,7 +58,7 @@ struct SignOutTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func anAwaitedSignOutWithNothingOnTheServerSendsNothing() async throws {
         let harness = Harness()
-        await waitUntil { !harness.manager.uploaderMailboxes.isEmpty }
+        await waitUntil(#"!harness.manager.uploaderMailboxes.isEmpty"#) { !harness.manager.uploaderMailboxes.isEmpty }
         #expect(await harness.manager.signOut() == .nothingToDelete)
         #expect(harness.backend.requests.isEmpty)
         await harness.stop()
@@ -82,7 +82,7 @@ struct SignOutTests {
         waiting.task.cancel()
         #expect(await waiting.outcome == .cancelled)
         signOut.succeed()  // the sign-out itself goes on
-        await waitUntil { harness.record.load()?.token == nil }
+        await waitUntil(#"harness.record.load()?.token == nil"#) { harness.record.load()?.token == nil }
         await harness.stop()
     }
 
@@ -101,7 +101,9 @@ struct SignOutTests {
         harness.manager.didRegister(deviceToken: token(0xa))
         let inFlight = try #require(await harness.backend.nextCall())
         let waiting = Waiting(harness.manager)
-        await waitUntil { harness.manager.uploaderMailboxes.first?.hasNews == true }
+        await waitUntil(#"harness.manager.uploaderMailboxes.first?.hasNews == true"#) {
+            harness.manager.uploaderMailboxes.first?.hasNews == true
+        }
         #expect(!waiting.hasReturned)
         inFlight.succeed()
         let signOut = try #require(await harness.backend.nextCall())
@@ -121,7 +123,7 @@ struct SignOutTests {
         let record = MemoryServerRecordStore(
             ServerRecord(token: hex(0xa), environment: .development, acknowledged: nil, uploadsPaused: false))
         let waiting = Waiting(manager)
-        await waitUntil { manager.signOutWaiterCount == 1 }
+        await waitUntil(#"manager.signOutWaiterCount == 1"#) { manager.signOutWaiterCount == 1 }
         #expect(!waiting.hasReturned)
         let harness = Harness(record: record, manager: manager)
         let signOut = try #require(await harness.backend.nextCall())
@@ -146,7 +148,7 @@ struct SignOutTests {
         #expect(upload.request.token == hex(0xa))
         #expect(upload.request.serverToken == nil)
         upload.succeed()
-        await waitUntil { harness.record.load()?.token == hex(0xa) }
+        await waitUntil(#"harness.record.load()?.token == hex(0xa)"#) { harness.record.load()?.token == hex(0xa) }
         #expect(harness.record.load()?.uploadsPaused == false)
         #expect(harness.backend.values == [hex(0xa), nil, hex(0xa)])
         await harness.stop()

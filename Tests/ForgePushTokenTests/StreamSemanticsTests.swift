@@ -140,7 +140,7 @@ struct StreamSemanticsTests {
     @Test func firstTokenRegisteredAfterWaiting() async {
         let manager = PushTokenManager(logHandler: silent)
         let waiter = Task { await manager.tokenStream.first { $0 != nil } }
-        await waitUntil { manager.subscriberCount == 1 }
+        await waitUntil(#"manager.subscriberCount == 1"#) { manager.subscriberCount == 1 }
         manager.didFailToRegister(error: TestError(description: "not yet"))
         manager.didRegister(deviceToken: b)
         #expect(await value(of: waiter) == .some(hex(0xb)))

@@ -69,21 +69,6 @@ func value<Success: Sendable>(of task: Task<Success, Never>) async -> Success {
     }
 }
 
-/// Suspends (yielding, never sleeping) until `condition` holds, or records an issue if the task
-/// is cancelled first (as a test's time limit does).
-func waitUntil(
-    _ condition: () -> Bool,
-    sourceLocation: SourceLocation = #_sourceLocation
-) async {
-    while !condition() {
-        if Task.isCancelled {
-            Issue.record("cancelled while waiting for a condition", sourceLocation: sourceLocation)
-            return
-        }
-        await Task.yield()
-    }
-}
-
 /// Proves that `action` makes a subscription emit nothing, by the event that must come next.
 ///
 /// A manager is made and prepared by `setUp`; a subscription takes its first value; `action` runs;

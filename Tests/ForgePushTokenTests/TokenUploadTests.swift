@@ -56,27 +56,29 @@ struct TokenUploadTests {
 
         /// Waits until the uploader sleeps on the clock, and returns the duration it asked for.
         func nextSleep(sourceLocation: SourceLocation = #_sourceLocation) async -> Duration? {
-            await waitUntil({ clock.sleeperCount == 1 }, sourceLocation: sourceLocation)
+            await waitUntil("the uploader to sleep on the clock", sourceLocation: sourceLocation) {
+                clock.sleeperCount == 1
+            }
             return clock.requestedSleeps.last
         }
 
         /// Waits until the uploader's mailbox holds `value` (the stream has delivered it).
         func waitUntilPending(_ value: String?, sourceLocation: SourceLocation = #_sourceLocation) async {
             await waitUntil(
-                {
-                    // A value waiting is always the last one put (a put replaces what waits).
-                    guard let mailbox = manager.uploaderMailboxes.first else { return false }
-                    return mailbox.hasValue && mailbox.lastPut == .some(value)
-                }, sourceLocation: sourceLocation)
+                "the mailbox to hold \(String(describing: value))", sourceLocation: sourceLocation
+            ) {
+                // A value waiting is always the last one put (a put replaces what waits).
+                guard let mailbox = manager.uploaderMailboxes.first else { return false }
+                return mailbox.hasValue && mailbox.lastPut == .some(value)
+            }
         }
 
         /// Waits until the uploader has taken the value its mailbox held.
         func waitUntilTaken(sourceLocation: SourceLocation = #_sourceLocation) async {
-            await waitUntil(
-                {
-                    guard let mailbox = manager.uploaderMailboxes.first else { return false }
-                    return !mailbox.hasValue
-                }, sourceLocation: sourceLocation)
+            await waitUntil("the uploader to take its mailbox's value", sourceLocation: sourceLocation) {
+                guard let mailbox = manager.uploaderMailboxes.first else { return false }
+                return !mailbox.hasValue
+            }
         }
 
         /// Shows that the uploader does nothing more, by the event that must come next: `marker`
@@ -244,7 +246,7 @@ struct TokenUploadTests {
         let call = try #require(await harness.backend.nextCall())
         #expect(call.value == hex(0xb))
         call.succeed()
-        await waitUntil { harness.clock.sleeperCount == 0 }
+        await waitUntil(#"harness.clock.sleeperCount == 0"#) { harness.clock.sleeperCount == 0 }
 
         harness.clock.advance(by: .seconds(3600))
         try await harness.expectNothingMoreThen(0xc)  // A is never retried
@@ -348,7 +350,7 @@ struct TokenUploadTests {
                 manager.didRegister(deviceToken: token(UInt32(n)))
             }
         }
-        await waitUntil { harness.backend.values.last == hex(10_000) }
+        await waitUntil(#"harness.backend.values.last == hex(10_000)"#) { harness.backend.values.last == hex(10_000) }
         let values = harness.backend.values
         #expect(harness.backend.maximumInFlight == 1)
         // In order, never an older value after a newer one.
@@ -555,7 +557,9 @@ struct TokenUploadTests {
     @available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
     @Test func aReSendBeforeTheFirstTokenUploadsNothing() async throws {
         let harness = Harness()
-        await waitUntil { harness.manager.uploaderMailboxes.count == 1 }
+        await waitUntil(#"harness.manager.uploaderMailboxes.count == 1"#) {
+            harness.manager.uploaderMailboxes.count == 1
+        }
         harness.manager.resendToken()
         harness.manager.didRegister(deviceToken: token(0xa))
         let first = try #require(await harness.backend.nextCall())

@@ -1,3 +1,4 @@
+import ForgePushTokenTestSupport
 import Foundation
 import Testing
 
@@ -184,7 +185,7 @@ final class ScriptedBackend: Sendable {
 
     /// The oldest call waiting for an answer, waiting for one if there is none.
     func nextCall(sourceLocation: SourceLocation = #_sourceLocation) async -> Call? {
-        await waitUntil({ waitingCount > 0 }, sourceLocation: sourceLocation)
+        await waitUntil("an upload call waiting for its answer", sourceLocation: sourceLocation) { waitingCount > 0 }
         return state.withLock { state in
             state.waiting.isEmpty ? nil : state.waiting.removeFirst()
         }

@@ -28,7 +28,7 @@ import Testing
         let next = try client.request("GET", "/token", headers: ["If-None-Match": tag])
         #expect(next.status == 200 && next.text == "v1")
         #expect(try client.request("HEAD", "/token").status == 200)
-        #expect(eventually { live.finished.count == 5 })
+        waitUntil(#"live.finished.count == 5"#) { live.finished.count == 5 }
         let records = live.finished
         #expect(records.map(\.status) == [200, 200, 304, 200, 200])
         #expect(records.map(\.method) == ["GET", "GET", "GET", "GET", "HEAD"])
@@ -42,7 +42,7 @@ import Testing
         let response = try live.request("POST", "/register", body: body)
         #expect(response.status == 200 && response.body == body)
         #expect(live.application.admitted.value == 1)
-        #expect(eventually { live.finished.count == 1 })
+        waitUntil(#"live.finished.count == 1"#) { live.finished.count == 1 }
         let record = try #require(live.finished.first)
         #expect(record.route == .register && record.status == 200 && record.bytes == 10 && record.microseconds != nil)
     }
@@ -56,11 +56,11 @@ import Testing
         try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
         // The request's clock starts when the engine opens it, which admits it: once admitted, a
         // body sent 0.3 s later makes its duration at least that (a lower bound, not a wait).
-        #expect(eventually { live.application.admitted.value == 1 })
+        waitUntil(#"live.application.admitted.value == 1"#) { live.application.admitted.value == 1 }
         usleep(300_000)
         try client.send("ab")
         #expect(try client.readResponse().status == 200)
-        #expect(eventually { live.finished.count == 1 })
+        waitUntil(#"live.finished.count == 1"#) { live.finished.count == 1 }
         let elapsed = ContinuousClock.now - started  // after the record: it spans the server's own
         let microseconds = try #require(live.finished.first?.microseconds)
         let bound = elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000
@@ -158,7 +158,9 @@ import Testing
         try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
         let (status, headers) = try client.readHead()
         #expect(status == 200 && headers["content-type"] == "text/event-stream")
-        #expect(eventually { live.application.streams.withLock { $0.count } == 1 })
+        waitUntil(#"live.application.streams.withLock { $0.count } == 1"#) {
+            live.application.streams.withLock { $0.count } == 1
+        }
         let stream = try #require(live.application.streams.withLock { $0.values.first })
         stream.push("data: one\n\n")
         #expect(try client.readStream(until: "data: one").contains("one"))
@@ -167,9 +169,13 @@ import Testing
         client.close()
         // The watcher sees the departure and tells the application, which ends the stream; the
         // engine frees its response and closes the source.
-        #expect(eventually { live.application.departed.withLock { $0 } == [stream.id] })
-        #expect(eventually { live.application.closedStreams.withLock { $0 } == [stream.id] })
-        #expect(eventually { live.finished.count == 1 })
+        waitUntil(#"live.application.departed.withLock { $0 } == [stream.id]"#) {
+            live.application.departed.withLock { $0 } == [stream.id]
+        }
+        waitUntil(#"live.application.closedStreams.withLock { $0 } == [stream.id]"#) {
+            live.application.closedStreams.withLock { $0 } == [stream.id]
+        }
+        waitUntil(#"live.finished.count == 1"#) { live.finished.count == 1 }
         #expect(live.finished.first?.wasStream == true)
     }
 
@@ -180,9 +186,11 @@ import Testing
         defer { client.close() }
         try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(try client.readHead().0 == 200)
-        #expect(eventually { live.application.streams.withLock { $0.count } == 1 })
+        waitUntil(#"live.application.streams.withLock { $0.count } == 1"#) {
+            live.application.streams.withLock { $0.count } == 1
+        }
         live.application.endAll()
-        while try client.readChunk() != nil {}
+        try waitUntil("the ended stream's last chunk") { try client.readChunk() == nil }
         // The stream's request is over and the connection kept alive: a head that never ends
         // gets the 408, not the idle timeout's silent close (issue 32's attack, sixth stop). Sent
         // past the first 100 ms after the answer, which an idle connection's look at its socket
@@ -195,7 +203,9 @@ import Testing
     @Test("the heartbeat: the engine ticks the application every heartbeat period")
     func heartbeat() throws {
         let live = try FakeServer(application: FakeApplication(ticks: true))
-        #expect(eventually { live.application.heartbeats.value >= 1 && live.application.seconds.value >= 1 })
+        waitUntil(#"live.application.heartbeats.value >= 1 && live.application.seconds.value >= 1"#) {
+            live.application.heartbeats.value >= 1 && live.application.seconds.value >= 1
+        }
     }
 
     @Test("a connection over --max-connections is refused and recorded as the engine's event")
@@ -206,7 +216,9 @@ import Testing
         #expect(try first.request("GET", "/token").status == 200)
         let second = try live.client()
         defer { second.close() }
-        #expect(eventually { live.application.events.withLock { $0 } == [.connectionRefusedTotalLimit] })
+        waitUntil(#"live.application.events.withLock { $0 } == [.connectionRefusedTotalLimit]"#) {
+            live.application.events.withLock { $0 } == [.connectionRefusedTotalLimit]
+        }
     }
 
     @Test("stop: once the application has ended its streams, the engine stops with none left")
@@ -216,7 +228,9 @@ import Testing
         defer { client.close() }
         try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
         _ = try client.readHead()
-        #expect(eventually { live.application.streams.withLock { $0.count } == 1 })
+        waitUntil(#"live.application.streams.withLock { $0.count } == 1"#) {
+            live.application.streams.withLock { $0.count } == 1
+        }
         live.stop()
         #expect(live.application.closedStreams.withLock { $0.count } == 1)
         #expect(live.lines.withLock { $0.contains { $0.contains("stopped") } })

@@ -19,9 +19,9 @@ struct ServerDidNotStart: Error, CustomStringConvertible {
 /// A port `freeLoopbackPort()` found free can be taken before the server binds it: another test's
 /// outgoing connection may get it as its local port. The server then exits at once; this sees the
 /// exit and starts it again on another port (5 tries), instead of waiting on a port nobody serves.
-/// - Throws: `ServerDidNotStart` when it never became ready (60 s each, a guard against a hang,
-///   not a timing assertion: a loaded machine, two sanitizer runs beside other work, has taken more
-///   than 5 s to start one) or exited on every try; an error of `arguments`; `CocoaError` when it
+/// - Throws: `ServerDidNotStart` when it never became ready (within `waitBoundSeconds`, a guard
+///   against a hang, not a timing assertion: a loaded machine, two sanitizer runs beside other
+///   work, has taken more than 5 s to start one; the wait has failed the test) or exited on every try; an error of `arguments`; `CocoaError` when it
 ///   cannot be spawned.
 func startRedisServer(
     _ what: String, arguments: (Int) throws -> [String], isReady: (Int) -> Bool
@@ -42,14 +42,15 @@ func startRedisServer(
         guard posix_spawnp(&pid, "redis-server", &actions, nil, &argv, environ) == 0 else {
             throw CocoaError(.executableNotLoadable)
         }
-        let deadline = Date().addingTimeInterval(60)
         var status: Int32 = 0
-        while Date() < deadline {
-            if isReady(port) { return (pid, port) }
-            if waitpid(pid, &status, WNOHANG) == pid { break }  // it exited: the port was taken
-            usleep(20_000)
+        var exited = false
+        let settled = waitUntil("\(what) on port \(port) to be ready, or to exit") {
+            if isReady(port) { return true }
+            exited = waitpid(pid, &status, WNOHANG) == pid  // it exited: the port was taken
+            return exited
         }
-        if Date() >= deadline {
+        if settled && !exited { return (pid, port) }
+        if !settled {
             kill(pid, SIGKILL)
             waitpid(pid, &status, 0)
             break
@@ -236,20 +237,21 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func aHungRedisGivesUnknownInTwoSecondsAndAFullQueueRefusesAtOnce() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port, queueCapacity: 2)
-        #expect(eventually { a.link == "connected" && a.owner.health == .ok })
+        waitUntil(#"a.link == "connected" && a.owner.health == .ok"#) { a.link == "connected" && a.owner.health == .ok }
         kill(redis.pid, SIGSTOP)
         defer { kill(redis.pid, SIGCONT) }
         let outcomes = Locked<[CommitOutcome]>([])
         let done = DispatchSemaphore(value: 0)
         let started = monotonicSeconds()
-        // The first batch blocks the writer on the hung Redis; 2 more fill the queue; the rest
-        // are refused at once.
+        // The first batch blocks the writer on the hung Redis (the test waits for the writer to
+        // take it from the queue, not for a time); 2 more fill the queue; the rest are refused at
+        // once.
         for n in 0..<6 {
             a.store.commit(String(format: "%02x", n), base: .initial) { outcome in
                 outcomes.withLock { $0.append(outcome) }
                 done.signal()
             }
-            usleep(20_000)
+            if n == 0 { waitUntil("the writer to take the first write") { a.store.link.queue.changeCount == 0 } }
         }
         let refusedAtOnce = outcomes.withLock { $0.filter { $0 == .unavailable(reason: "Redis: unreachable") }.count }
         #expect(refusedAtOnce >= 2)
@@ -261,9 +263,11 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         #expect(outcomes.withLock { $0.contains { if case .unknown = $0 { true } else { false } } })
         #expect(elapsed >= 1.9, "the write timed out after \(elapsed) s, before its 2 s")
         // The unanswered PING: the owner hears that the state it serves may be stale.
-        #expect(eventually { a.owner.health == .degraded(reason: HealthReason(rawValue: "unreachable")) })
+        waitUntil(#"a.owner.health == .degraded(reason: HealthReason(rawValue: "unreachable"))"#) {
+            a.owner.health == .degraded(reason: HealthReason(rawValue: "unreachable"))
+        }
         kill(redis.pid, SIGCONT)
-        #expect(eventually { a.link == "connected" && a.owner.health == .ok })
+        waitUntil(#"a.link == "connected" && a.owner.health == .ok"#) { a.link == "connected" && a.owner.health == .ok }
         guard case .applied(let state) = a.commit("ff") else {
             Issue.record("no write after SIGCONT")
             return
@@ -292,19 +296,22 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         let a = ReplicaModel(port: redis.port)
         let b = ReplicaModel(port: redis.port)
         #expect(a.store.ordering == .storeSerialized && a.store.replicaName == "redis")
-        #expect(
-            eventually {
-                a.link == "connected" && b.link == "connected" && a.owner.health == .ok && b.owner.health == .ok
-            })
+        waitUntil("both replicas connected and ok") {
+            a.link == "connected" && b.link == "connected" && a.owner.health == .ok && b.owner.health == .ok
+        }
         #expect(a.current == TokenState(version: 0, token: nil))
         #expect(a.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
         #expect(a.owner.current.state == TokenState(version: 1, token: "aa01"))
-        #expect(eventually { b.current == TokenState(version: 1, token: "aa01") })
+        waitUntil(#"b.current == TokenState(version: 1, token: "aa01")"#) {
+            b.current == TokenState(version: 1, token: "aa01")
+        }
         // The same token again through the other replica changes nothing.
         #expect(b.commit("aa01") == .unchanged(TokenState(version: 1, token: "aa01")))
         #expect(b.commit(nil) == .applied(TokenState(version: 2, token: nil)))
         #expect(a.commit(nil) == .unchanged(TokenState(version: 2, token: nil)))
-        #expect(eventually { a.current == TokenState(version: 2, token: nil) })
+        waitUntil(#"a.current == TokenState(version: 2, token: nil)"#) {
+            a.current == TokenState(version: 2, token: nil)
+        }
         let client = try redis.client()
         #expect(try hash(client, "test:state") == ["version": "2"])
         // After SCRIPT FLUSH the writer falls back to EVAL.
@@ -322,15 +329,15 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port, checkInterval: 0.2)
         let b = ReplicaModel(port: redis.port, checkInterval: 0.2)
-        #expect(eventually { a.link == "connected" && b.link == "connected" })
+        waitUntil(#"a.link == "connected" && b.link == "connected""#) { a.link == "connected" && b.link == "connected" }
         let mine = TokenState(version: 1, token: "a1")
         #expect(a.commit("a1") == .applied(mine))
         // B's write comes after A's own change message on the channel and after checks that read
         // A's write again: once A has it, whatever A's write caused has been reported.
-        #expect(eventually { b.current == mine })
+        waitUntil(#"b.current == mine"#) { b.current == mine }
         let theirs = TokenState(version: 2, token: "b2")
         #expect(b.commit("b2") == .applied(theirs))
-        #expect(eventually { a.current == theirs })
+        waitUntil(#"a.current == theirs"#) { a.current == theirs }
         #expect(a.recorder.changes.filter { $0 == mine }.isEmpty, "\(a.recorder.changes)")
         #expect(a.recorder.changes.filter { $0 == theirs }.count == 1, "\(a.recorder.changes)")
         #expect(b.recorder.changes.filter { $0 == mine }.count == 1, "\(b.recorder.changes)")
@@ -340,22 +347,30 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func dataLossIsWrittenBackAndTiesBumpTheVersion() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
-        #expect(eventually { a.link == "connected" })
+        waitUntil(#"a.link == "connected""#) { a.link == "connected" }
         for token in ["01", "02", "03"] { _ = a.commit(token) }
         let client = try redis.client()
         #expect(try client.command(["FLUSHALL"], timeout: 2) == .status("OK"))
         // The periodic check finds the key missing and writes the replica's state back.
-        #expect(eventually { (try? hash(client, "test:state")) == ["version": "3", "token": "03"] })
+        waitUntil(#"(try? hash(client, "test:state")) == ["version": "3", "token": "03"]"#) {
+            (try? hash(client, "test:state")) == ["version": "3", "token": "03"]
+        }
         // Lower in Redis than in the replica: written back as well.
         _ = try client.command(["HSET", "test:state", "version", "1", "token", "01"], timeout: 2)
-        #expect(eventually { (try? hash(client, "test:state")) == ["version": "3", "token": "03"] })
+        waitUntil(#"(try? hash(client, "test:state")) == ["version": "3", "token": "03"]"#) {
+            (try? hash(client, "test:state")) == ["version": "3", "token": "03"]
+        }
         // Same version, another token: the stored token wins at the next version.
         _ = try client.command(["HSET", "test:state", "version", "3", "token", "ee"], timeout: 2)
-        #expect(eventually { a.current == TokenState(version: 4, token: "ee") })
+        waitUntil(#"a.current == TokenState(version: 4, token: "ee")"#) {
+            a.current == TokenState(version: 4, token: "ee")
+        }
         #expect(try hash(client, "test:state") == ["version": "4", "token": "ee"])
         // A newer version set elsewhere is adopted, never overwritten.
         _ = try client.command(["HSET", "test:state", "version", "10", "token", "ff"], timeout: 2)
-        #expect(eventually { a.current == TokenState(version: 10, token: "ff") })
+        waitUntil(#"a.current == TokenState(version: 10, token: "ff")"#) {
+            a.current == TokenState(version: 10, token: "ff")
+        }
         #expect(a.commit("ff") == .unchanged(TokenState(version: 10, token: "ff")))
     }
 
@@ -369,11 +384,10 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
             _ = try client.command(["DEL", "test:state"], timeout: 2)
             _ = try client.command(setup, timeout: 2)
             let a = ReplicaModel(port: redis.port)
-            #expect(
-                eventually {
-                    a.link == "invalid_state"
-                        && a.owner.health == .starting(reason: HealthReason(rawValue: "invalid_state"))
-                })
+            waitUntil("link invalid_state and health starting (invalid_state)") {
+                a.link == "invalid_state"
+                    && a.owner.health == .starting(reason: HealthReason(rawValue: "invalid_state"))
+            }
             #expect(a.commit("ab") == .unavailable(reason: "Redis: invalid_state"))
             let stored =
                 setup[0] == "SET"
@@ -382,7 +396,9 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
             #expect(stored == expected)
             // Repaired by deleting the key: the replica recovers.
             _ = try client.command(["DEL", "test:state"], timeout: 2)
-            #expect(eventually { a.link == "connected" && a.owner.health == .ok })
+            waitUntil(#"a.link == "connected" && a.owner.health == .ok"#) {
+                a.link == "connected" && a.owner.health == .ok
+            }
             #expect(a.commit("ab") == .applied(TokenState(version: 1, token: "ab")))
             _ = try client.command(["DEL", "test:state"], timeout: 2)
         }
@@ -398,11 +414,10 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
             _ = try client.command(["DEL", "test:state"], timeout: 2)
             _ = try client.command(["HSET", "test:state", "version", version, "token", "99aabbcc"], timeout: 2)
             let a = ReplicaModel(port: redis.port)
-            #expect(
-                eventually {
-                    a.link == "invalid_state"
-                        && a.owner.health == .starting(reason: HealthReason(rawValue: "invalid_state"))
-                }, "\(version)")
+            waitUntil("link invalid_state and health starting (invalid_state) at version \(version)") {
+                a.link == "invalid_state"
+                    && a.owner.health == .starting(reason: HealthReason(rawValue: "invalid_state"))
+            }
             #expect(a.commit("a1a1a1a1") == .unavailable(reason: "Redis: invalid_state"))
             #expect(try hash(client, "test:state") == ["version": version, "token": "99aabbcc"])
             #expect(a.current == nil)
@@ -412,12 +427,11 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         _ = try client.command(["HSET", "test:state", "version", "9007199254740991", "token", "99aabbcc"], timeout: 2)
         let a = ReplicaModel(port: redis.port)
         // Served, but the link says why no change can be made (not `connected`).
-        #expect(
-            eventually {
-                a.link == "version_exhausted"
-                    && a.owner.health == .degraded(reason: HealthReason(rawValue: "version_exhausted"))
-                    && a.current == TokenState(version: 9_007_199_254_740_991, token: "99aabbcc")
-            })
+        waitUntil("link version_exhausted, health degraded, version 2^53 - 1 served") {
+            a.link == "version_exhausted"
+                && a.owner.health == .degraded(reason: HealthReason(rawValue: "version_exhausted"))
+                && a.current == TokenState(version: 9_007_199_254_740_991, token: "99aabbcc")
+        }
         #expect(a.commit("99aabbcc") == .unchanged(TokenState(version: 9_007_199_254_740_991, token: "99aabbcc")))
         #expect(a.commit("a1a1a1a1") == .versionExhausted, "a change past 2^53 - 1 was not refused")
         #expect(try hash(client, "test:state") == ["version": "9007199254740991", "token": "99aabbcc"])
@@ -427,18 +441,17 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func wrongCredentialsAndNoServer() throws {
         let redis = try RedisServerProcess(extra: ["--requirepass", "right"])
         let wrong = ReplicaModel(port: redis.port, password: "wrong")
-        #expect(
-            eventually {
-                wrong.link == "auth_failed"
-                    && wrong.owner.health == .starting(reason: HealthReason(rawValue: "auth_failed"))
-            })
+        waitUntil("link auth_failed and health starting (auth_failed)") {
+            wrong.link == "auth_failed"
+                && wrong.owner.health == .starting(reason: HealthReason(rawValue: "auth_failed"))
+        }
         #expect(wrong.commit("aa") == .unavailable(reason: "Redis: auth_failed"))
         let missing = ReplicaModel(port: redis.port)
-        #expect(eventually { missing.link == "auth_failed" })
+        waitUntil(#"missing.link == "auth_failed""#) { missing.link == "auth_failed" }
         let right = ReplicaModel(port: redis.port, password: "right")
-        #expect(eventually { right.link == "connected" })
+        waitUntil(#"right.link == "connected""#) { right.link == "connected" }
         let wrongUser = ReplicaModel(port: redis.port, password: "right", user: "nobody")
-        #expect(eventually { wrongUser.link == "auth_failed" })
+        waitUntil(#"wrongUser.link == "auth_failed""#) { wrongUser.link == "auth_failed" }
 
         let nothing = ReplicaModel(port: try freeLoopbackPort())
         #expect(nothing.commit("aa") == .unavailable(reason: "Redis: unreachable"))
@@ -450,7 +463,7 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func aWriteOnADeadIdleConnectionIsSentAgainOnANewOne() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
-        #expect(eventually { a.link == "connected" })
+        waitUntil(#"a.link == "connected""#) { a.link == "connected" }
         #expect(a.commit("01") == .applied(TokenState(version: 1, token: "01")))
         // Kills the writer's idle connection (and not this client's: SKIPME yes is the default).
         let client = try redis.client()
@@ -462,12 +475,16 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port)
         let b = ReplicaModel(port: redis.port)
-        #expect(eventually { a.link == "connected" && b.link == "connected" })
+        waitUntil(#"a.link == "connected" && b.link == "connected""#) { a.link == "connected" && b.link == "connected" }
         let client = try redis.client()
         _ = try client.command(["CLIENT", "KILL", "TYPE", "pubsub"], timeout: 2)
         _ = a.commit("cafe")
-        #expect(eventually { b.current == TokenState(version: 1, token: "cafe") })
-        #expect(eventually { b.store.metricsText().contains("forge_push_token_redis_reconnects_total 1\n") })
+        waitUntil(#"b.current == TokenState(version: 1, token: "cafe")"#) {
+            b.current == TokenState(version: 1, token: "cafe")
+        }
+        waitUntil(#"b.store.metricsText().contains("forge_push_token_redis_reconnects_total 1\n")"#) {
+            b.store.metricsText().contains("forge_push_token_redis_reconnects_total 1\n")
+        }
     }
 
     /// Issue 21 §6: many streams opening with a `Last-Event-ID` above the replica's version cost
@@ -475,7 +492,7 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     @Test func refreshesAreCoalesced() throws {
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port, checkInterval: 3600)
-        #expect(eventually { a.link == "connected" })
+        waitUntil(#"a.link == "connected""#) { a.link == "connected" }
         let client = try redis.client()
         let before = try scriptCalls(client)
         let started = monotonicSeconds()

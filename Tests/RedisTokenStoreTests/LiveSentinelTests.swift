@@ -71,7 +71,7 @@ final class SentinelProcess {
             port: 0,
             url: "redis+sentinel://127.0.0.1:\(dead),127.0.0.1:\(sentinel.port),127.0.0.1:\(other.port)/mymaster",
             log: log.serverHandler)
-        #expect(eventually { replica.link == "connected" })
+        waitUntil(#"replica.link == "connected""#) { replica.link == "connected" }
         #expect(replica.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
         #expect(try hash(master.client(), "test:state") == ["version": "1", "token": "aa01"])
         let metrics = replica.store.metricsText()
@@ -101,9 +101,9 @@ final class SentinelProcess {
             let replica = ReplicaModel(port: 0, url: item.url, log: log.serverHandler)
             // The link's health is set under its lock, its line logged just after the lock is
             // released: wait for both (as LiveTLSTests does).
-            #expect(
-                eventually { replica.link == item.reason && log.recorded.contains { $0.message.contains(item.says) } },
-                "\(item.url): \(replica.link), \(log.recorded.map(\.message))")
+            waitUntil(
+                "\(item.url): link \(item.reason) and a line saying \(item.says) (now \(replica.link), \(log.recorded.map(\.message)))"
+            ) { replica.link == item.reason && log.recorded.contains { $0.message.contains(item.says) } }
             #expect(replica.commit("aa") == .unavailable(reason: "Redis: \(item.reason)"))
         }
         var wrong = RedisTokenStore.Configuration(
@@ -114,13 +114,13 @@ final class SentinelProcess {
         let store = RedisTokenStore(configuration: wrong, log: log.serverHandler)
         store.start(reporting: { _ in })
         defer { store.stop() }
-        #expect(eventually { store.linkHealth == "auth_failed" })
+        waitUntil(#"store.linkHealth == "auth_failed""#) { store.linkHealth == "auth_failed" }
         #expect(!log.recorded.contains { $0.message.contains("wrong") })
         var right = wrong
         right.endpoint.sentinel?.password = Array("right".utf8)
         let fixed = RedisTokenStore(configuration: right, log: { _, _ in })
         fixed.start(reporting: { _ in })
         defer { fixed.stop() }
-        #expect(eventually { fixed.linkHealth == "connected" })
+        waitUntil(#"fixed.linkHealth == "connected""#) { fixed.linkHealth == "connected" }
     }
 }

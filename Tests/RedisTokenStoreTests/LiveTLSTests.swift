@@ -131,11 +131,15 @@ final class TestCertificates {
         // By name as well as by IP address: the certificate names both.
         let b = ReplicaModel(
             port: redis.port, password: "s3cret-pass", host: "localhost", tls: try certificates.settings())
-        #expect(eventually { a.link == "connected" && b.link == "connected" })
+        waitUntil(#"a.link == "connected" && b.link == "connected""#) { a.link == "connected" && b.link == "connected" }
         #expect(a.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
-        #expect(eventually { b.current == TokenState(version: 1, token: "aa01") })
+        waitUntil(#"b.current == TokenState(version: 1, token: "aa01")"#) {
+            b.current == TokenState(version: 1, token: "aa01")
+        }
         #expect(b.commit("bb02") == .applied(TokenState(version: 2, token: "bb02")))
-        #expect(eventually { a.current == TokenState(version: 2, token: "bb02") })
+        waitUntil(#"a.current == TokenState(version: 2, token: "bb02")"#) {
+            a.current == TokenState(version: 2, token: "bb02")
+        }
         #expect(log.recorded.contains { $0.message.hasPrefix("Redis connected at rediss://127.0.0.1:") })
         #expect(!log.recorded.contains { $0.message.contains("s3cret-pass") })
     }
@@ -161,12 +165,11 @@ final class TestCertificates {
                 port: redis.port, password: "pw-never-logged", tls: try certificates.settings(), log: log.serverHandler)
             // Waits for the events, not for a deadline (docs/testing.md, "Waiting in tests"): the
             // link's health changes before the owner hears of it and the line is logged.
-            #expect(
-                eventually {
-                    replica.link == "tls_failed"
-                        && replica.owner.health == .starting(reason: HealthReason(rawValue: "tls_failed"))
-                        && log.recorded.contains { $0.message.contains("TLS failed") }
-                })
+            waitUntil("link tls_failed, health starting (tls_failed) and the line \"TLS failed\"") {
+                replica.link == "tls_failed"
+                    && replica.owner.health == .starting(reason: HealthReason(rawValue: "tls_failed"))
+                    && log.recorded.contains { $0.message.contains("TLS failed") }
+            }
             #expect(replica.commit("aa") == .unavailable(reason: "Redis: tls_failed"))
             let lines = log.recorded.map(\.message)
             #expect(lines.contains { $0.contains("TLS failed") && $0.contains(says) }, "\(lines)")
@@ -203,10 +206,9 @@ final class TestCertificates {
             let log = LogRecorder()
             let replica = ReplicaModel(
                 port: redis.port, host: host, tls: try certificates.settings(), log: log.serverHandler)
-            #expect(
-                eventually {
-                    replica.link == "tls_failed" && log.recorded.contains { $0.message.contains("TLS failed") }
-                })
+            waitUntil("link tls_failed and the line \"TLS failed\"") {
+                replica.link == "tls_failed" && log.recorded.contains { $0.message.contains("TLS failed") }
+            }
             #expect(replica.commit("aa") == .unavailable(reason: "Redis: tls_failed"))
             let lines = log.recorded.map(\.message)
             #expect(lines.contains { $0.contains("TLS failed") && $0.contains(says) }, "\(lines)")
@@ -226,7 +228,7 @@ final class TestCertificates {
                 #expect(error == nil, "\(certificate) for \(host): \(String(describing: error))")
             }
             let replica = ReplicaModel(port: redis.port, host: "localhost", tls: try certificates.settings())
-            #expect(eventually { replica.link == "connected" })
+            waitUntil(#"replica.link == "connected""#) { replica.link == "connected" }
             #expect(replica.commit("ab") == .applied(TokenState(version: 1, token: "ab")))
         }
     }
@@ -242,9 +244,9 @@ final class TestCertificates {
             return
         }
         let replica = ReplicaModel(port: redis.port, tls: try certificates.settings())
-        #expect(eventually { replica.link == "tls_failed" })
+        waitUntil(#"replica.link == "tls_failed""#) { replica.link == "tls_failed" }
         let withCertificate = ReplicaModel(port: redis.port, tls: try certificates.settings(client: true))
-        #expect(eventually { withCertificate.link == "connected" })
+        waitUntil(#"withCertificate.link == "connected""#) { withCertificate.link == "connected" }
         #expect(withCertificate.commit("cc") == .applied(TokenState(version: 1, token: "cc")))
     }
 
@@ -258,7 +260,7 @@ final class TestCertificates {
             return
         }
         let toPlain = ReplicaModel(port: plain.port, tls: try certificates.settings())
-        #expect(eventually { toPlain.link == "tls_failed" })
+        waitUntil(#"toPlain.link == "tls_failed""#) { toPlain.link == "tls_failed" }
 
         let tls = try RedisServerProcess(tls: certificates.serverArguments())
         let plainToTLS = failure(
@@ -270,7 +272,9 @@ final class TestCertificates {
         #expect(why.contains("rediss://"), "\(why)")
         let log = LogRecorder()
         let toTLS = ReplicaModel(port: tls.port, log: log.serverHandler)
-        #expect(eventually { toTLS.link == "unreachable" && !log.recorded.isEmpty })
+        waitUntil(#"toTLS.link == "unreachable" && !log.recorded.isEmpty"#) {
+            toTLS.link == "unreachable" && !log.recorded.isEmpty
+        }
         #expect(log.recorded.contains { $0.message.contains("use a rediss:// URL") }, "\(log.recorded)")
     }
 }

@@ -224,9 +224,11 @@ import Testing
         let redis = try RedisServerProcess()
         let a = ReplicaModel(port: redis.port, prefix: "forge-push-token")
         let b = ReplicaModel(port: redis.port, prefix: "forge-push-token")
-        #expect(eventually { a.link == "connected" && b.link == "connected" })
+        waitUntil(#"a.link == "connected" && b.link == "connected""#) { a.link == "connected" && b.link == "connected" }
         #expect(a.commit("aa01") == .applied(TokenState(version: 1, token: "aa01")))
-        #expect(eventually { b.current == TokenState(version: 1, token: "aa01") })
+        waitUntil(#"b.current == TokenState(version: 1, token: "aa01")"#) {
+            b.current == TokenState(version: 1, token: "aa01")
+        }
         let client = try redis.client()
         for (index, forged) in [
             "{\"version\":9007199254740991,\"token\":\"deadbeef\"}", "{\"version\":2,\"token\":\"deadbeef\"}",
@@ -236,14 +238,18 @@ import Testing
                 try client.command(["PUBLISH", "forge-push-token:changes", forged], timeout: 2) == .integer(2))
             // The event that must come: each replica read the key and counted the message.
             let counted = "forge_push_token_redis_ignored_messages_total{kind=\"unconfirmed\"} \(index + 1)\n"
-            #expect(eventually { a.store.metricsText().contains(counted) && b.store.metricsText().contains(counted) })
+            waitUntil(#"a.store.metricsText().contains(counted) && b.store.metricsText().contains(counted)"#) {
+                a.store.metricsText().contains(counted) && b.store.metricsText().contains(counted)
+            }
             #expect(a.owner.current.state == TokenState(version: 1, token: "aa01"))
             #expect(b.owner.current.state == TokenState(version: 1, token: "aa01"))
             #expect(try hash(client, "forge-push-token:state") == ["version": "1", "token": "aa01"])
         }
         // A periodic check (every 0.5 s here) writes nothing back either; writes go on.
         #expect(a.commit("bb02") == .applied(TokenState(version: 2, token: "bb02")))
-        #expect(eventually { b.current == TokenState(version: 2, token: "bb02") })
+        waitUntil(#"b.current == TokenState(version: 2, token: "bb02")"#) {
+            b.current == TokenState(version: 2, token: "bb02")
+        }
         #expect(try hash(client, "forge-push-token:state") == ["version": "2", "token": "bb02"])
         #expect(a.link == "connected" && b.link == "connected")
     }
@@ -264,10 +270,16 @@ import Testing
         }
         let replica = ReplicaModel(port: redis.port)
         // The owner hears of the health after the link decides it: wait for both.
-        #expect(eventually { replica.link == "connected" && replica.owner.health == .ok })
+        waitUntil(#"replica.link == "connected" && replica.owner.health == .ok"#) {
+            replica.link == "connected" && replica.owner.health == .ok
+        }
         _ = try client.command(["PUBLISH", "test:changes", big], timeout: 2)
-        #expect(eventually { replica.store.metricsText().contains("ignored_messages_total{kind=\"oversized\"} 1\n") })
-        #expect(eventually { replica.store.metricsText().contains("forge_push_token_redis_reconnects_total 1\n") })
+        waitUntil(#"replica.store.metricsText().contains("ignored_messages_total{kind=\"oversized\"} 1\n")"#) {
+            replica.store.metricsText().contains("ignored_messages_total{kind=\"oversized\"} 1\n")
+        }
+        waitUntil(#"replica.store.metricsText().contains("forge_push_token_redis_reconnects_total 1\n")"#) {
+            replica.store.metricsText().contains("forge_push_token_redis_reconnects_total 1\n")
+        }
         #expect(replica.owner.health == .ok)
         #expect(replica.commit("cc03") == .applied(TokenState(version: 1, token: "cc03")))
     }
@@ -279,12 +291,14 @@ import Testing
         let replica = ReplicaModel(port: redis.port) { level, line in
             if level == .warning { lines.withLock { $0.append(line) } }
         }
-        #expect(eventually { replica.link == "connected" })
+        waitUntil(#"replica.link == "connected""#) { replica.link == "connected" }
         let client = try redis.client()
         for _ in 0..<2_000 { client.append(["PUBLISH", "test:changes", "garbage"]) }
         try client.flush()
         for _ in 0..<2_000 { _ = try client.readReply(deadline: monotonicSeconds() + 5) }
-        #expect(eventually { replica.store.metricsText().contains("{kind=\"malformed\"} 2000\n") })
+        waitUntil(#"replica.store.metricsText().contains("{kind=\"malformed\"} 2000\n")"#) {
+            replica.store.metricsText().contains("{kind=\"malformed\"} 2000\n")
+        }
         #expect(lines.withLock { $0.filter { $0.contains("did not write") }.count } == 1)
     }
 }

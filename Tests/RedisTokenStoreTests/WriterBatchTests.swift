@@ -134,17 +134,18 @@ import Testing
         let later = answer("later", timeout: 3600)
         for tracked in [answered, silent, later] { deadlines.track(tracked) }
         #expect(answered.give(.applied(TokenState(version: 1, token: "aa"))))
-        #expect(eventually { outcomes.withLock { $0["silent"] } != nil })
+        waitUntil(#"outcomes.withLock { $0["silent"] } != nil"#) { outcomes.withLock { $0["silent"] } != nil }
         #expect(outcomes.withLock { $0["silent"] } == .unknown(reason: "Redis did not answer the write in time"))
         #expect(outcomes.withLock { $0["answered"] } == .applied(TokenState(version: 1, token: "aa")))
         #expect(!later.isGiven)
         // The store reads the state again after a write it answered at its deadline.
-        #expect(eventually { expiries.withLock { $0 } == 1 })
+        waitUntil(#"expiries.withLock { $0 } == 1"#) { expiries.withLock { $0 } == 1 }
         deadlines.stop()
         // Still one write to answer: the thread waits for it (its deadline, or an answer).
         #expect(ended.wait(timeout: .now() + .milliseconds(100)) == .timedOut)
         #expect(later.give(.unavailable(reason: "Redis: unreachable")))
-        #expect(ended.wait(timeout: .now() + 60) == .success, "the deadline thread did not end after stop()")
+        #expect(
+            ended.wait(timeout: .now() + waitBoundSeconds) == .success, "the deadline thread did not end after stop()")
         // `later` was answered by its writer, not at its deadline: no second check.
         #expect(expiries.withLock { $0 } == 1)
     }

@@ -1,6 +1,7 @@
 // A blocking HTTP/1.1 test client over loopback TCP, shared by the engine's tests (a fake
 // application) and the service's live tests (the real one). Linux only, as the server.
 #if canImport(Glibc)
+    import Dispatch
     import Glibc
 
     /// A failure of the test client (a closed connection, a timeout, a malformed answer).
@@ -175,11 +176,23 @@
         }
 
         /// Reads stream chunks until `text` has appeared in what was read since the call began.
+        ///
+        /// Bounded by `waitBoundSeconds` in all, not only by the socket's receive timeout, which
+        /// each chunk (a heartbeat) starts again: a stream that never carries `text` fails the
+        /// test instead of being read forever.
         /// - Returns: everything read.
+        /// - Throws: `TestError` when the stream ends, times out or runs past the bound first.
         public func readStream(until text: String) throws -> String {
             var seen: [UInt8] = []
             let needle = Array(text.utf8)
+            let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(waitBoundSeconds * 1e9)
             while true {
+                guard DispatchTime.now().uptimeNanoseconds < deadline else {
+                    throw TestError(
+                        description:
+                            "waited \(Int(waitBoundSeconds)) s (waitBoundSeconds) for \(text.debugDescription) "
+                            + "in the stream, in vain; read \(String(decoding: seen.suffix(500), as: UTF8.self))")
+                }
                 guard let chunk = try readChunk() else {
                     throw TestError(
                         description: "stream ended; read \(String(decoding: seen.suffix(500), as: UTF8.self))")

@@ -1,5 +1,7 @@
+import Dispatch
 import ForgePushToken
 import Foundation
+import Testing
 
 // Helpers every test target shares (a target of its own, so that no test target copies them).
 #if canImport(FoundationEssentials)
@@ -103,25 +105,101 @@ public func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void
     }
 }
 
-/// Waits until `condition` holds, looking every millisecond; returns whether it held.
+/// How long ``waitUntil(_:within:sourceLocation:_:)`` waits before it fails the test, in seconds:
+/// 120, or `FORGE_TEST_WAIT_SECONDS` from the environment.
+///
+/// Only a bound against a hang, never a deadline the code under test is meant to meet
+/// (docs/testing.md, "Waiting in tests"): `swift test` runs the suites in parallel, under Thread
+/// and Address Sanitizer too, on two shared cores, where a release that takes 5 ms alone took over
+/// 2 s (issue 22) and a whole library suite up to 115 s (issue 31). Two minutes for one event is
+/// far above that, and below the library suites' 10-minute time limit, so a lost event fails with
+/// this bound's message rather than the time limit's.
+public let waitBoundSeconds: Double = {
+    if let text = ProcessInfo.processInfo.environment["FORGE_TEST_WAIT_SECONDS"], let seconds = Double(text),
+        seconds > 0
+    {
+        return seconds
+    }
+    return 120
+}()
+
+/// Seconds on a monotonic clock (Dispatch's uptime; no `Clock`, so that the library's suites,
+/// which build for macOS 12, can call the wait too).
+private func uptimeSeconds() -> Double {
+    Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+}
+
+/// The failure of a wait: names what it waited for, and for how long.
+private func recordGivingUp(_ what: String, after seconds: Double, sourceLocation: SourceLocation) {
+    Issue.record(
+        "waited \(Int(seconds.rounded())) s (waitBoundSeconds) for \(what), in vain", sourceLocation: sourceLocation)
+}
+
+/// The tests' one wait: returns once `condition` holds, looking every millisecond; fails the test
+/// with a message naming `what` if it does not hold within `seconds` (``waitBoundSeconds`` unless
+/// told), and never hangs.
 ///
 /// For conditions that something already set in motion must make true (a server releasing a
-/// departed subscriber, a log line written after an answer): the test waits for the event itself
-/// and asserts no timing. `hangGuard` (seconds) only keeps a broken build from hanging the run; it
-/// is far above any wait the code can cause under load (the suites run in parallel, three times,
-/// under the sanitizers, on two cores: a release that takes 5 ms alone took over 2 s under Thread
-/// Sanitizer, issue 22). Timing contracts, such as "released within 2 seconds", are checked
-/// against the release binary in e2e/, where timing can be trusted.
-/// `ContinuousClock` needs macOS 13 / iOS 16 / tvOS 16 / watchOS 9; the server suites that call
-/// this run on Linux.
-@available(iOS 16, macOS 13, tvOS 16, watchOS 9, *)
-public func eventually(hangGuard seconds: Double = 60, _ condition: () -> Bool) -> Bool {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
+/// departed subscriber, a log line written after an answer, a metric counted after a reload): the
+/// test waits for the event itself and asserts no timing (docs/testing.md, "Waiting in tests").
+/// Timing contracts, such as "released within 2 seconds", are checked against the release binary
+/// in e2e/, where timing can be trusted. This form blocks its thread: async code gets the other.
+///
+/// - Parameters:
+///   - what: What the test waits for, in the failure's message (the condition's text will do).
+///   - seconds: The bound.
+///   - condition: Evaluated on the calling thread until it returns `true`; an error it throws ends
+///     the wait and is rethrown.
+/// - Returns: Whether `condition` held (the test has already failed if not).
+@_disfavoredOverload  // in async code, the suspending form below, even for a condition that is not async
+@discardableResult
+public func waitUntil(
+    _ what: @autoclosure () -> String,
+    within seconds: Double = waitBoundSeconds,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () throws -> Bool
+) rethrows -> Bool {
+    let deadline = uptimeSeconds() + seconds
+    while true {
+        if try condition() { return true }
+        if uptimeSeconds() > deadline { break }
         usleep(1_000)
     }
-    return condition()
+    if try condition() { return true }
+    recordGivingUp(what(), after: seconds, sourceLocation: sourceLocation)
+    return false
+}
+
+/// The tests' one wait, for async code: as the blocking form, but suspends between looks
+/// (yielding at first, so that tasks on a manual clock run on at once, then sleeping a
+/// millisecond), and fails as soon as the task is cancelled (as a time limit does). It runs on
+/// the caller's actor (`isolation`), so the condition may read what that actor protects.
+@discardableResult
+public func waitUntil(
+    _ what: @autoclosure () -> String,
+    within seconds: Double = waitBoundSeconds,
+    isolation: isolated (any Actor)? = #isolation,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async rethrows -> Bool {
+    let start = uptimeSeconds()
+    while true {
+        if try await condition() { return true }
+        let now = uptimeSeconds()
+        if now > start + seconds { break }
+        if Task.isCancelled {
+            Issue.record("cancelled while waiting for \(what())", sourceLocation: sourceLocation)
+            return false
+        }
+        if now - start < 0.01 {
+            await Task.yield()
+        } else {
+            try? await Task.sleep(nanoseconds: 1_000_000)
+        }
+    }
+    if try await condition() { return true }
+    recordGivingUp(what(), after: seconds, sourceLocation: sourceLocation)
+    return false
 }
 
 /// Why a test-support helper could not do its work.
