@@ -491,7 +491,6 @@ def run_tap_checks(checks, prefix, make_fixtures, tools=(), keep=None):
     failed."""
     import argparse
     import shutil
-    import traceback
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
     parser.add_argument("--only", default="", help="comma-separated substrings of check names")
@@ -508,6 +507,20 @@ def run_tap_checks(checks, prefix, make_fixtures, tools=(), keep=None):
     fixtures = make_fixtures(binary, workdir)
     if keep is not None:
         keep(fixtures, args.verbose)
+
+    def finish():
+        fixtures.stop_all()
+        _kill_leftovers()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return run_selected_as_tap(selected, finish)
+
+
+def run_selected_as_tap(selected, finish):
+    """Runs each `(description, function)` of `selected` as a TAP stream (`1..N`, then `ok N` or
+    `not ok N` with the failure's message or the traceback, and a closing `# P passed, F failed`
+    line), calls `finish()` whatever happens, and returns the exit code: 1 when a check failed.
+    The one loop of run_tap_checks and docker/podman/engine_test.py."""
+    import traceback
     started = time.monotonic()
     passed = failed = 0
     print("1..%d" % len(selected), flush=True)
@@ -531,9 +544,7 @@ def run_tap_checks(checks, prefix, make_fixtures, tools=(), keep=None):
                 print("ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
             sys.stdout.flush()
     finally:
-        fixtures.stop_all()
-        _kill_leftovers()
-        shutil.rmtree(workdir, ignore_errors=True)
+        finish()
     print("# %d passed, %d failed in %.1f s" % (passed, failed, time.monotonic() - started), flush=True)
     return 1 if failed else 0
 

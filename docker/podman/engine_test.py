@@ -20,13 +20,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "e2e"))
 from e2e_support import (Failure, SENTINEL_FAILOVER_BOUND, check, distinct_free_ports,  # noqa: E402
-                         sentinels_ready, token_hex, wait_until)
+                         run_selected_as_tap, sentinels_ready, token_hex, wait_until)
 
 LABEL = "forge-push-token.test=engine"
 PREFIX = "fpt-engine-%d" % os.getpid()
@@ -679,32 +678,7 @@ def main():
     selected = [(d, f) for d, f in CHECKS
                 if not ARGS.only or any(p in d or p in f.__name__ for p in ARGS.only.split(","))]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    passed = failed = 0
-    started = time.monotonic()
-    print("1..%d" % len(selected), flush=True)
-    try:
-        for number, (description, function) in enumerate(selected, 1):
-            t0 = time.monotonic()
-            try:
-                function()
-            except Failure as error:
-                failed += 1
-                print("not ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-                for line in str(error).splitlines():
-                    print("#   " + line)
-            except Exception:
-                failed += 1
-                print("not ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-                for line in traceback.format_exc().splitlines():
-                    print("#   " + line)
-            else:
-                passed += 1
-                print("ok %d - %s (%.1f s)" % (number, description, time.monotonic() - t0))
-            sys.stdout.flush()
-    finally:
-        clean_all()
-    print("# %d passed, %d failed in %.1f s" % (passed, failed, time.monotonic() - started), flush=True)
-    return 1 if failed else 0
+    return run_selected_as_tap(selected, clean_all)
 
 
 if __name__ == "__main__":
