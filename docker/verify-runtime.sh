@@ -12,15 +12,17 @@
 #      in the package set of debian:bookworm-slim itself (BOOKWORM_SLIM_PACKAGES below); and fails
 #      when the install list holds a package that no NEEDED library comes from (but for the data
 #      packages of RUNTIME_DATA_PACKAGES below, which hold files the binary reads, not libraries);
-#   5. reports the binary's size and fails above FORGE_PUSH_TOKEN_MAX_BINARY_BYTES (27 MB; it was 25 MB until TLS,
-#      Sentinel and the delivery probe for Redis brought the binary to about 25.2 MB).
+#   5. reports the binary's size and fails above FORGE_PUSH_TOKEN_MAX_BINARY_BYTES (28 MB; it was 25 MB until TLS,
+#      Sentinel and the delivery probe for Redis brought the binary to about 25.2 MB, then 27 MB
+#      until the write path's fault handling (answers kept for the stop, the Redis batch and its
+#      deadlines, the state file's decisions, paced stream ages) brought it to about 27.2 MB).
 #
 # This machine is Debian 12 like the swift:6.3-bookworm build image, so the sonames and packages
 # found here are the ones the image build sees.
 #
 # Usage, from the repository root: bash docker/verify-runtime.sh
 # Environment: FORGE_PUSH_TOKEN_DOCKER_SCRATCH (default /tmp/docker-scratch), the build folder;
-#              FORGE_PUSH_TOKEN_MAX_BINARY_BYTES (default 27000000);
+#              FORGE_PUSH_TOKEN_MAX_BINARY_BYTES (default 28000000);
 #              FORGE_PUSH_TOKEN_DOCKERFILE (default docker/Dockerfile), to try a variant.
 #
 # docker/verify-rootfs.sh sources this file for its Dockerfile-reading functions; `main` runs only
@@ -54,7 +56,7 @@ RUNTIME_DATA_PACKAGES=(ca-certificates)
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DOCKERFILE="${FORGE_PUSH_TOKEN_DOCKERFILE:-$REPO_ROOT/docker/Dockerfile}"
 SCRATCH="${FORGE_PUSH_TOKEN_DOCKER_SCRATCH:-/tmp/docker-scratch}"
-MAX_BINARY_BYTES="${FORGE_PUSH_TOKEN_MAX_BINARY_BYTES:-27000000}"
+MAX_BINARY_BYTES="${FORGE_PUSH_TOKEN_MAX_BINARY_BYTES:-28000000}"
 
 section() { printf '\n== %s\n' "$*"; }
 die() { printf '%s: FAIL: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
