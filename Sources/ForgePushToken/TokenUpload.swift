@@ -896,52 +896,51 @@ final class LatestValueMailbox: Sendable {
         state.withLock { $0.hasNews }
     }
 
-    /// Replaces the waiting value with `value` and wakes the waiting task, if any.
-    func put(_ value: String?) {
+    /// Applies `change` to the state and wakes the waiting task, if any, after the lock is released.
+    private func record(_ change: (inout State) -> Void) {
         let waiter = state.withLock { state in
-            state.value = .some(value)
-            state.lastPut = .some(value)
+            change(&state)
             return state.waiter.take()
         }
         waiter?.resume()
     }
 
+    /// Replaces the waiting value with `value` and wakes the waiting task, if any.
+    func put(_ value: String?) {
+        record { state in
+            state.value = .some(value)
+            state.lastPut = .some(value)
+        }
+    }
+
     /// Records a re-send request and wakes the waiting task, if any.
     func requestResend() {
-        let waiter = state.withLock { state in
+        record { state in
             state.resend = true
-            return state.waiter.take()
         }
-        waiter?.resume()
     }
 
     /// Records sign-out number `generation`, replacing one not yet taken and a resume asked
     /// before it, and wakes the waiting task, if any.
     func requestSignOut(_ generation: UInt64) {
-        let waiter = state.withLock { state in
+        record { state in
             state.signOut = generation
             state.resume = false
-            return state.waiter.take()
         }
-        waiter?.resume()
     }
 
     /// Records a resume, to be done after a sign-out not yet taken, and wakes the waiting task.
     func requestResume() {
-        let waiter = state.withLock { state in
+        record { state in
             state.resume = true
-            return state.waiter.take()
         }
-        waiter?.resume()
     }
 
     /// Records that the app returned to the foreground and wakes the waiting task, if any.
     func requestForeground() {
-        let waiter = state.withLock { state in
+        record { state in
             state.foreground = true
-            return state.waiter.take()
         }
-        waiter?.resume()
     }
 
     /// Takes the waiting news, waiting for some if there is none; `nil` once the task is
