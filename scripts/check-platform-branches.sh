@@ -33,6 +33,24 @@ trap 'rm -rf "$work"' EXIT
 common=(-swift-version 6 -warnings-as-errors -parse-as-library)
 sources=(Sources/ForgePushToken/*.swift)
 
+# must_not_compile MODULES EXPECTED WHY WITHOUT: the library, type-checked against the stand-in
+# modules in MODULES (one of them with a member removed), must fail, and with EXPECTED among its
+# errors: a branch that compiles without that member does not use it (WHY), and one that fails
+# for another reason is shown with its errors (WITHOUT: what was removed).
+must_not_compile() {
+  local modules="$1" expected="$2" why="$3" without="$4" log="$1.txt"
+  if swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken \
+    -I "$modules" "${sources[@]}" >"$log" 2>&1; then
+    echo "check-platform-branches: $why" >&2
+    exit 1
+  fi
+  if ! grep -q "$expected" "$log"; then
+    echo "check-platform-branches: $without the library failed for another reason:" >&2
+    cat "$log" >&2
+    exit 1
+  fi
+}
+
 for branch in UIKit AppKit WatchKit; do
   dir="$work/$branch"
   mkdir -p "$dir"
@@ -103,32 +121,17 @@ SWIFT
   mkdir -p "$dir/without-bundle"
   swiftc "${common[@]}" -emit-module -module-name "$branch" \
     -emit-module-path "$dir/without-bundle/$branch.swiftmodule" "$dir/without-bundle.swift"
-  if swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken \
-    -I "$dir/without-bundle" "${sources[@]}" >"$dir/no-bundle.txt" 2>&1; then
-    echo "check-platform-branches: $branch: the library compiled without Bundle; the branch must read the profile" >&2
-    exit 1
-  fi
-  if ! grep -q "cannot find 'Bundle' in scope" "$dir/no-bundle.txt"; then
-    echo "check-platform-branches: $branch: without Bundle the library failed for another reason:" >&2
-    cat "$dir/no-bundle.txt" >&2
-    exit 1
-  fi
+  must_not_compile "$dir/without-bundle" "cannot find 'Bundle' in scope" \
+    "$branch: the library compiled without Bundle; the branch must read the profile" "$branch: without Bundle"
   background=""
   if [ "$branch" = UIKit ]; then
     sed '/^    \/\/ BEGIN Background$/,/^    \/\/ END Background$/d' "Tests/PlatformStandIns/$branch.swift" > "$dir/without-background.swift"
     mkdir -p "$dir/without-background"
     swiftc "${common[@]}" -emit-module -module-name "$branch" \
       -emit-module-path "$dir/without-background/$branch.swiftmodule" "$dir/without-background.swift"
-    if swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken \
-      -I "$dir/without-background" "${sources[@]}" >"$dir/no-background.txt" 2>&1; then
-      echo "check-platform-branches: UIKit: the library compiled without beginBackgroundTask; uploads must take a background task assertion" >&2
-      exit 1
-    fi
-    if ! grep -q "has no member 'beginBackgroundTask'" "$dir/no-background.txt"; then
-      echo "check-platform-branches: UIKit: without beginBackgroundTask the library failed for another reason:" >&2
-      cat "$dir/no-background.txt" >&2
-      exit 1
-    fi
+    must_not_compile "$dir/without-background" "has no member 'beginBackgroundTask'" \
+      "UIKit: the library compiled without beginBackgroundTask; uploads must take a background task assertion" \
+      "UIKit: without beginBackgroundTask"
     background="; each upload attempt takes a background task assertion"
   fi
   # Without notificationSettings() the library must not compile: the authorization is read.
@@ -137,16 +140,9 @@ SWIFT
   grep -v 'open func notificationSettings()' Tests/PlatformStandIns/UserNotifications.swift >"$dir/without-settings.swift"
   swiftc "${common[@]}" -emit-module -module-name UserNotifications \
     -emit-module-path "$dir/without-settings/UserNotifications.swiftmodule" "$dir/without-settings.swift"
-  if swiftc "${common[@]}" -typecheck -module-name ForgePushToken -package-name ForgePushToken \
-    -I "$dir/without-settings" "${sources[@]}" >"$dir/no-settings.txt" 2>&1; then
-    echo "check-platform-branches: $branch: the library compiled without notificationSettings(); uploads must read the authorization" >&2
-    exit 1
-  fi
-  if ! grep -q "has no member 'notificationSettings'" "$dir/no-settings.txt"; then
-    echo "check-platform-branches: $branch: without notificationSettings() the library failed for another reason:" >&2
-    cat "$dir/no-settings.txt" >&2
-    exit 1
-  fi
+  must_not_compile "$dir/without-settings" "has no member 'notificationSettings'" \
+    "$branch: the library compiled without notificationSettings(); uploads must read the authorization" \
+    "$branch: without notificationSettings()"
   echo "check-platform-branches: $branch branch type-checks; registerForRemoteNotifications() needs the main actor;" \
     "a @MainActor model compiles against uploadTokenChanges; the branch reads the profile through Bundle$background;" \
     "the authorization status is read through UserNotifications"
