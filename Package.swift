@@ -41,12 +41,22 @@ let package = Package(
             providers: [.apt(["libmicrohttpd-dev"]), .brew(["libmicrohttpd"])]
         ),
 
+        // What the server's modules share and an app never needs (the app library stays free of
+        // it): the per-thread locks (`PerThreadLocked`), the engine's wake batching (`WakeBatch`),
+        // the one server log value (`ServerLog`, its level and its JSON lines), the Prometheus
+        // text format, the JSON body encoder and string escaper, time helpers (`Duration`
+        // conversions, `httpDate`), `writeAll` and the system error text. swift-system's and
+        // swift-log's role; pure Swift over ForgePushToken (for `Locked`).
+        .target(name: "ServerSupport", dependencies: ["ForgePushToken"], swiftSettings: swiftSettings),
+
         // The one owner of the service's versioned token and its subscribers, and the seam where
         // the state is kept (TokenStore: memory, the state file). Neither HTTP nor C.
         // The owner is generic over the HTTP layer's rendition and subscribers: its few hot members
         // (current, version, commit, deliver) and Locked.withLock are @inlinable, so the HTTP
         // layer specialises them in every build, with no unsafe flag (docs/performance.md).
-        .target(name: "ForgePushTokenOwner", dependencies: ["ForgePushToken"], swiftSettings: swiftSettings),
+        .target(
+            name: "ForgePushTokenOwner", dependencies: ["ForgePushToken", "ServerSupport"],
+            swiftSettings: swiftSettings),
 
         // Linux's epoll(7) and eventfd(2) headers, which Swift's Glibc module leaves out (used by
         // the daemon loops and the subscriber watcher; no library is linked).
@@ -75,53 +85,43 @@ let package = Package(
         // owns, with the certificate always verified (TLS to Redis, docs/replicas.md).
         .target(name: "GnuTLSClient", dependencies: ["CGnuTLS"], swiftSettings: swiftSettings),
 
-        // The Prometheus text exposition format and the one histogram type, for the service's series
-        // (ForgePushTokenHTTP) and the Redis store's (RedisTokenStore). Its own small module because
-        // no existing one fits: the only modules both import are ForgePushToken (the app library)
-        // and ForgePushTokenOwner, which knows no HTTP and no Prometheus (docs/architecture.md).
-        // Pure Swift, no dependency.
-        .target(name: "PrometheusExposition", swiftSettings: swiftSettings),
-
-        // The level of the service's log lines (ServerLogLevel), apart from the app library's
-        // PushTokenManager.LogLevel. Its own small module because the modules that log for the
-        // service (ForgePushTokenHTTP, MicroHTTPDServer, RedisTokenStore, the executable) share no
-        // other one that fits: the engine does not import the owner, the Redis store not the HTTP
-        // layer, and ForgePushToken is the app library. Pure Swift, no dependency.
-        .target(name: "ServiceLogging", swiftSettings: swiftSettings),
-
         // The only module that imports CHiredis: the Redis connection, URL, Lua scripts and the
         // store that lets replicas share one token (docs/replicas.md).
         .target(
             name: "RedisTokenStore",
-            dependencies: [
-                "CHiredis", "GnuTLSClient", "ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition",
-                "ServiceLogging",
-            ],
+            dependencies: ["CHiredis", "GnuTLSClient", "ForgePushToken", "ForgePushTokenOwner", "ServerSupport"],
             swiftSettings: swiftSettings),
 
-        // Pure Swift HTTP semantics: requests, responses, routes, body decoding, SSE framing.
+        // The contract between an engine and an application (HummingbirdCore's role), pure Swift:
+        // the request and response vocabulary, pending responses, the engine's own answers,
+        // framing, the head budget and deadlines, the response header fields, CORS, entity tags,
+        // SSE framing, and the narrow `HTTPApplication`. It names no route and no owner.
         .target(
-            name: "ForgePushTokenHTTP",
-            dependencies: [
-                "ForgePushToken", "ForgePushTokenOwner", "PrometheusExposition",
-                "ServiceLogging",
-            ],
+            name: "HTTPServing", dependencies: ["ForgePushToken", "ServerSupport"], swiftSettings: swiftSettings),
+
+        // The token service as an `HTTPApplication` (hummingbird's Application and Router): the
+        // routes, `Service`, the responder split by job, metrics, snapshots, subscribers, the
+        // replica mode, drain and credentials, over the owner.
+        .target(
+            name: "TokenService",
+            dependencies: ["HTTPServing", "ServerSupport", "ForgePushToken", "ForgePushTokenOwner"],
             swiftSettings: swiftSettings),
 
         // The only module that imports CMicroHTTPD: daemon, callbacks, streaming, shutdown. The
-        // engine: generic over ForgePushTokenHTTP's `HTTPApplication`, it knows nothing of the
-        // owner (it does not import ForgePushTokenOwner; docs/architecture.md, "Replacing the engine").
+        // engine: generic over HTTPServing's `HTTPApplication`, it knows no route and no owner (it
+        // imports neither TokenService nor ForgePushTokenOwner; docs/architecture.md, "Replacing
+        // the engine"; scripts/check-module-graph.py checks its imports).
         .target(
             name: "MicroHTTPDServer",
-            dependencies: ["CMicroHTTPD", "CLinuxEvents", "ForgePushTokenHTTP", "ForgePushToken", "ServiceLogging"],
+            dependencies: ["CMicroHTTPD", "CLinuxEvents", "HTTPServing", "ServerSupport", "ForgePushToken"],
             swiftSettings: swiftSettings),
 
         // Configuration, signals, start and stop.
         .executableTarget(
             name: "forge-push-token-server",
             dependencies: [
-                "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "RedisTokenStore",
-                "ServiceLogging", "CLinuxEvents",
+                "MicroHTTPDServer", "TokenService", "HTTPServing", "ForgePushTokenOwner", "ForgePushToken",
+                "RedisTokenStore", "ServerSupport", "CLinuxEvents",
             ]
         ),
 
@@ -132,7 +132,8 @@ let package = Package(
         // The owner's testing kit: a scripted store on MemoryTokenStore's decisions, a recording
         // subscriber, and waiting for a commit's outcome (commitAtOnce, commitAndWait).
         .target(
-            name: "ForgePushTokenOwnerTestSupport", dependencies: ["ForgePushTokenOwner", "ForgePushToken"],
+            name: "ForgePushTokenOwnerTestSupport",
+            dependencies: ["ForgePushTokenOwner", "ForgePushToken", "ServerSupport"],
             path: "Tests/OwnerTestSupport", swiftSettings: swiftSettings),
         // Fixtures/ holds provisioning profiles (scripts/make-profile-fixtures.sh); the tests read
         // them beside their source file (#filePath), so they are not bundled as resources.
@@ -145,26 +146,27 @@ let package = Package(
                 "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
             ],
             swiftSettings: swiftSettings),
+        // The token service's tests (and the server support's: the wake batch, the log lines).
         .testTarget(
-            name: "ForgePushTokenHTTPTests",
+            name: "TokenServiceTests",
             dependencies: [
-                "ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
-                "ForgePushTokenOwnerTestSupport", "ServiceLogging", "PrometheusExposition",
+                "TokenService", "HTTPServing", "ServerSupport", "ForgePushTokenOwner", "ForgePushToken",
+                "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
             ],
             swiftSettings: swiftSettings),
-        // The engine's own tests: against a small fake application, with no owner.
+        // The engine's own tests: against a small fake application with routes of its own, with
+        // no owner and no token service.
         .testTarget(
             name: "MicroHTTPDServerTests",
             dependencies: [
-                "MicroHTTPDServer", "ForgePushTokenHTTP", "ForgePushToken", "ForgePushTokenTestSupport",
-                "ServiceLogging",
+                "MicroHTTPDServer", "HTTPServing", "ServerSupport", "ForgePushToken", "ForgePushTokenTestSupport",
             ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "RedisTokenStoreTests",
             dependencies: [
                 "RedisTokenStore", "ForgePushTokenOwner", "ForgePushToken", "ForgePushTokenTestSupport",
-                "PrometheusExposition", "ServiceLogging",
+                "ServerSupport",
             ],
             swiftSettings: swiftSettings),
         // The executable's options, and the whole service behind the engine over real sockets
@@ -172,16 +174,16 @@ let package = Package(
         .testTarget(
             name: "ForgePushTokenServerTests",
             dependencies: [
-                "forge-push-token-server", "MicroHTTPDServer", "ForgePushTokenHTTP", "RedisTokenStore",
+                "forge-push-token-server", "MicroHTTPDServer", "TokenService", "HTTPServing", "RedisTokenStore",
                 "ForgePushToken", "ForgePushTokenOwner", "ForgePushTokenTestSupport", "ForgePushTokenOwnerTestSupport",
-                "ServiceLogging",
+                "ServerSupport",
             ], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )
 
 // The request fuzzer (fuzz/README.md): the harness in fuzz/Harness as an executable target over the
-// pure-Swift HTTP layer, so that it is built by SwiftPM with the package's own settings. fuzz/run.sh
+// pure-Swift token service, so that it is built by SwiftPM with the package's own settings. fuzz/run.sh
 // builds it with libFuzzer and AddressSanitizer in a scratch path of its own (`swift build --product
 // request-fuzzer -Xswiftc -sanitize=fuzzer,address -Xswiftc -D -Xswiftc FORGE_REQUEST_FUZZER`), with
 // no unsafe flag here: every other build (`swift build`, the sanitizer builds of scripts/test.sh)
@@ -190,7 +192,7 @@ let package = Package(
 package.targets.append(
     .executableTarget(
         name: "RequestFuzzer",
-        dependencies: ["ForgePushTokenHTTP", "ForgePushTokenOwner", "ForgePushToken", "PrometheusExposition"],
+        dependencies: ["TokenService", "HTTPServing", "ServerSupport", "ForgePushTokenOwner", "ForgePushToken"],
         path: "fuzz/Harness", swiftSettings: swiftSettings))
 package.products.append(.executable(name: "request-fuzzer", targets: ["RequestFuzzer"]))
 

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ServerSupport
 
 #if canImport(FoundationEssentials)
     import FoundationEssentials

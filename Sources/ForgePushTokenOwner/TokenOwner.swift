@@ -1,4 +1,5 @@
 import ForgePushToken
+import ServerSupport
 import Synchronization
 
 /// The one owner of the service's token: the versioned token, its subscribers and its store.

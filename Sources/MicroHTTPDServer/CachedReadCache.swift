@@ -1,6 +1,6 @@
 import CMicroHTTPD
 import ForgePushToken
-import ForgePushTokenHTTP
+import HTTPServing
 
 #if canImport(Glibc)
     import Glibc
@@ -37,8 +37,8 @@ final class CachedReadCache: Sendable {
     /// the same header fields without the body), or its `304 Not Modified` when `ifNoneMatch` (the
     /// request's `If-None-Match` field value, a C string, or `nil`) matches the current `ETag`.
     /// - Returns: libmicrohttpd's result, the status queued and the body size (for the records).
-    func queue<Application: HTTPApplication>(
-        on connection: OpaquePointer, application: Application, ifNoneMatch: UnsafePointer<CChar>?
+    func queue(
+        on connection: OpaquePointer, application: any HTTPCachedReads, ifNoneMatch: UnsafePointer<CChar>?
     ) -> (result: MHD_Result, status: Int, bytes: Int) {
         let version = application.cachedReadVersion
         // The application's lock nests inside the cache's (never the other way round).

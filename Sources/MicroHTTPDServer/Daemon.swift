@@ -1,6 +1,6 @@
 import CMicroHTTPD
 import ForgePushToken
-import ForgePushTokenHTTP
+import HTTPServing
 
 /// What one daemon's callbacks receive as their `cls`: the loop that runs that daemon (which a
 /// resumed connection must wake), its connections' deadlines, and the server's limits; the
@@ -60,6 +60,15 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// specialised for `Application`, and reading it through `server` looked up the server's
     /// generic metadata on each of the ten reads a request makes).
     let application: Application
+    /// The application's traits (`HTTPApplicationTraits`), copied once from the server.
+    let traits: HTTPApplicationTraits
+    /// The application as `HTTPCachedReads` (`MicroHTTPDServer.cachedReader`), copied once.
+    let cachedReader: (any HTTPCachedReads)?
+    /// The cached read's path (`HTTPApplicationTraits.cachedReadPath`; empty without one).
+    let cachedReadPath: StaticString
+
+    /// One request's context for this application.
+    typealias Context = ApplicationRequestContext<Application.Admitted, Application.Label>
 
     /// The header fields and query parameters the first pass over a request's records keeps
     /// (the engine's and the application's).
@@ -68,9 +77,11 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) {
         self.server = server
         self.application = server.application
+        self.traits = server.traits
+        self.cachedReader = server.cachedReader
+        self.cachedReadPath = server.traits.cachedReadPath ?? ""
         self.capture = HeadFieldCapture(
-            headerFields: server.application.headerFieldsRead,
-            queryParameters: server.application.queryParametersRead)
+            headerFields: server.traits.headerFieldsRead, queryParameters: server.traits.queryParametersRead)
         super.init(loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes)
     }
 

@@ -2,6 +2,7 @@ import CLinuxEvents
 import CMicroHTTPD
 import Dispatch
 import ForgePushToken
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
-import ForgePushTokenHTTP
+import HTTPServing
+import ServerSupport
 
 /// An event stream's response as libmicrohttpd's content reader sees it (`mhdStreamReader`,
 /// `mhdStreamFree`): the base of `EventStream<Application>`, whose overrides read the
@@ -101,7 +102,7 @@ extension Daemon {
     /// Opens the event stream `admitted` asked for (`HTTPApplication.openStream(for:wake:)`), or
     /// answers its refusal, and queues a chunked response whose content reader is
     /// `mhdStreamReader`.
-    func openStream(_ admitted: AdmittedRequest, on connection: OpaquePointer, context: RequestContext)
+    func openStream(_ admitted: Application.Admitted, on connection: OpaquePointer, context: Context)
         -> MHD_Result
     {
         let handle = ConnectionHandle(pointer: connection, loop: loop)

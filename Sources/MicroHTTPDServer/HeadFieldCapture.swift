@@ -1,5 +1,5 @@
 import CMicroHTTPD
-import ForgePushTokenHTTP
+import HTTPServing
 
 #if canImport(Glibc)
     import Glibc

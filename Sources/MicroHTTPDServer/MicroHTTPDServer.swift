@@ -1,7 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
-import ForgePushTokenHTTP
-import ServiceLogging
+import HTTPServing
+import ServerSupport
 import Synchronization
 
 #if canImport(Glibc)
@@ -34,11 +34,14 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     /// What the engine serves.
     public let application: Application
     let log: ServerLog
-    let watcher: SubscriberWatcher<Application>
-    /// The cached read's response for the current version (`HTTPApplication.cachedRead()`).
+    /// What the application said of itself at start (`HTTPApplication.traits`, read once).
+    let traits: HTTPApplicationTraits
+    /// The application as `HTTPCachedReads`, when it is one and names a cached read's path
+    /// (`HTTPApplicationTraits.cachedReadPath`): asked once, at start.
+    let cachedReader: (any HTTPCachedReads)?
+    let watcher: SubscriberWatcher
+    /// The cached read's response for the current version (`HTTPCachedReads.cachedRead()`).
     let cachedReads = CachedReadCache()
-    /// The route of the cached read's path, for its records (`nil` when the path names none).
-    let cachedReadRoute: Route?
     /// Requests that reached the access handler and have not completed, streams included: an
     /// atomic, not a lock, because every request on every daemon thread counts itself in and out.
     let inFlight = Atomic<Int>(0)
@@ -70,10 +73,12 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         self.configuration = configuration
         self.application = application
         self.log = log
-        self.cachedReadRoute = Route(path: application.cachedReadPath.description)
+        let traits = application.traits
+        self.traits = traits
+        self.cachedReader = traits.cachedReadPath == nil ? nil : application as? any HTTPCachedReads
         self.watcher = try SubscriberWatcher(
-            application: application, heartbeatSeconds: configuration.heartbeatSeconds,
-            ticks: application.wantsTicks)
+            ticks: application as? any HTTPTicks, heartbeatSeconds: configuration.heartbeatSeconds,
+            wantsTicks: traits.wantsTicks)
         let files = Self.raiseFileLimit(log: log)
         // Each connection holds a descriptor; some are the service's own (listening socket, epoll
         // sets, eventfds, the state file, standard streams). Over the file limit, libmicrohttpd

@@ -1,4 +1,4 @@
-import ForgePushTokenHTTP
+import HTTPServing
 
 /// The pending answers (`PendingResponse`) whose connections are suspended now, kept so that a
 /// stopping server answers every one of them before libmicrohttpd stops: libmicrohttpd 0.9.75

@@ -1,6 +1,6 @@
 import CMicroHTTPD
 import ForgePushToken
-import ForgePushTokenHTTP
+import HTTPServing
 
 #if canImport(Glibc)
     import Glibc
@@ -9,24 +9,23 @@ import ForgePushTokenHTTP
 #endif
 
 /// Per-request state, owned by libmicrohttpd's `*con_cls` from the first access-handler call until
-/// the request-completed callback. Only the connection's polling thread touches it. Where the
-/// request stands is one value, `machine` (`RequestStateMachine`); the rest is what the engine
-/// keeps beside it (the body's bytes, what was sent, for the metrics and the access log).
+/// the request-completed callback. Only the connection's polling thread touches it. This class
+/// holds what the engine keeps whatever the application (the body's bytes, what was sent, for the
+/// metrics and the access log); each request is an `ApplicationRequestContext`, which adds where
+/// the request stands (`machine`, a `RequestStateMachine` over the application's admitted
+/// request) and the application's label for it, so that `RequestSlot` and the free functions that
+/// queue responses need not be generic.
 ///
 /// Its variables are `@exclusivity(unchecked)` (SE-0176's per-declaration opt-out of the run-time
 /// exclusivity check, which cost about 550 instructions a `POST /register`): sound because one
 /// thread touches them, and no access to one of them is held across a call that touches the same
 /// one (the engine reads or sets each in one statement; `machine`'s mutating steps and `body`'s
 /// appends call nothing that reaches this context).
-final class RequestContext {
+class RequestContext {
     let method: String
     let path: String
     let started = ContinuousClock.now
-    /// Where the request stands, and the body bytes received.
-    @exclusivity(unchecked) var machine: RequestStateMachine
-    /// The route `HTTPApplication.admit` matched (kept for the metrics once the request is over).
-    @exclusivity(unchecked) var route: Route?
-    /// The body bytes kept (`RequestStateMachine.Action.keep`).
+    /// The body bytes kept (`RequestStateMachine.BodyVerdict.keep`).
     @exclusivity(unchecked) var body: [UInt8] = []
     /// Whether the body comes chunked (its connection has a short idle timeout until it is complete).
     let chunked: Bool
@@ -40,7 +39,7 @@ final class RequestContext {
     /// The request's `Origin` field value, kept from its head on so that every answer to it, the
     /// engine's own included, gets the same CORS fields (`ResponseHeaders.completing`).
     let origin: String?
-    /// The service's CORS policy (`HTTPApplication.crossOrigin`).
+    /// The application's CORS policy (`HTTPApplicationTraits.crossOrigin`).
     let crossOrigin: CrossOriginPolicy
     /// What the head costs in libmicrohttpd's pool (`RequestHeadBudget`): its bytes, its records
     /// (fields, query arguments, cookies) and its first `Cookie` value's length; what a chunked
@@ -49,14 +48,29 @@ final class RequestContext {
     /// Whether the trailer fields were checked (once, in the call where the body is complete).
     @exclusivity(unchecked) var trailerChecked = false
 
-    init(
-        method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy, limit: Int
-    ) {
-        self.machine = RequestStateMachine(limit: limit)
+    init(method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy) {
         self.method = method
         self.path = path
         self.chunked = chunked
         self.origin = origin
         self.crossOrigin = crossOrigin
+    }
+}
+
+/// One request's context for an application whose admitted requests are `Admitted` and whose
+/// labels are `Label`: where the request stands, and what the application named it. Made by
+/// `Daemon.open` only; its variables are `@exclusivity(unchecked)` on the same grounds as
+/// `RequestContext`'s.
+final class ApplicationRequestContext<Admitted: Sendable, Label: Sendable>: RequestContext {
+    /// Where the request stands, and the body bytes received.
+    @exclusivity(unchecked) var machine: RequestStateMachine<Admitted>
+    /// The label `HTTPApplication.admit` gave the request (kept for its record once it is over).
+    @exclusivity(unchecked) var label: Label?
+
+    init(
+        method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy, limit: Int
+    ) {
+        self.machine = RequestStateMachine(limit: limit)
+        super.init(method: method, path: path, chunked: chunked, origin: origin, crossOrigin: crossOrigin)
     }
 }

@@ -1,7 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
-import ForgePushTokenHTTP
-import ServiceLogging
+import HTTPServing
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -219,7 +219,7 @@ extension MicroHTTPDServer {
                 if configuration.tls == nil {
                     let message = EngineAnswers.requestTimeout(seconds: seconds, body: body)
                         .closingMessage(
-                            reason: "Request Timeout", date: httpDate(), crossOrigin: application.crossOrigin,
+                            reason: "Request Timeout", date: httpDate(), crossOrigin: traits.crossOrigin,
                             origin: origin)
                     _ = message.withUnsafeBytes {
                         send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))

@@ -1,6 +1,6 @@
 import CMicroHTTPD
 import ForgePushToken
-import ForgePushTokenHTTP
+import HTTPServing
 
 #if canImport(Glibc)
     import Glibc

@@ -1,6 +1,6 @@
 import CMicroHTTPD
 import ForgePushToken
-import ForgePushTokenHTTP
+import HTTPServing
 import Synchronization
 
 #if canImport(Glibc)
@@ -59,7 +59,7 @@ extension Daemon {
         case .cachedRead(let mark):
             return cachedRead(call, mark)
         case .context(let context):
-            return carryOn(call, context)
+            return carryOn(call, unsafeDowncast(context, to: Context.self))
         }
     }
 
@@ -68,7 +68,7 @@ extension Daemon {
     private func headArrived(_ call: RequestCall, flaw: TargetFlaw?) -> MHD_Result {
         let connection = call.connection
         let configuration = server.configuration
-        let mark = application.answersCachedReadsBlindly ? cachedReadMark(call) : nil
+        let mark = cachedReader?.answersCachedReadsBlindly == true ? cachedReadMark(call) : nil
         let facts = readHead(call)
         if facts.framingRefusal == nil, facts.chunked {
             // A chunked body whose chunk-size line cannot fit in the pool leaves libmicrohttpd
@@ -81,7 +81,7 @@ extension Daemon {
         // A head that completes past --header-timeout is not carried out: its connection is
         // being closed (RequestDeadline).
         // With CORS on, its 408 (should the body be late) carries the CORS fields for its Origin.
-        let crossOrigin = application.crossOrigin
+        let crossOrigin = traits.crossOrigin
         guard
             deadlines.headReceived(
                 connection, at: .now, bodyExpected: facts.expectsBody,
@@ -94,7 +94,7 @@ extension Daemon {
         // context keeps), and `100 Continue` (with more bytes buffered behind it, the second call
         // would be one where no answer can be queued; see `handle`).
         if let mark, flaw == nil, facts.framingRefusal == nil, facts.contentLength == nil,
-            !application.recordsEveryRequest, !facts.expectsContinue
+            !traits.recordsEveryRequest, !facts.expectsContinue
         {
             RequestSlot.cachedRead(mark).store(in: call.slot)
             return .YES
@@ -103,10 +103,9 @@ extension Daemon {
     }
 
     /// A `CachedReadMark` when the request is a `GET` or `HEAD` of the cached read's path
-    /// (`HTTPApplication.cachedReadPath`), compared in place: no `String` is made.
+    /// (`HTTPApplicationTraits.cachedReadPath`), compared in place: no `String` is made.
     private func cachedReadMark(_ call: RequestCall) -> CachedReadMark? {
-        let path = application.cachedReadPath
-        let matches = path.withUTF8Buffer { bytes in
+        let matches = cachedReadPath.withUTF8Buffer { bytes in
             bytes.withMemoryRebound(to: CChar.self) { path in
                 // A static string's bytes end with a NUL.
                 path.baseAddress.map { strcmp(call.url, $0) == 0 } ?? false
@@ -137,26 +136,25 @@ extension Daemon {
     private func open(_ call: RequestCall, facts: HeadFacts, flaw: TargetFlaw?, cachedRead: Bool) -> MHD_Result {
         let head = requestHead(
             call.connection, method: String(cString: call.method), path: String(cString: call.url),
-            fields: application.headerFieldsRead, parameters: application.queryParametersRead, scan: facts.scan)
+            fields: traits.headerFieldsRead, parameters: traits.queryParametersRead, scan: facts.scan)
         // The engine's own answers carry the CORS fields too: `Origin` is read whether or not the
         // application reads it.
-        let context = RequestContext(
+        let context = Context(
             method: head.method, path: head.path, chunked: facts.chunked,
             origin: facts.scan.fields.string(capture.origin, name: "Origin", on: call.connection),
-            crossOrigin: application.crossOrigin, limit: server.configuration.maxBodyBytes)
+            crossOrigin: traits.crossOrigin, limit: server.configuration.maxBodyBytes)
         context.headCost = (facts.scan.headBytes, facts.scan.counts.records, facts.scan.counts.cookieValueBytes)
         RequestSlot.context(context).store(in: call.slot)
-        let decided: RequestStateMachine.Head
+        let decided: RequestStateMachine<Application.Admitted>.Head
         if let refusal = flaw.flatMap({ targetRefusal($0, limit: maxURLBytes) }) ?? facts.framingRefusal {
-            context.route = Route(path: head.path)  // for the records only: the head is not admitted
-            decided = .refused(refusal)
+            decided = .refused(refusal)  // not admitted: no label (the application may go by the path)
         } else {
             switch application.admit(head) {
-            case .answer(let response, let route):
-                context.route = route
+            case .answer(let response, let label):
+                context.label = label
                 decided = .refused(response)
-            case .proceed(let admitted):
-                context.route = admitted.route
+            case .proceed(let admitted, let label):
+                context.label = label
                 decided = cachedRead ? .cachedRead : .admitted(admitted)
             }
         }
@@ -175,10 +173,11 @@ extension Daemon {
             guard case .context(let context) = RequestSlot(word: call.slot.pointee), result == .YES else {
                 return result
             }
-            return carryOn(call, context)
+            return carryOn(call, unsafeDowncast(context, to: Context.self))
         }
+        guard let cachedReader else { return .NO }  // marked only when there is one
         let queued = server.cachedReads.queue(
-            on: call.connection, application: application, ifNoneMatch: ifNoneMatch(call.connection))
+            on: call.connection, application: cachedReader, ifNoneMatch: ifNoneMatch(call.connection))
         var answered = mark
         answered.status = queued.status == 304 ? .notModified : .ok
         RequestSlot.cachedRead(answered).store(in: call.slot)
@@ -186,7 +185,7 @@ extension Daemon {
     }
 
     /// A later call of an ordinary request: a piece of body, or its end.
-    private func carryOn(_ call: RequestCall, _ context: RequestContext) -> MHD_Result {
+    private func carryOn(_ call: RequestCall, _ context: Context) -> MHD_Result {
         let count = call.uploadSize.pointee
         guard count == 0 else {
             call.uploadSize.pointee = 0
@@ -197,7 +196,7 @@ extension Daemon {
 
     /// A piece of body of `count` bytes: kept, dropped, or the connection closed, as the machine
     /// says.
-    private func bodyChunk(_ data: UnsafePointer<CChar>?, count: Int, _ context: RequestContext) -> MHD_Result {
+    private func bodyChunk(_ data: UnsafePointer<CChar>?, count: Int, _ context: Context) -> MHD_Result {
         switch context.machine.bodyChunk(count: count) {
         case .keep:
             data?.withMemoryRebound(to: UInt8.self, capacity: count) {
@@ -215,7 +214,7 @@ extension Daemon {
 
     /// The body is complete (or there was none), or a suspended connection was resumed: its
     /// deadline and trailer checked, the machine's next step carried out.
-    private func bodyComplete(_ call: RequestCall, _ context: RequestContext) -> MHD_Result {
+    private func bodyComplete(_ call: RequestCall, _ context: Context) -> MHD_Result {
         let connection = call.connection
         let configuration = server.configuration
         if context.chunked {
@@ -236,7 +235,9 @@ extension Daemon {
 
     /// Carries out a step of the request's `RequestStateMachine`: the libmicrohttpd calls, and the
     /// application's, whose reply goes back to the machine.
-    private func perform(_ step: consuming RequestStateMachine.Step, _ call: RequestCall, _ context: RequestContext)
+    private func perform(
+        _ step: consuming RequestStateMachine<Application.Admitted>.Step, _ call: RequestCall, _ context: Context
+    )
         -> MHD_Result
     {
         let connection = call.connection
@@ -247,15 +248,16 @@ extension Daemon {
             return respond(response, on: connection, context: context)
         case .queueCachedRead:
             context.body = []
+            guard let cachedReader else { return .NO }  // decided only when there is one
             let queued = server.cachedReads.queue(
-                on: connection, application: application, ifNoneMatch: ifNoneMatch(connection))
+                on: connection, application: cachedReader, ifNoneMatch: ifNoneMatch(connection))
             context.status = queued.status
             context.bytes = queued.bytes
             return queued.result
-        case .respond(var admitted):
-            admitted.request.body = context.body
+        case .respond(let admitted):
+            let body = context.body
             context.body = []
-            let reply = application.respond(to: admitted)
+            let reply = application.respond(to: admitted, body: body)
             return perform(context.machine.replied(reply, to: admitted), call, context)
         case .openStream(let admitted):
             return openStream(admitted, on: connection, context: context)
@@ -266,7 +268,7 @@ extension Daemon {
 
     /// Sends `pending`'s response when it is decided; otherwise suspends the connection until it is
     /// (libmicrohttpd calls the access handler again once the connection is resumed).
-    private func answer(_ pending: PendingResponse, on connection: OpaquePointer, context: RequestContext)
+    private func answer(_ pending: PendingResponse, on connection: OpaquePointer, context: Context)
         -> MHD_Result
     {
         let handle = ConnectionHandle(pointer: connection, loop: loop)
@@ -309,10 +311,10 @@ extension Daemon {
             server.inFlight.subtract(1, ordering: .acquiringAndReleasing)
             application.recordFinished(
                 FinishedRequest(
-                    method: mark.isHead ? "HEAD" : "GET", path: application.cachedReadPath.description,
-                    route: server.cachedReadRoute, status: mark.status.code, bytes: 0, microseconds: nil,
-                    wasStream: false))
-        case .context(let context):
+                    method: mark.isHead ? "HEAD" : "GET", path: cachedReadPath.description, label: nil,
+                    status: mark.status.code, bytes: 0, microseconds: nil, wasStream: false))
+        case .context(let untyped):
+            let context = unsafeDowncast(untyped, to: Context.self)
             server.inFlight.subtract(1, ordering: .acquiringAndReleasing)
             if let parked = context.parked {  // closed while it waited (the server stopping)
                 context.parked = nil
@@ -323,10 +325,10 @@ extension Daemon {
             let micros = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
             application.recordFinished(
                 FinishedRequest(
-                    method: context.method, path: context.path, route: context.route, status: context.status,
+                    method: context.method, path: context.path, label: context.label, status: context.status,
                     bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
                     wasStream: context.stream != nil,
-                    remote: application.wantsPeerAddresses ? peerAddress(of: connection) : nil))
+                    remote: traits.wantsPeerAddresses ? peerAddress(of: connection) : nil))
         }
     }
 }

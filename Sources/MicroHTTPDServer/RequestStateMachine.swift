@@ -1,4 +1,4 @@
-import ForgePushTokenHTTP
+import HTTPServing
 
 /// The progress of one request through the engine, as a value, as swift-nio's
 /// `HTTPServerPipelineHandler` keeps its pipeline's state: the engine feeds it events (the head has
@@ -13,20 +13,21 @@ import ForgePushTokenHTTP
 ///
 /// The body's bytes stay with the engine (the machine only counts them).
 ///
-/// A value type. One request's machine is used by its connection's thread only.
-struct RequestStateMachine {
+/// Generic over the application's admitted request (`HTTPApplication.Admitted`), which it holds
+/// between the head and the reply. A value type. One request's machine is used by its connection's thread only.
+struct RequestStateMachine<Admitted: Sendable> {
     /// Where the request stands.
     enum State {
         /// The head has not been seen yet.
         case idle
         /// Its head passed the application's checks: the body (if any) is being read.
-        case admitted(AdmittedRequest)
+        case admitted(Admitted)
         /// Its head alone decided this answer (404, 405, 401, 414, `OPTIONS`, a framing
         /// refusal): sent once the body (if any) has been read and dropped, or at once.
         case refused(HTTPResponse)
         /// Its body is over the limit: read and dropped, answered 413 at its end.
         case tooLarge
-        /// The cached read (`HTTPApplication.cachedReadPath`): answered from the engine's cache.
+        /// The cached read (`HTTPApplicationTraits.cachedReadPath`): answered from the engine's cache.
         case cachedRead
         /// The application is asked (`.respond`): its reply comes back as `replied(_:to:)`, with
         /// the request, which the machine no longer holds (handed over, not copied: a request's
@@ -44,9 +45,9 @@ struct RequestStateMachine {
         /// own refusal of the target or the framing).
         case refused(HTTPResponse)
         /// Read the body and ask the application.
-        case admitted(AdmittedRequest)
+        case admitted(Admitted)
         /// A `GET` or `HEAD` of the cached read's path that the engine answers from its cache
-        /// (`HTTPApplication.answersCachedReadsBlindly`).
+        /// (`HTTPCachedReads.answersCachedReadsBlindly`).
         case cachedRead
     }
 
@@ -70,11 +71,11 @@ struct RequestStateMachine {
         case queue(HTTPResponse)
         /// Queue the cached read's response (or its 304).
         case queueCachedRead
-        /// Ask the application (`HTTPApplication.respond(to:)`) with the body kept, and pass its
+        /// Ask the application (`HTTPApplication.respond(to:body:)`) with the body kept, and pass its
         /// reply to `replied(_:to:)`.
-        case respond(AdmittedRequest)
+        case respond(Admitted)
         /// Open the event stream (`HTTPApplication.openStream(for:wake:)`).
-        case openStream(AdmittedRequest)
+        case openStream(Admitted)
         /// Take the pending answer and queue it, or suspend the connection until it is decided
         /// (`PendingResponse.take(orPark:resume:)`); the resumed call is `complete()` again.
         case takeOrSuspend(PendingResponse)
@@ -207,7 +208,7 @@ struct RequestStateMachine {
     /// The application replied `reply` to `.respond(admitted)`.
     /// - Returns: `.queue`, `.openStream(admitted)`, or `.takeOrSuspend` for an answer decided
     ///   later; `.none` when no reply was asked for.
-    mutating func replied(_ reply: HTTPReply, to admitted: consuming AdmittedRequest) -> Step {
+    mutating func replied(_ reply: HTTPReply, to admitted: consuming Admitted) -> Step {
         guard case .responding = state else { return .none }
         switch reply {
         case .response(let response):

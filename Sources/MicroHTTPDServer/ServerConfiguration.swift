@@ -1,4 +1,4 @@
-import ForgePushTokenHTTP
+import HTTPServing
 
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,5 @@
 import ForgePushToken
+import ServerSupport
 
 /// Why a `MicroHTTPDServer` could not start.
 public enum ServerError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -1,6 +1,6 @@
 import CLinuxEvents
 import Dispatch
-import ForgePushTokenHTTP
+import HTTPServing
 
 #if canImport(Glibc)
     import Glibc
@@ -25,21 +25,25 @@ import ForgePushTokenHTTP
 /// Thread-safety: `watch`/`unwatch` may be called from any thread (epoll_ctl is thread-safe);
 /// `stop()` once, from any thread. The epoll event's data is the subscriber id, not the fd, so an
 /// event that races with a removal names an id the application no longer knows and is ignored.
-final class SubscriberWatcher<Application: HTTPApplication>: Sendable {
+final class SubscriberWatcher: Sendable {
     private let epoll: Int32
     private let stopSignal: Int32
-    private let application: Application
+    /// The application's heartbeat, ticks and stream departures (`HTTPTicks`), or `nil` for an
+    /// application without them.
+    private let application: (any HTTPTicks)?
     private let heartbeatSeconds: Int
     private let ticks: Bool
     private let finished = DispatchSemaphore(value: 0)
     private var stopID: UInt64 { UInt64.max }
 
     /// - Throws: `ServerError.socket` when the epoll set or the eventfd cannot be made.
-    init(application: Application, heartbeatSeconds: Int, ticks: Bool) throws(ServerError) {
+    /// A watcher that tells `ticks` of the heartbeat every `heartbeatSeconds`, of its ticks (when
+    /// `wantsTicks`) and of departed stream clients.
+    init(ticks: (any HTTPTicks)?, heartbeatSeconds: Int, wantsTicks: Bool) throws(ServerError) {
         precondition(heartbeatSeconds >= 1, "heartbeat must be at least 1 second")
-        self.application = application
+        self.application = ticks
         self.heartbeatSeconds = heartbeatSeconds
-        self.ticks = ticks
+        self.ticks = wantsTicks && ticks != nil
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else { throw .socket(call: "epoll_create1", address: "subscriber watcher", errno: errno) }
         stopSignal = eventfd(0, Int32(EFD_CLOEXEC))
@@ -97,11 +101,11 @@ final class SubscriberWatcher<Application: HTTPApplication>: Sendable {
         while true {
             let now = clock.now
             if now >= nextTick {
-                application.heartbeat()
+                application?.heartbeat()
                 nextTick = now + period
             }
             if let second = nextTickOfAge, now >= second {
-                application.tick()
+                application?.tick()
                 nextTickOfAge = now + .milliseconds(tickMilliseconds)
             }
             let wait = (nextTickOfAge.map { min(nextTick, $0) } ?? nextTick) - now
@@ -111,7 +115,7 @@ final class SubscriberWatcher<Application: HTTPApplication>: Sendable {
             if count < 0 { continue }  // EINTR
             for event in events.prefix(Int(count)) {
                 if event.data.u64 == stopID { return }
-                application.clientLeft(stream: event.data.u64)
+                application?.clientLeft(stream: event.data.u64)
             }
         }
     }

@@ -2,6 +2,7 @@ import CHiredis
 import ForgePushToken
 import ForgePushTokenOwner
 import GnuTLSClient
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -1,7 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
-import ServiceLogging
+import ServerSupport
 
 /// What the writer and the subscription share: the link's health (`RedisLinkStateMachine`),
 /// driven here, and the parts with a job each: the one place that connects to Redis

@@ -1,6 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
-import ServiceLogging
+import ServerSupport
 
 /// The health of a replica's link to Redis, and when to ping, check and reconnect: a plain value
 /// with no lock, no clock and no I/O, in the shape of swift-nio's state machines. Every event is a

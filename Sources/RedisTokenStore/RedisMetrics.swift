@@ -1,4 +1,4 @@
-import PrometheusExposition
+import ServerSupport
 
 /// The store's counters, and their Prometheus text (version 0.0.4) for `/metrics`
 /// (docs/operations.md lists the series): the gauge `forge_push_token_redis_up` (0 or 1), the

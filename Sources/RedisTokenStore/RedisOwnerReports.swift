@@ -1,6 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
-import ServiceLogging
+import ServerSupport
 
 /// The Redis store's way to the owner: the owner's report closure and state reader
 /// (`TokenStore.start(reporting:current:)`), and the reports waiting for them, delivered in the

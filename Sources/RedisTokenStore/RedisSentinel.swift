@@ -1,7 +1,7 @@
 import Dispatch
 import ForgePushToken
 import GnuTLSClient
-import ServiceLogging
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,5 @@
 import ForgePushToken
-import ServiceLogging
+import ServerSupport
 
 /// The Redis store's counters and histograms (`RedisMetrics`) and its log, with the limiter that
 /// keeps lines Redis traffic causes to one per 10 s per kind (`RedisLogLimiter`). Split out of

@@ -1,6 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
-import ServiceLogging
+import ServerSupport
 
 /// The store's writer: one thread with its own connection that runs every commit and every check
 /// of `PREFIX:state` through the scripts of `RedisScripts` (docs/replicas.md, "What lives in

@@ -1,6 +1,8 @@
 import Dispatch
 import ForgePushToken
-import ForgePushTokenHTTP
+import HTTPServing
+import ServerSupport
+import TokenService
 
 #if canImport(Glibc)
     import Glibc

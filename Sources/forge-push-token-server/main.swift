@@ -1,10 +1,12 @@
 import CLinuxEvents
 import Dispatch
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenOwner
+import HTTPServing
 import MicroHTTPDServer
 import RedisTokenStore
+import ServerSupport
+import TokenService
 
 // forge-push-token-server: the token's one owner behind HTTP/1.1 (docs/http-api.md, docs/architecture.md).
 //

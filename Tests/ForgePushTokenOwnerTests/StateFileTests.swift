@@ -1,6 +1,7 @@
 import ForgePushToken
 import ForgePushTokenOwnerTestSupport
 import ForgePushTokenTestSupport
+import ServerSupport
 import Testing
 
 @testable import ForgePushTokenOwner

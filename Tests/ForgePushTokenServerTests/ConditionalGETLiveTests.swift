@@ -1,8 +1,10 @@
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenTestSupport
+import HTTPServing
 import MicroHTTPDServer
+import ServerSupport
 import Testing
+import TokenService
 
 extension LiveServerTests {
     /// Issues 13 and 14 through a live server: the header fields on the wire for every route, and

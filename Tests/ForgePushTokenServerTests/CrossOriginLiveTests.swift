@@ -1,10 +1,12 @@
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
+import HTTPServing
 import MicroHTTPDServer
+import ServerSupport
 import Testing
+import TokenService
 
 #if canImport(Glibc)
     import Glibc

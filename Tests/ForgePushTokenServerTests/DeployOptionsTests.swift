@@ -1,5 +1,7 @@
-import ForgePushTokenHTTP
+import HTTPServing
+import ServerSupport
 import Testing
+import TokenService
 
 @testable import forge_push_token_server
 

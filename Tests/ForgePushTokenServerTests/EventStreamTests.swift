@@ -1,9 +1,11 @@
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
+import HTTPServing
 import MicroHTTPDServer
+import ServerSupport
 import Testing
 
-@testable import ForgePushTokenHTTP
+@testable import TokenService
 
 #if canImport(Glibc)
     import Glibc

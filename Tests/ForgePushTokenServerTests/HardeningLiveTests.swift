@@ -1,9 +1,11 @@
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
+import HTTPServing
+import ServerSupport
 import Testing
+import TokenService
 
 @testable import MicroHTTPDServer
 

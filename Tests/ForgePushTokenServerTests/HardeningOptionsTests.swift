@@ -1,7 +1,9 @@
 import ForgePushToken
-import ForgePushTokenHTTP
+import HTTPServing
 import MicroHTTPDServer
+import ServerSupport
 import Testing
+import TokenService
 
 @testable import forge_push_token_server
 

@@ -1,9 +1,11 @@
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenTestSupport
 import Foundation
+import HTTPServing
 import MicroHTTPDServer
+import ServerSupport
 import Testing
+import TokenService
 
 #if canImport(Glibc)
     import Glibc

@@ -1,9 +1,10 @@
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
+import HTTPServing
 import MicroHTTPDServer
-import ServiceLogging
+import ServerSupport
+import TokenService
 
 #if canImport(Glibc)
     import Glibc

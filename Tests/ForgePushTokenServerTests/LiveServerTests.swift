@@ -1,3 +1,4 @@
+import ServerSupport
 import Testing
 
 /// Every test that runs a live server, one at a time.

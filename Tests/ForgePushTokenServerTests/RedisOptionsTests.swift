@@ -1,4 +1,5 @@
 import RedisTokenStore
+import ServerSupport
 import Testing
 
 @testable import forge_push_token_server

@@ -1,9 +1,11 @@
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
+import HTTPServing
 import MicroHTTPDServer
+import ServerSupport
 import Testing
+import TokenService
 
 #if canImport(Glibc)
     import Glibc

@@ -1,11 +1,13 @@
 import Dispatch
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenOwnerTestSupport
 import ForgePushTokenTestSupport
+import HTTPServing
 import MicroHTTPDServer
+import ServerSupport
 import Testing
+import TokenService
 
 #if canImport(Glibc)
     import Glibc

@@ -1,11 +1,12 @@
 import Dispatch
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
-import ServiceLogging
+import HTTPServing
+import ServerSupport
 import Testing
+import TokenService
 
 @testable import forge_push_token_server
 

@@ -1,3 +1,4 @@
+import ServerSupport
 import Testing
 
 @testable import MicroHTTPDServer

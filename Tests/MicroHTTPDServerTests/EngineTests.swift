@@ -1,7 +1,8 @@
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenTestSupport
+import HTTPServing
 import MicroHTTPDServer
+import ServerSupport
 import Testing
 
 #if canImport(Glibc)
@@ -32,7 +33,7 @@ import Testing
         let records = live.finished
         #expect(records.map(\.status) == [200, 200, 304, 200, 200])
         #expect(records.map(\.method) == ["GET", "GET", "GET", "GET", "HEAD"])
-        #expect(records.allSatisfy { $0.route == .token && $0.path == "/token" && $0.microseconds == nil })
+        #expect(records.allSatisfy { $0.label == nil && $0.path == "/token" && $0.microseconds == nil })
     }
 
     @Test("an ordinary request: admitted once, its body handed over whole, recorded with its duration")
@@ -44,7 +45,7 @@ import Testing
         #expect(live.application.admitted.value == 1)
         waitUntil(#"live.finished.count == 1"#) { live.finished.count == 1 }
         let record = try #require(live.finished.first)
-        #expect(record.route == .register && record.status == 200 && record.bytes == 10 && record.microseconds != nil)
+        #expect(record.label == .echo && record.status == 200 && record.bytes == 10 && record.microseconds != nil)
     }
 
     @Test("a request is recorded with its duration in microseconds, from its head to its answer")

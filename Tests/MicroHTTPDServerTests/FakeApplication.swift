@@ -1,22 +1,44 @@
 import Dispatch
 import ForgePushToken
-import ForgePushTokenHTTP
 import ForgePushTokenTestSupport
+import HTTPServing
 import MicroHTTPDServer
-import ServiceLogging
+import ServerSupport
 
-/// A small application for the engine's tests: no owner, no store, no token. Each route does one
-/// thing the engine must carry: `/register` echoes its body, `/fail` answers later from another
-/// thread, `/token/stream` opens a `FakeStream`, `/token` is the cached read (its body names the
-/// version), everything else 204. It records every call the engine makes.
-final class FakeApplication: HTTPApplication {
-    let crossOrigin: CrossOriginPolicy
-    let recordsEveryRequest: Bool
-    let wantsTicks: Bool
+/// The fake application's own routes (it knows nothing of the token service's `Route`: the
+/// engine's tests build without TokenService). The paths are the service's, so that the engine's
+/// path-dependent behaviour (the cached read's path) is exercised as in the service, but each
+/// route does one thing the engine must carry.
+enum FakeRoute: String, Sendable {
+    /// Echoes its body and what the engine handed over of the head.
+    case echo = "/register"
+    /// Answers later, from another thread (a `PendingResponse`).
+    case later = "/fail"
+    /// The cached read (its body names the version).
+    case cached = "/token"
+    /// Opens a `FakeStream`.
+    case stream = "/token/stream"
+    /// Answers 204: any other path the engine treats alike.
+    case other = "/"
+}
+
+/// A request the fake application admitted: its route and its head.
+struct FakeAdmitted: Sendable {
+    let route: FakeRoute
+    let request: HTTPRequest
+}
+
+/// A small application for the engine's tests: no owner, no store, no token, routes of its own
+/// (`FakeRoute`). `/register` echoes its body, `/fail` answers later from another thread,
+/// `/token/stream` opens a `FakeStream`, `/token` is the cached read (its body names the
+/// version), `/` answers 204, everything else 404. It records every call the engine
+/// makes.
+final class FakeApplication: HTTPApplication, HTTPCachedReads, HTTPTicks {
+    let traits: HTTPApplicationTraits
     /// The version of the cached read; `bump()` moves it.
     private let version = Locked<UInt64>(0)
     /// Every finished request, in order.
-    let finished = Locked<[FinishedRequest]>([])
+    let finished = Locked<[FinishedRequest<FakeRoute>]>([])
     /// Every engine event, in order.
     let events = Locked<[EngineEvent]>([])
     /// Streams open now, by id.
@@ -38,49 +60,44 @@ final class FakeApplication: HTTPApplication {
         crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), recordsEveryRequest: Bool = false,
         ticks: Bool = false, fillerFields: Int = 0
     ) {
-        self.crossOrigin = crossOrigin
-        self.recordsEveryRequest = recordsEveryRequest
-        self.wantsTicks = ticks
-        self.headerFieldsRead = ["If-None-Match"] + (0..<fillerFields).map { "X-Filler-\($0)" } + ["X-Echo"]
+        traits = HTTPApplicationTraits(
+            crossOrigin: crossOrigin,
+            headerFieldsRead: ["If-None-Match"] + (0..<fillerFields).map { "X-Filler-\($0)" } + ["X-Echo"],
+            queryParametersRead: ["q"], recordsEveryRequest: recordsEveryRequest, wantsPeerAddresses: false,
+            cachedReadPath: "/token", wantsTicks: ticks)
     }
 
-    let headerFieldsRead: [String]
-    let queryParametersRead = ["q"]
-
-    func admit(_ head: consuming HTTPRequest) -> HTTPAdmission {
+    func admit(_ head: consuming HTTPRequest) -> HTTPAdmission<FakeAdmitted, FakeRoute> {
         admitted.increment()
-        guard let route = Route(path: head.path) else {
-            return .answer(.error(404, ServiceError("not_found", "no route")), route: nil)
+        guard let route = FakeRoute(rawValue: head.path) else {
+            return .answer(.error(404, ServiceError("not_found", "no route")), label: nil)
         }
-        return .proceed(AdmittedRequest(route: route, request: head))
+        return .proceed(FakeAdmitted(route: route, request: head), label: route)
     }
 
-    func respond(to admitted: AdmittedRequest) -> HTTPReply {
+    func respond(to admitted: FakeAdmitted, body: [UInt8]) -> HTTPReply {
         switch admitted.route {
-        case .register:
+        case .echo:
             // The body, and what the engine handed over of the head.
             var headers: HTTPHeaders = [:]
             if let echo = admitted.request.headers["X-Echo"] { headers.add("X-Echo", echo) }
             if let query = admitted.request.query { headers.add("X-Query", query) }
             headers.add("X-Fields", String(admitted.request.headers.fields.count))
-            return .response(HTTPResponse(status: 200, headers: headers, body: admitted.request.body))
-        case .fail:
+            return .response(HTTPResponse(status: 200, headers: headers, body: body))
+        case .later:
             let pending = PendingResponse()
             DispatchQueue.global().async { pending.fulfil(HTTPResponse(status: 202, body: Array("later".utf8))) }
             return .later(pending)
         case .stream:
             return .eventStream
-        case .token:
+        case .cached:
             return .response(cachedRead().response)
-        default:
-            // Any other route of the service: the engine treats them all alike, so a new route
-            // changes nothing here (docs/architecture.md, "Adding a route").
+        case .other:
             return .response(HTTPResponse(status: 204))
         }
     }
 
-    func openStream(for admitted: AdmittedRequest, wake: @escaping @Sendable () -> Void) -> (HTTPResponse, FakeStream?)
-    {
+    func openStream(for admitted: FakeAdmitted, wake: @escaping @Sendable () -> Void) -> (HTTPResponse, FakeStream?) {
         let id = nextID.withLock { id in
             defer { id += 1 }
             return id
@@ -90,7 +107,6 @@ final class FakeApplication: HTTPApplication {
         return (HTTPResponse(status: 200, headers: ServerSentEvents.responseHeaders), stream)
     }
 
-    let cachedReadPath: StaticString = "/token"
     var answersCachedReadsBlindly: Bool { true }
     var cachedReadVersion: UInt64 { version.withLock { $0 } }
 
@@ -117,9 +133,7 @@ final class FakeApplication: HTTPApplication {
         streams.withLock { $0[id] }?.end(abort: true)
     }
 
-    var wantsPeerAddresses: Bool { false }
-
-    func recordFinished(_ finished: FinishedRequest) {
+    func recordFinished(_ finished: FinishedRequest<FakeRoute>) {
         self.finished.withLock { $0.append(finished) }
     }
 
@@ -244,5 +258,5 @@ final class FakeServer {
     }
 
     /// The finished requests recorded so far.
-    var finished: [FinishedRequest] { application.finished.withLock { $0 } }
+    var finished: [FinishedRequest<FakeRoute>] { application.finished.withLock { $0 } }
 }

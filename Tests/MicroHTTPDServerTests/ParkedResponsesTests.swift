@@ -1,5 +1,6 @@
-import ForgePushTokenHTTP
 import ForgePushTokenTestSupport
+import HTTPServing
+import ServerSupport
 import Testing
 
 @testable import MicroHTTPDServer

@@ -1,4 +1,5 @@
-import ForgePushTokenHTTP
+import HTTPServing
+import ServerSupport
 import Testing
 
 @testable import MicroHTTPDServer
@@ -39,7 +40,7 @@ import Testing
         slot.initialize(to: nil)
         weak var watched: RequestContext?
         do {
-            let context = RequestContext(
+            let context = ApplicationRequestContext<FakeAdmitted, FakeRoute>(
                 method: "POST", path: "/register", chunked: false, origin: nil, crossOrigin: CrossOriginPolicy(),
                 limit: 16)
             watched = context

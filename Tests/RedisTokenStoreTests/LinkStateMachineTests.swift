@@ -1,6 +1,6 @@
 import ForgePushToken
 import ForgePushTokenOwner
-import ServiceLogging
+import ServerSupport
 import Testing
 
 @testable import RedisTokenStore

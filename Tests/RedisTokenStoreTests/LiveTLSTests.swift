@@ -2,6 +2,7 @@ import ForgePushToken
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
+import ServerSupport
 import Testing
 
 @testable import RedisTokenStore

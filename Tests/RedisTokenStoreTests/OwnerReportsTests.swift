@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import ServerSupport
 import Testing
 
 @testable import RedisTokenStore

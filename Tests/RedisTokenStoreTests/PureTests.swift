@@ -1,4 +1,5 @@
 import ForgePushTokenOwner
+import ServerSupport
 import Testing
 
 @testable import RedisTokenStore

@@ -1,4 +1,4 @@
-import PrometheusExposition
+import ServerSupport
 import Testing
 
 @testable import RedisTokenStore

@@ -1,6 +1,6 @@
 import ForgePushToken
 import ForgePushTokenTestSupport
-import ServiceLogging
+import ServerSupport
 
 extension LogRecorder {
     /// The handler to give a Redis store, which logs at the service's levels (`ServerLogLevel`):

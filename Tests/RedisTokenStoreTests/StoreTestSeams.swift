@@ -1,4 +1,5 @@
 import ForgePushTokenOwner
+import ServerSupport
 
 @testable import RedisTokenStore
 

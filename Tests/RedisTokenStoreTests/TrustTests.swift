@@ -3,7 +3,7 @@ import ForgePushToken
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
 import Foundation
-import ServiceLogging
+import ServerSupport
 import Testing
 
 @testable import RedisTokenStore

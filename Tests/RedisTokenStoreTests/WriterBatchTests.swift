@@ -2,6 +2,7 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
 import ForgePushTokenTestSupport
+import ServerSupport
 import Testing
 
 @testable import RedisTokenStore

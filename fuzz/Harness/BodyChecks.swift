@@ -1,6 +1,7 @@
 import ForgePushTokenOwner
 
-@testable import ForgePushTokenHTTP
+@testable import TokenService
+import HTTPServing
 
 /// The pure decoders fuzzed directly, whatever the route: `RequestBodies` on every request's
 /// `Content-Type` and body, `HTTPRequest`'s target split, and the parsers of the credentials

@@ -1,5 +1,6 @@
 import Foundation
-import ForgePushTokenHTTP
+import TokenService
+import HTTPServing
 
 /// Names of checks to leave out, from `FORGE_FUZZ_SKIP` (comma-separated), so a known and
 /// reported violation does not stop a run from looking for others. Empty by default.

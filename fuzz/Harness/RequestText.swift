@@ -1,4 +1,5 @@
-import ForgePushTokenHTTP
+import TokenService
+import HTTPServing
 
 /// One request cut from the fuzzer's input, before it becomes an `HTTPRequest`.
 struct RawRequest {

@@ -1,8 +1,9 @@
 import Foundation
 import ForgePushToken
-@testable import ForgePushTokenHTTP
+@testable import TokenService
 import ForgePushTokenOwner
-import PrometheusExposition
+import ServerSupport
+import HTTPServing
 
 /// One way the service can be set up; every input is run against each of them.
 struct Configuration: Sendable {
@@ -132,7 +133,7 @@ final class Session {
                                                          maxSubscribers: configuration.maxSubscribers))
         owner = service.owner
         responder = service.responder
-        guard case .proceed(let stream) = responder.admit(HTTPRequest(method: "GET", target: "/token/stream",
+        guard case .proceed(let stream, _) = responder.admit(HTTPRequest(method: "GET", target: "/token/stream",
                                                                       headers: Configuration.observerHeaders(configuration))) else {
             fatalError("the observer's GET /token/stream was not admitted")
         }
@@ -159,9 +160,9 @@ final class Session {
         case .answer(let response, _):
             head = response
             reply = .response(response)
-        case .proceed(let admitted):
+        case .proceed(let admitted, _):
             head = nil
-            reply = responder.respond(to: admitted)
+            reply = responder.respond(to: admitted, body: raw.body)
         }
         let status: Int
         switch reply {
@@ -583,7 +584,7 @@ final class Session {
         let reply: Responder.Reply
         switch responder.admit(healthz) {
         case .answer(let response, _): reply = .response(response)
-        case .proceed(let admitted): reply = responder.respond(to: admitted)
+        case .proceed(let admitted, _): reply = responder.respond(to: admitted, body: [])
         }
         if case .response(let health) = reply {
             require(health.status == 503 && jsonObject(health.body)?["status"] as? String == "shutting_down",

@@ -1,0 +1,121 @@
+import ForgePushToken
+import ForgePushTokenOwner
+import HTTPServing
+import ServerSupport
+
+// The service as an engine sees it: `Responder` as an `HTTPApplication`. The routes live in
+// Responder.swift; this file is only what an engine asks besides them (the cached read, the
+// heartbeat, the records) and the event stream it reads.
+
+extension Responder: HTTPApplication, HTTPCachedReads, HTTPTicks {
+    /// What the engine reads once, at start: CORS; the header fields the routes read (the body's
+    /// type, the bearer token, CORS, the conditional read, the stream's resumption) and the one
+    /// query parameter, `access_token` (the bearer token's query form, RFC 6750 §2.3); the access
+    /// log; `GET /token` as the cached read; the stream age limits' ticks.
+    public var traits: HTTPApplicationTraits {
+        HTTPApplicationTraits(
+            crossOrigin: crossOrigin,
+            headerFieldsRead: [
+                "Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match",
+                "Last-Event-ID",
+            ],
+            queryParametersRead: ["access_token"], recordsEveryRequest: accessLog,
+            wantsPeerAddresses: logsPeerAddresses, cachedReadPath: "/token", wantsTicks: limitsStreamAge)
+    }
+
+    /// `answersTokenReadsBlindly`.
+    public var answersCachedReadsBlindly: Bool { answersTokenReadsBlindly }
+
+    /// The owner's version (`TokenOwner.version`: one uncontended lock, nothing copied).
+    public var cachedReadVersion: UInt64 { owner.version }
+
+    /// The current token's `GET /token` answers: the 200 and its `304 Not Modified`, rendered
+    /// once per version by `TokenSnapshot`.
+    public func cachedRead() -> CachedRead {
+        let snapshot = owner.current
+        return CachedRead(
+            version: snapshot.version, response: Self.tokenResponse(snapshot),
+            notModified: Self.tokenNotModified(snapshot), entityTag: snapshot.entityTag)
+    }
+
+    /// `openEventStream(for:wake:)`, its subscription wrapped for the engine.
+    public func openStream(for admitted: AdmittedRequest, wake: @escaping @Sendable () -> Void) -> (
+        HTTPResponse, ServiceEventStream?
+    ) {
+        let (head, subscription) = openEventStream(for: admitted, wake: wake)
+        return (head, subscription.map { ServiceEventStream(subscription: $0, responder: self) })
+    }
+
+    /// `TokenOwner.heartbeat()`.
+    public func heartbeat() {
+        owner.heartbeat()
+    }
+
+    /// `endStreamsPastTheirAge(at:)` now.
+    public func tick() {
+        endStreamsPastTheirAge()
+    }
+
+    /// `TokenOwner.abort(_:)`: the stream ends at once, counted under `client`.
+    public func clientLeft(stream id: UInt64) {
+        owner.abort(id)
+    }
+
+    /// Counts `event` in the metrics (`forge_push_token_connections_refused_total`,
+    /// `forge_push_token_request_timeouts_total`).
+    public func record(_ event: EngineEvent) {
+        switch event {
+        case .connectionRefusedTotalLimit: metrics.increment(.connectionsRefusedTotalLimit)
+        case .connectionRefusedPerAddressLimit: metrics.increment(.connectionsRefusedPerAddressLimit)
+        case .requestTimedOut(let body): metrics.increment(body ? .requestTimeoutsBody : .requestTimeoutsHead)
+        }
+    }
+}
+
+/// A request whose head passed `Responder.admit(_:)`: its route, matched once, and the token that
+/// admitted it (the service's `HTTPApplication.Admitted`).
+///
+/// A value type; `Sendable`.
+public struct AdmittedRequest: Sendable {
+    /// The route of the request's path.
+    public let route: Route
+    /// The request (its body comes apart, to `Responder.respond(to:body:)`).
+    public var request: HTTPRequest
+    /// The token that admitted the request, or `nil` when the route needed none.
+    public var grant: BearerAuthentication.Grant?
+
+    /// An admitted request for `route`, admitted by `grant` (`nil`: no token needed).
+    public init(route: Route, request: HTTPRequest, grant: BearerAuthentication.Grant? = nil) {
+        self.route = route
+        self.request = request
+        self.grant = grant
+    }
+}
+
+/// One `GET /token/stream` as the engine reads it: the subscription (the `EventSubscriber` and
+/// the handle that ends it with the owner) and the responder that counts its end.
+///
+/// A value type; `Sendable`. Made by `Responder.openStream(for:wake:)`.
+public struct ServiceEventStream: HTTPEventSource {
+    /// The subscription, as `TokenOwner.subscribe` returned it.
+    public let subscription: Responder.StreamSubscription
+    let responder: Responder
+
+    /// The subscriber's id within the owner.
+    public var id: UInt64 { subscription.id }
+
+    /// The subscriber (its read, its end reason).
+    public var subscriber: EventSubscriber { subscription.subscriber }
+
+    /// `EventSubscriber.read(into:suspend:)`.
+    public func read(into buffer: UnsafeMutableRawBufferPointer, suspend: () -> Void) -> EventStreamRead {
+        subscription.subscriber.read(into: buffer, suspend: suspend)
+    }
+
+    /// The owner forgets the subscriber (`Subscription.cancel()`), and the responder counts the
+    /// stream's end under its reason (`Responder.streamEnded`).
+    public func close() {
+        subscription.cancel()
+        responder.streamEnded(subscription.subscriber)
+    }
+}
