@@ -75,7 +75,7 @@ STAMP=$(date +%Y%m%d-%H%M%S)
 #   -sanitize=fuzzer,address       libFuzzer and AddressSanitizer, compiled in and linked;
 #   -D FORGE_REQUEST_FUZZER        the harness's entry point hands over to libFuzzer's driver
 #                                  (fuzz/Harness/Entry.swift);
-#   -enable-testing                the harness's `@testable import ForgePushTokenHTTP` in a release build;
+#   -enable-testing                the harness's `@testable import TokenService` in a release build;
 #   -warnings-as-errors            as scripts/test.sh builds everything else.
 # SwiftPM rebuilds only what changed.
 
@@ -151,9 +151,9 @@ if [ "$MODE" = coverage ]; then
     "$SWIFT_BIN/llvm-profdata" merge -sparse "$profile_dir"/*.profraw -o "$profile_dir/merged.profdata"
     echo "== line and region coverage of the library sources by the seed and working corpora"
     "$SWIFT_BIN/llvm-cov" report "$COVERAGE" -instr-profile="$profile_dir/merged.profdata" \
-        "$ROOT/Sources/ForgePushTokenHTTP" "$ROOT/Sources/ForgePushToken" \
+        "$ROOT/Sources/TokenService" "$ROOT/Sources/HTTPServing" "$ROOT/Sources/ForgePushToken" \
         | sed "s|$ROOT/Sources/||"
-    echo "   per-line view: $SWIFT_BIN/llvm-cov show $COVERAGE -instr-profile=$profile_dir/merged.profdata $ROOT/Sources/ForgePushTokenHTTP/RequestBodies.swift"
+    echo "   per-line view: $SWIFT_BIN/llvm-cov show $COVERAGE -instr-profile=$profile_dir/merged.profdata $ROOT/Sources/TokenService/RequestBodies.swift"
     exit 0
 fi
 

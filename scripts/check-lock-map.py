@@ -2,7 +2,7 @@
 """Fails when docs/architecture.md's lock list leaves out a lock of Sources/ (issue 31).
 
 Every lock in the Swift sources is a `Locked` (Sources/ForgePushToken/Locked.swift), or a
-`PerThreadLocked` (Sources/ForgePushTokenHTTP/PerThreadLocked.swift: one `Locked` per thread's
+`PerThreadLocked` (Sources/ServerSupport/PerThreadLocked.swift: one `Locked` per thread's
 shard). This finds each one declared, `let NAME = Locked(...)`, `let NAME: Locked<...>` or the
 same with `PerThreadLocked` (comment lines are not read), with the type it is declared in, and requires the section "Locks, in the only order they
 nest" of docs/architecture.md to name it:

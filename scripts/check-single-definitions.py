@@ -8,7 +8,7 @@ often than allowed. The rules:
 
   maxTokenBytes           `static let maxTokenBytes` once, in TokenState.swift.
   version-exhausted text  one `let` of it (TokenState.versionExhausted) and no other wording.
-  histogram               one `struct Histogram`, in PrometheusExposition.
+  histogram               one `struct Histogram`, in ServerSupport.
   Prometheus text         `# HELP` / `# TYPE` written only by PrometheusText (see EXCEPTIONS).
   JSON string escaper     `\\u2028` written only by JSONText; `JSONEncoder` only in JSONBody.swift
                           (the owner's body encoder) and the app library's ServerRecord.swift.
@@ -90,18 +90,18 @@ def main():
          "Sources/ForgePushTokenOwner/TokenState.swift")
     rule("version-exhausted text", r"\"[^\"]*(largest one|last one the store)",
          "Sources/ForgePushTokenOwner/TokenState.swift")
-    rule("histogram", r"\b(struct|class|enum) \w*Histogram\b", "Sources/PrometheusExposition/PrometheusText.swift")
-    rule("Prometheus text", r"# (HELP|TYPE)\b", "Sources/PrometheusExposition/PrometheusText.swift")
+    rule("histogram", r"\b(struct|class|enum) \w*Histogram\b", "Sources/ServerSupport/PrometheusText.swift")
+    rule("Prometheus text", r"# (HELP|TYPE)\b", "Sources/ServerSupport/PrometheusText.swift")
     rule("JSON string escaper", r"\\u2028|\\u\{2028\}|0x2028|\bjsonEscape|func escapeJSON",
-         "Sources/ForgePushTokenHTTP/TokenSnapshot.swift", limit=3,
+         "Sources/ServerSupport/JSONText.swift", limit=3,
          where=lambda name: not name.endswith("ServerLog.swift"))
-    rule("JSON encoder", r"\bJSONEncoder\(", ("Sources/ForgePushTokenOwner/JSONBody.swift",
+    rule("JSON encoder", r"\bJSONEncoder\(", ("Sources/ServerSupport/JSONBody.swift",
                                               "Sources/ForgePushToken/ServerRecord.swift"), limit=2)
     for timing in ("heartbeatInterval", "heartbeatTimeout", "checkInterval", "refreshInterval", "probeInterval",
                    "probeTimeout"):
         rule(f"Redis timing default {timing}", rf"\b(var|let) {timing}\s*(:\s*Double)?\s*=\s*[0-9]",
              "Sources/RedisTokenStore/RedisLinkStateMachine.swift")
-    rule("strerror wrapper", r"(?<![\w])strerror\(", "Sources/ForgePushToken/SystemErrorText.swift")
+    rule("strerror wrapper", r"(?<![\w])strerror\(", "Sources/ServerSupport/SystemErrorText.swift")
 
     # CLI flags: the names live in CommandLineFlag.swift only.
     server = "Sources/forge-push-token-server/"
@@ -136,9 +136,9 @@ def main():
             continue
         for number, line in code_lines(name):
             if "PushTokenManager.LogLevel" in line:
-                problems.append(f"{name}:{number}: the service logs at ServerLogLevel (ServiceLogging), "
+                problems.append(f"{name}:{number}: the service logs at ServerLogLevel (ServerSupport), "
                                 "not at the app library's PushTokenManager.LogLevel")
-    rule("server log level", r"\benum \w*LogLevel\b", "Sources/ServiceLogging/ServerLogLevel.swift",
+    rule("server log level", r"\benum \w*LogLevel\b", "Sources/ServerSupport/ServerLogLevel.swift",
          where=lambda name: not name.startswith("Sources/ForgePushToken/"))
 
     # The scripts' free loopback port: one Python definition, which the shell scripts call.

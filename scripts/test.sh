@@ -46,6 +46,11 @@ step "debug build (-warnings-as-errors) and tests"
 swift build --build-tests -Xswiftc -warnings-as-errors
 swift test --skip-build
 
+# Issue 43: the module graph of docs/architecture.md against Package.swift and every import, and the
+# engine type-checked against only the modules it may import, where a probe naming `Route` fails.
+step "module graph: the page's table, Package.swift, the imports, and the engine's must-not-compile probe"
+python3 scripts/check-module-graph.py --build-dir .build/debug
+
 # The library for app developers (issue 12): the UIKit, AppKit and WatchKit branches type-checked
 # against stand-in modules, and the DocC catalog built with warnings as errors and 100 % coverage.
 step "library: platform branches (stand-in UIKit/AppKit/WatchKit) and DocC"

@@ -8,7 +8,7 @@ import HTTPServing
     import Musl
 #endif
 
-/// One libmicrohttpd response for the cached read (`HTTPApplication.cachedRead()`: `GET /token`,
+/// One libmicrohttpd response for the cached read (`HTTPCachedReads.cachedRead()`: `GET /token`,
 /// and `HEAD`) per version, and its `304 Not Modified`, queued on every request of that version.
 ///
 /// A libmicrohttpd response is reference-counted: `MHD_queue_response` takes a reference for the

@@ -14,7 +14,7 @@ import HTTPServing
 
 /// The names one pass over a request's records keeps the first value of (`CapturedFields`): the
 /// engine's own (`Content-Length`, `Transfer-Encoding`, `Origin`), the application's header fields
-/// (`HTTPApplication.headerFieldsRead`) and query parameters (`queryParametersRead`), each once,
+/// (`HTTPApplicationTraits.headerFieldsRead`) and query parameters (`queryParametersRead`), each once,
 /// at most `CapturedFields.capacity`; the rest are looked up as before (`CapturedFields.value`).
 ///
 /// Names match as libmicrohttpd 0.9.75's `MHD_lookup_connection_value` matches them

@@ -45,7 +45,7 @@ enum TargetFlaw: UInt, CaseIterable {
     case malformed
 }
 
-/// Where a cached read (`HTTPApplication.cachedReadPath`) stands.
+/// Where a cached read (`HTTPApplicationTraits.cachedReadPath`) stands.
 struct CachedReadMark: Equatable {
     /// Whether the request is a `HEAD` (else a `GET`).
     var isHead: Bool

@@ -10,7 +10,7 @@ import HTTPServing
 
 // The framing checks of a request's head, as the engine reads it from libmicrohttpd: one pass
 // over its records (`scanFraming`), whose facts `RequestFraming` and `RequestHeadBudget`
-// (ForgePushTokenHTTP) decide on as plain values, and the answers to targets that `mhdURILog`
+// (HTTPServing) decide on as plain values, and the answers to targets that `mhdURILog`
 // marked.
 
 /// What one pass over a request's records found: the counts (`RequestFraming.FieldCounts`), where

@@ -9,7 +9,7 @@ import HTTPServing
 #endif
 
 // What the application sees of a request's head, read from libmicrohttpd: the method, the path,
-// the header fields and query parameters it reads (`HTTPApplication.headerFieldsRead`,
+// the header fields and query parameters it reads (`HTTPApplicationTraits.headerFieldsRead`,
 // `queryParametersRead`).
 
 /// The head of a request as the application sees it: `method`, `path` (libmicrohttpd has split off

@@ -14,7 +14,7 @@ import HTTPServing
 /// connection is suspended (its manual, "Flow control"), and a subscriber is suspended whenever it
 /// has nothing to send. So each subscriber's socket is also registered, edge-triggered, for
 /// `EPOLLRDHUP` (peer closed), `EPOLLHUP` and `EPOLLERR` in an epoll set of our own; when one fires
-/// the application ends that stream (`HTTPApplication.clientLeft(stream:)`), which resumes its
+/// the application ends that stream (`HTTPTicks.clientLeft(stream:)`), which resumes its
 /// connection, and libmicrohttpd closes it. A departed client is thus released within
 /// milliseconds, heartbeat or not.
 ///

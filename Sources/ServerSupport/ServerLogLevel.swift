@@ -2,9 +2,9 @@
 /// written). The service's own type, apart from the app library's `PushTokenManager.LogLevel`:
 /// the server's levels follow its operators (docs/operations.md), not an app's log handler.
 ///
-/// It has a module of its own (ServiceLogging) because every module that logs for the service
-/// must see it: the HTTP layer (`ServerLog`), the engine, which does not import the owner, and the
-/// Redis store, which does not import the HTTP layer. Ordered from the least to the most serious. Thread-safety: a value type, `Sendable`.
+/// It lives in ServerSupport, with `ServerLog`, because every module that logs for the service
+/// imports that: the token service, the engine, which does not import the owner, and the Redis
+/// store, which does not import the HTTP layer. Ordered from the least to the most serious. Thread-safety: a value type, `Sendable`.
 public enum ServerLogLevel: String, Sendable, Comparable, CaseIterable {
     /// Diagnostic detail.
     case debug

@@ -7,7 +7,7 @@ import ServerSupport
 /// serves it through `HTTPApplication` (Responder+HTTPApplication.swift), and nothing else.
 ///
 /// Per request: `admit(_:)` once the head has arrived (the route is matched and the head checked
-/// here, once: 404, `OPTIONS`, 405, 401, 403), then `respond(to:)` with the admitted request and
+/// here, once: 404, `OPTIONS`, 405, 401, 403), then `respond(to:body:)` with the admitted request and
 /// its body, which answers at once, asks for an event stream (`openEventStream`), or answers later
 /// (a `PendingResponse`, for a write the store decides on its own thread); at the end
 /// `recordFinished(_:)`. The CORS header fields are not added here: the engine adds them to every

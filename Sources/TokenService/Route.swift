@@ -3,7 +3,7 @@ import ServerSupport
 
 /// The routes of the HTTP API (http-api.md, "Routes"), matched on the path alone: the query string
 /// never changes routing. The route table: each route's path, its methods (`allowedMethods`) and
-/// who may call it (`access`); `Responder.respond(to:)` dispatches each to its handler
+/// who may call it (`access`); `Responder.respond(to:body:)` dispatches each to its handler
 /// (docs/architecture.md, "Adding a route").
 public enum Route: String, Sendable, CaseIterable {
     /// `POST /register`: `didRegister(deviceToken:)`.

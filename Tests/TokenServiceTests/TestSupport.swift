@@ -10,8 +10,8 @@ import Testing
 
 @testable import TokenService
 
-// Shared helpers of the ForgePushTokenHTTP tests. Nothing here opens a socket: requests go
-// through `Responder.respond(to:)` and event streams are driven through `EventSubscriber.read`.
+// Shared helpers of the TokenService tests. Nothing here opens a socket: requests go
+// through `Responder.respond(to:body:)` and event streams are driven through `EventSubscriber.read`.
 
 /// The `Content-Type` of every JSON body of the contract.
 let jsonType = "application/json; charset=utf-8"
