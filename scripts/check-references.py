@@ -9,6 +9,9 @@ Checks, over the files git tracks:
   3. Every relative link `[text](target)` in a tracked Markdown file resolves to a tracked file or folder
      (the `#fragment` is ignored; `http:`, `https:`, `mailto:` and bare `#fragment` links are
      not checked here).
+  4. Every section a Swift file in Sources/ cites after a Markdown file, as in
+     `(docs/architecture.md, "Locks")` (comment lines joined, so a name may wrap), is a heading of
+     that file: its text, or the start of it (`"Draining"` for `## Draining a replica`).
 
 Prints one line per problem, `FILE:LINE: what`, and exits 1 when there is one.
 
@@ -87,6 +90,7 @@ def main() -> int:
                     resolved = normalise(PurePosixPath(naming).parent / target)
                     if resolved is None or not (resolved in present or resolved in folders):
                         problems.append(f"{where}: links to {match.group(1)}, which does not resolve")
+    problems += cited_sections(files, resolves)
     for problem in problems:
         print(problem)
     if problems:
@@ -94,6 +98,47 @@ def main() -> int:
         return 1
     print("check-references: every named Markdown file and relative link resolves")
     return 0
+
+
+CITATION = re.compile(r"([\w./-]+\.md)(?:\)|\]|`)?,\s+\"([^\"]{1,100})\"")
+
+
+def headings(path: Path):
+    found = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^#{1,6}\s+(.*?)\s*$", line)
+        if match:
+            found.add(match.group(1))
+    return found
+
+
+def cited_sections(files, resolves):
+    """Check 4: `(FILE.md, "Section")` in Sources/'s Swift comments names a heading of FILE.md."""
+    problems = []
+    cache = {}
+    for naming in files:
+        if not (naming.startswith("Sources/") and naming.endswith(".swift")):
+            continue
+        lines = (ROOT / naming).read_text(encoding="utf-8").splitlines()
+        # The comment text, lines joined by a space, and where each line starts in it.
+        joined, starts = "", []
+        for line in lines:
+            starts.append(len(joined))
+            comment = re.match(r"^\s*//+\s?(.*)$", line)
+            joined += (comment.group(1) if comment else "\u0000") + " "
+        for match in CITATION.finditer(joined):
+            name, section = match.group(1), " ".join(match.group(2).split())
+            candidates = [c for c in (f"docs/{PurePosixPath(name).name}", name) if (ROOT / c).is_file()]
+            if not candidates:
+                continue  # check 1 reports a file that does not resolve
+            target = candidates[0]
+            if target not in cache:
+                cache[target] = headings(ROOT / target)
+            if not any(h == section or h.startswith(section) or h.replace("`", "").startswith(section)
+                       for h in cache[target]):
+                number = max(i for i, start in enumerate(starts) if start <= match.start()) + 1
+                problems.append(f"{naming}:{number}: cites {target}, \"{section}\", which is no heading there")
+    return problems
 
 
 if __name__ == "__main__":

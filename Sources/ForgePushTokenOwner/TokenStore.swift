@@ -3,8 +3,8 @@
 /// The owner (`TokenOwner`) never compares tokens itself: it proposes the token a write asks for
 /// and applies the `CommitOutcome` the store returns. Implementations: `MemoryTokenStore` (the
 /// process's memory alone), `StateFileStore` (memory plus the durable `--state-file`); a store
-/// shared by several replicas decides in its own atomic step (docs/architecture.md, "The store
-/// seam").
+/// shared by several replicas decides in its own atomic step (docs/architecture.md, "Adding a
+/// store").
 ///
 /// There is one way to commit, `commit(_:base:completion:)`, for every store: a local store's
 /// immediate outcome and a shared store's later one both arrive through its completion, and only
@@ -75,8 +75,8 @@ extension TokenStore {
 }
 
 /// What a store is and has done, as `TokenStore.status()` returns it: plain values, so that the
-/// owner's module knows nothing of how the HTTP layer shows them (docs/architecture.md, "The store
-/// seam": the HTTP layer's replica mode and its metrics read this).
+/// owner's module knows nothing of how the HTTP layer shows them (docs/architecture.md, "Adding a
+/// store": the token service's replica mode and its metrics read this).
 ///
 /// A value type; `Sendable`.
 public struct StoreStatus: Sendable, Equatable {

@@ -283,7 +283,7 @@ public enum EngineEvent: Sendable, Equatable {
 }
 
 /// The answers an engine writes on its own, before or without asking its application: one
-/// catalog, so that every engine words them alike (docs/http-api.md, "Common rules").
+/// catalog, so that every engine words them alike (docs/http-api.md, "Routes": every error is JSON).
 public enum EngineAnswers {
     /// The 408 for a request whose head (or, when `body`, body) was not complete within `seconds`
     /// (`--header-timeout`; RFC 9110 §15.5.9: `request_timeout`). The engine writes it itself

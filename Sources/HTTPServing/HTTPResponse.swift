@@ -67,7 +67,7 @@ public struct HTTPResponse: Sendable {
     }
 
     /// An error response with the body `{"error":"<code>","message":"<text>"}` (http-api.md,
-    /// "Common rules").
+    /// "Routes").
     public static func error(_ status: Int, _ error: ServiceError, headers: HTTPHeaders = HTTPHeaders()) -> HTTPResponse
     {
         json(status, encoding: error, headers: headers)

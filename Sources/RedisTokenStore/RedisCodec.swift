@@ -6,8 +6,8 @@ import ForgePushTokenOwner
     import Foundation
 #endif
 
-/// How a `TokenState` is kept in Redis and announced between replicas (docs/replicas.md, "What is
-/// in Redis"): the hash `PREFIX:state` with the fields `version` (decimal) and, while a token is
+/// How a `TokenState` is kept in Redis and announced between replicas (docs/replicas.md, "What
+/// lives in Redis"): the hash `PREFIX:state` with the fields `version` (decimal) and, while a token is
 /// set, `token` (lowercase hex); and one message per change on `PREFIX:changes`,
 /// `{"version":N,"token":"<hex>"}` or `{"version":N,"token":null}`, with a `"writer"` field naming
 /// the store whose script published it (so that a store does not apply its own write twice); and

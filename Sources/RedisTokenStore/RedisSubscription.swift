@@ -13,7 +13,7 @@ import ForgePushToken
 ///
 /// It subscribes, then tells the link (which asks the writer to read `PREFIX:state`, so that a
 /// change made while it was away is never missed), and hands every change message another
-/// replica's script published to `RedisLink.learned` (this store's own, named by its
+/// replica's script published to `RedisLink.announced` (this store's own, named by its
 /// `"writer"` field, reached the owner from the writer already), and this replica's own delivery
 /// probes to `RedisLink.probeHeard`. It wakes at least every 100 ms to let the link's machine
 /// decide pings, probes, periodic checks and reconnects, and reconnects with `ReconnectBackoff`.
