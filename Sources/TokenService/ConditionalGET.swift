@@ -54,7 +54,7 @@ extension Responder {
     /// it.
     func answerTokenRequest(_ request: HTTPRequest) -> HTTPResponse {
         let snapshot = owner.current
-        let isPrivate = readsNeedToken
+        let isPrivate = access.readsNeedToken
         return ConditionalGET.answer(
             Self.tokenResponse(snapshot, isPrivate: isPrivate), current: snapshot.entityTag,
             ifNoneMatch: request.headers["If-None-Match"])
@@ -64,7 +64,7 @@ extension Responder {
     /// `If-None-Match` names it.
     func pageRead(_ request: HTTPRequest) -> HTTPResponse {
         let full = HTTPResponse(
-            status: 200, headers: LivePage.headers(isPrivate: readsNeedToken),
+            status: 200, headers: LivePage.headers(isPrivate: access.readsNeedToken),
             body: LivePage.html)
         return ConditionalGET.answer(full, current: LivePage.entityTag, ifNoneMatch: request.headers["If-None-Match"])
     }

@@ -14,17 +14,25 @@ extension Responder: HTTPApplication, HTTPCachedReads, HTTPTicks {
     /// log; `GET /token` as the cached read; the stream age limits' ticks.
     public var traits: HTTPApplicationTraits {
         HTTPApplicationTraits(
-            crossOrigin: crossOrigin,
+            crossOrigin: access.crossOrigin,
             headerFieldsRead: [
                 "Content-Type", "Authorization", "Origin", "Access-Control-Request-Method", "If-None-Match",
                 "Last-Event-ID",
             ],
-            queryParametersRead: ["access_token"], recordsEveryRequest: accessLog,
-            wantsPeerAddresses: logsPeerAddresses, cachedReadPath: "/token", wantsTicks: limitsStreamAge)
+            queryParametersRead: ["access_token"], recordsEveryRequest: records.accessLog,
+            wantsPeerAddresses: records.logsPeerAddresses, cachedReadPath: "/token", wantsTicks: streams.limitsStreamAge
+        )
     }
 
-    /// `answersTokenReadsBlindly`.
-    public var answersCachedReadsBlindly: Bool { answersTokenReadsBlindly }
+    /// Whether `GET /token` may be answered without looking at the request's header fields: no
+    /// token protects it and no CORS header field depends on its `Origin`
+    /// (`RouteAccess.answersReadsBlindly`), and, for a replica, its store is healthy (else the
+    /// answer carries the replica's staleness fields). The engine's allocation-free path for that
+    /// request is only taken when this holds (it reads `If-None-Match` itself, in place, for the
+    /// 304).
+    public var answersCachedReadsBlindly: Bool {
+        access.answersReadsBlindly && (replica == nil || owner.health == .ok)
+    }
 
     /// The owner's version (`TokenOwner.version`: one uncontended lock, nothing copied).
     public var cachedReadVersion: UInt64 { owner.version }
@@ -38,12 +46,12 @@ extension Responder: HTTPApplication, HTTPCachedReads, HTTPTicks {
             notModified: Self.tokenNotModified(snapshot), entityTag: snapshot.entityTag)
     }
 
-    /// `openEventStream(for:wake:)`, its subscription wrapped for the engine.
+    /// `StreamGate.open(for:wake:)`, its subscription wrapped for the engine.
     public func openStream(for admitted: AdmittedRequest, wake: @escaping @Sendable () -> Void) -> (
         HTTPResponse, ServiceEventStream?
     ) {
-        let (head, subscription) = openEventStream(for: admitted, wake: wake)
-        return (head, subscription.map { ServiceEventStream(subscription: $0, responder: self) })
+        let (head, subscription) = streams.open(for: admitted, wake: wake)
+        return (head, subscription.map { ServiceEventStream(subscription: $0, streams: streams) })
     }
 
     /// `TokenOwner.heartbeat()`.
@@ -51,9 +59,9 @@ extension Responder: HTTPApplication, HTTPCachedReads, HTTPTicks {
         owner.heartbeat()
     }
 
-    /// `endStreamsPastTheirAge(at:)` now.
+    /// `StreamGate.endStreamsPastTheirAge(at:)` now.
     public func tick() {
-        endStreamsPastTheirAge()
+        streams.endStreamsPastTheirAge()
     }
 
     /// `TokenOwner.abort(_:)`: the stream ends at once, counted under `client`.
@@ -61,14 +69,14 @@ extension Responder: HTTPApplication, HTTPCachedReads, HTTPTicks {
         owner.abort(id)
     }
 
-    /// Counts `event` in the metrics (`forge_push_token_connections_refused_total`,
-    /// `forge_push_token_request_timeouts_total`).
+    /// `RequestRecords.finished(_:)`.
+    public func recordFinished(_ finished: FinishedRequest<Route>) {
+        records.finished(finished)
+    }
+
+    /// `RequestRecords.engine(_:)`.
     public func record(_ event: EngineEvent) {
-        switch event {
-        case .connectionRefusedTotalLimit: metrics.increment(.connectionsRefusedTotalLimit)
-        case .connectionRefusedPerAddressLimit: metrics.increment(.connectionsRefusedPerAddressLimit)
-        case .requestTimedOut(let body): metrics.increment(body ? .requestTimeoutsBody : .requestTimeoutsHead)
-        }
+        records.engine(event)
     }
 }
 
@@ -93,13 +101,13 @@ public struct AdmittedRequest: Sendable {
 }
 
 /// One `GET /token/stream` as the engine reads it: the subscription (the `EventSubscriber` and
-/// the handle that ends it with the owner) and the responder that counts its end.
+/// the handle that ends it with the owner) and the stream gate that counts its end.
 ///
 /// A value type; `Sendable`. Made by `Responder.openStream(for:wake:)`.
 public struct ServiceEventStream: HTTPEventSource {
     /// The subscription, as `TokenOwner.subscribe` returned it.
-    public let subscription: Responder.StreamSubscription
-    let responder: Responder
+    public let subscription: StreamGate.Subscription
+    let streams: StreamGate
 
     /// The subscriber's id within the owner.
     public var id: UInt64 { subscription.id }
@@ -112,10 +120,10 @@ public struct ServiceEventStream: HTTPEventSource {
         subscription.subscriber.read(into: buffer, suspend: suspend)
     }
 
-    /// The owner forgets the subscriber (`Subscription.cancel()`), and the responder counts the
-    /// stream's end under its reason (`Responder.streamEnded`).
+    /// The owner forgets the subscriber (`Subscription.cancel()`), and the stream gate counts the
+    /// stream's end under its reason (`StreamGate.ended(_:)`).
     public func close() {
         subscription.cancel()
-        responder.streamEnded(subscription.subscriber)
+        streams.ended(subscription.subscriber)
     }
 }

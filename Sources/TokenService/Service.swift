@@ -92,7 +92,7 @@ public final class Service: Sendable {
 
     /// Stops the service in the one order there is (docs/operations.md, "Draining";
     /// http-api.md, graceful shutdown), and returns when everything has stopped:
-    /// 1. readiness off (`Responder.beginDraining()`: `/healthz` and `/readyz` answer
+    /// 1. readiness off (`StreamGate.beginDraining()`: `/healthz` and `/readyz` answer
     ///    `503 draining`), with `drainSeconds` above 0;
     /// 2. the drain, while the engine still accepts and serves reads and writes: the streams open
     ///    now end one by one on a `DrainSchedule` over `drainSeconds`, and the window lasts its
@@ -116,7 +116,7 @@ public final class Service: Sendable {
             })
         else { return }
         if drainSeconds > 0 {
-            responder.beginDraining()
+            responder.streams.beginDraining()
             drain()
         }
         owner.stop()

@@ -119,7 +119,7 @@ extension LiveServerTests {
             arguments: cases)
         func noneWhenOff(_ item: Case) throws {
             let live = try Self.live(crossOrigin: false)
-            #expect(live.responder.answersTokenReadsBlindly)
+            #expect(live.responder.answersCachedReadsBlindly)
             let client = try live.client()
             defer { client.close() }
             try client.send(item.request.replacingOccurrences(of: "{ORIGIN}", with: "Origin: \(Self.origin)\r\n"))

@@ -154,7 +154,7 @@ import TokenService
         }
 
         func counts() -> (read: Int, write: Int)? {
-            responder.currentCredentials.map { ($0.tokenCount(.read), $0.tokenCount(.write)) }
+            responder.access.current.map { ($0.tokenCount(.read), $0.tokenCount(.write)) }
         }
 
         func metric(_ result: String) -> Bool {
@@ -195,7 +195,7 @@ import TokenService
         guard waitUntil("the poll's reload line", { setup.lines.withLock { $0.count } > before }) else { return }
         let line = setup.lines.withLock { $0[before] }
         #expect(line.contains("credentials reloaded (a token file changed)"), "\(line)")
-        let check = setup.responder.currentCredentials?.check(
+        let check = setup.responder.access.current?.check(
             authorization: "Bearer second-write-token-000", query: nil, method: "POST")
         #expect(check?.isAuthorized == true)
     }
@@ -219,7 +219,7 @@ import TokenService
         defer { reloader.stop() }
         guard waitUntil("the first poll's reload line", { !lines.withLock { $0.isEmpty } }) else { return }
         #expect(lines.withLock { $0[0] }.contains("credentials reloaded (a token file changed)"))
-        let check = responder.currentCredentials?.check(
+        let check = responder.access.current?.check(
             authorization: "Bearer second-write-token-000", query: nil, method: "POST")
         #expect(check?.isAuthorized == true)
     }

@@ -102,13 +102,13 @@ struct BearerAuthenticationTests {
         if case .response(let response) = responder.reply("GET", "/token/stream") {
             Issue.record("the stream should open, got \(response.status)")
         }
-        #expect(responder.answersTokenReadsBlindly)
+        #expect(responder.answersCachedReadsBlindly)
     }
 
     @Test("scope all protects every route but /healthz; GET and HEAD also take access_token")
     func allScope() throws {
         let responder = try responder(scope: .all)
-        #expect(!responder.answersTokenReadsBlindly)
+        #expect(!responder.answersCachedReadsBlindly)
         let encoded = Self.secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
         for path in ["/token", "/token/stream", "/metrics", "/"] {
             for method in ["GET", "HEAD"] {
@@ -196,7 +196,7 @@ struct CrossOriginTests {
     @Test("an allowed origin gets Access-Control-Allow-Origin and Vary on GET /token and the stream")
     func allowedOrigin() throws {
         let responder = try responder(["https://app.example", "http://localhost:3000"])
-        #expect(!responder.answersTokenReadsBlindly)
+        #expect(!responder.answersCachedReadsBlindly)
         let response = try responder.sent("GET", "/token", headers: ["Origin": "https://app.example"])
         #expect(response.status == 200)
         #expect(response.headers["Access-Control-Allow-Origin"] == "https://app.example")

@@ -84,17 +84,17 @@ struct CredentialRoleTests {
 
     func bearer(_ token: String) -> HTTPHeaders { ["Authorization": "Bearer " + token] }
 
-    /// `GET /token/stream` with `headers` (or `target`'s query) up to `openEventStream`.
+    /// `GET /token/stream` with `headers` (or `target`'s query) up to `StreamGate.open(for:wake:)`.
     func stream(
         _ responder: Responder, target: String = "/token/stream", headers: HTTPHeaders = HTTPHeaders(),
         sourceLocation: SourceLocation = #_sourceLocation
-    ) throws -> Responder.StreamSubscription {
+    ) throws -> StreamGate.Subscription {
         let request = HTTPRequest(method: "GET", target: target, headers: headers)
         guard case .proceed(let admitted, _) = responder.admit(request) else {
             Issue.record("the stream was not admitted", sourceLocation: sourceLocation)
             throw Unexpected(description: "not admitted")
         }
-        let (head, subscription) = responder.openEventStream(for: admitted) {}
+        let (head, subscription) = responder.streams.open(for: admitted) {}
         #expect(head.status == 200, sourceLocation: sourceLocation)
         return try #require(subscription, sourceLocation: sourceLocation)
     }
@@ -137,7 +137,7 @@ struct CredentialRoleTests {
     @Test("with a read-token file every read needs a read or a write token; the probe stays open")
     func readsNeedAToken() throws {
         let responder = try responder()
-        #expect(!responder.answersTokenReadsBlindly)
+        #expect(!responder.answersCachedReadsBlindly)
         for path in ["/token", "/metrics", "/"] {
             for method in ["GET", "HEAD"] {
                 try expectError(try responder.send(method, path), status: 401, code: "unauthorized")
@@ -157,7 +157,7 @@ struct CredentialRoleTests {
     @Test("without a read-token file the reads are open and the writes still need a write token")
     func readsOpenWithoutReadFile() throws {
         let responder = try responder(read: nil)
-        #expect(responder.answersTokenReadsBlindly)
+        #expect(responder.answersCachedReadsBlindly)
         for path in ["/token", "/metrics", "/"] {
             #expect(try responder.send("GET", path).status == 200)
         }
@@ -256,7 +256,7 @@ struct CredentialRoleTests {
         #expect(responder.owner.subscriberCount == 12, "ended streams leave when their connection goes")
         // Their connections go, as the engine reports it: counted under reason="revoked".
         for subscription in revoked + [revokedWriter] {
-            responder.streamEnded(subscription.subscriber)
+            responder.streams.ended(subscription.subscriber)
             subscription.cancel()
         }
         let metrics = string(try responder.send("GET", "/metrics", headers: bearer(Self.read[1])).body)
@@ -274,7 +274,7 @@ struct CredentialRoleTests {
         }
         let new = try #require(BearerAuthentication(writeTokens: Self.write, readTokens: [Self.read[1]]))
         #expect(responder.replaceCredentials(new) == 0, "no stream is open yet")
-        let (head, subscription) = responder.openEventStream(for: admitted) {}
+        let (head, subscription) = responder.streams.open(for: admitted) {}
         #expect(head.status == 200)
         let stream = try #require(subscription)
         let out = drain(stream.subscriber)
@@ -291,7 +291,7 @@ struct CredentialRoleTests {
             return
         }
         #expect(responder.replaceCredentials(new) == 0)
-        let (_, second) = responder.openEventStream(for: kept) {}
+        let (_, second) = responder.streams.open(for: kept) {}
         #expect(drain(try #require(second).subscriber).result == .suspended)
     }
 }

@@ -241,7 +241,7 @@ final class RecordingEngine: ServiceEngine {
     func quiesce() {
         steps.withLock { $0.append("quiesce") }
         if let service = service.withLock({ $0 }) {
-            atQuiesce.withLock { $0 = (service.responder.isDraining, service.owner.isStopping) }
+            atQuiesce.withLock { $0 = (service.responder.streams.isDraining, service.owner.isStopping) }
         }
     }
     func awaitIdle() { steps.withLock { $0.append("awaitIdle") } }
@@ -307,7 +307,7 @@ final class RecordingEngine: ServiceEngine {
             waiting.shutdown(engine: RecordingEngine())
             done.signal()
         }
-        waitUntil(#"waiting.responder.isDraining"#) { waiting.responder.isDraining }
+        waitUntil(#"waiting.responder.streams.isDraining"#) { waiting.responder.streams.isDraining }
         waiting.hurry()
         #expect(
             done.wait(timeout: .now() + waitBoundSeconds) == .success,
@@ -349,7 +349,7 @@ final class RecordingEngine: ServiceEngine {
         #expect(store.heldCount == 1)
         #expect(get(responder, "/readyz").status == 200)
         #expect(get(responder, "/readyz").body == get(responder, "/healthz").body)
-        responder.beginDraining()
+        responder.streams.beginDraining()
         for path in ["/readyz", "/healthz"] {
             #expect(get(responder, path).status == 503)
             #expect(string(get(responder, path).body) == #"{"status":"draining"}"#)
@@ -364,7 +364,7 @@ final class RecordingEngine: ServiceEngine {
     func newStreamWhileDraining() throws {
         let responder = makeResponder()
         responder.owner.register(deviceToken: tokenBytes(32))
-        responder.beginDraining()
+        responder.streams.beginDraining()
         let (head, subscriber) = responder.openEventStream {}
         #expect(head.status == 200)
         let stream = try #require(subscriber)
@@ -374,7 +374,7 @@ final class RecordingEngine: ServiceEngine {
         #expect(text.hasPrefix("retry: "))
         #expect(text.hasSuffix(expectedEvent(1, lowerHex(tokenBytes(32)))))
         #expect(stream.endReason == .drain)
-        responder.streamEnded(stream)
+        responder.streams.ended(stream)
         let metrics = string(get(responder, "/metrics").body)
         #expect(metrics.contains("\nforge_push_token_streams_ended_total{reason=\"drain\"} 1\n"))
     }
@@ -388,11 +388,11 @@ final class RecordingEngine: ServiceEngine {
         }
         #expect(metrics.contains("\nforge_push_token_draining 0\n"))
         let left = try #require(responder.openEventStream {}.1)
-        responder.streamEnded(left)  // nothing asked it to end: its client went away
+        responder.streams.ended(left)  // nothing asked it to end: its client went away
         let revoked = try #require(responder.openEventStream {}.1)
         responder.owner.finish(revoked.id, reason: .revoked)
         responder.owner.abort(revoked.id)  // the first reason sticks
-        responder.streamEnded(revoked)
+        responder.streams.ended(revoked)
         metrics = string(get(responder, "/metrics").body)
         #expect(metrics.contains("\nforge_push_token_streams_ended_total{reason=\"client\"} 1\n"))
         #expect(metrics.contains("\nforge_push_token_streams_ended_total{reason=\"revoked\"} 1\n"))
@@ -402,18 +402,18 @@ final class RecordingEngine: ServiceEngine {
     func streamAge() throws {
         let service = Service(store: MemoryTokenStore(), settings: .init(maxStreamAge: 60))
         let responder = service.responder
-        #expect(responder.limitsStreamAge)
+        #expect(responder.streams.limitsStreamAge)
         let old = try #require(responder.openEventStream {}.1)
         let gone = try #require(responder.openEventStream {}.1)
-        responder.streamEnded(gone)
-        responder.endStreamsPastTheirAge(at: .now + .seconds(29))
+        responder.streams.ended(gone)
+        responder.streams.endStreamsPastTheirAge(at: .now + .seconds(29))
         #expect(old.endReason == nil)
-        responder.endStreamsPastTheirAge(at: .now + .seconds(61))
+        responder.streams.endStreamsPastTheirAge(at: .now + .seconds(61))
         #expect(old.endReason == .age)
         #expect(gone.endReason == nil)
         let read = drain(old)
         #expect(read.result == .endOfStream && eventIDs(read.bytes) == [0])
-        #expect(!makeResponder().limitsStreamAge)
+        #expect(!makeResponder().streams.limitsStreamAge)
     }
 
     @Test("once the drain begins, no stream ends by age: the drain ends every one (issue 42 finding 5)")
@@ -426,8 +426,8 @@ final class RecordingEngine: ServiceEngine {
             service.shutdown(engine: RecordingEngine())
             done.signal()
         }
-        waitUntil(#"responder.isDraining"#) { responder.isDraining }
-        responder.endStreamsPastTheirAge(at: .now + .seconds(61))  // every limit has passed
+        waitUntil(#"responder.streams.isDraining"#) { responder.streams.isDraining }
+        responder.streams.endStreamsPastTheirAge(at: .now + .seconds(61))  // every limit has passed
         #expect(done.wait(timeout: .now() + waitBoundSeconds) == .success)
         #expect(streams.allSatisfy { $0.endReason == .drain }, "\(streams.map(\.endReason))")
     }

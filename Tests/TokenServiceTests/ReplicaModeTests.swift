@@ -56,8 +56,8 @@ import Testing
         let early = Self.get(responder, "/token")
         #expect(early?.status == 503 && early?.headers["Retry-After"] == "1")
         #expect(Self.json(early)["error"] == "store_unavailable")
-        #expect(!responder.answersTokenReadsBlindly)
-        let (refused, subscriber) = responder.openEventStream(
+        #expect(!responder.answersCachedReadsBlindly)
+        let (refused, subscriber) = responder.streams.open(
             for: AdmittedRequest(
                 route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
             wake: {})
@@ -69,14 +69,14 @@ import Testing
         #expect(ok?.status == 200 && Self.json(ok) == ["status": "ok", "redis": "connected"])
         let fresh = Self.get(responder, "/token")
         #expect(fresh?.status == 200 && fresh?.headers["Token-Stale"] == nil)
-        #expect(responder.answersTokenReadsBlindly)
+        #expect(responder.answersCachedReadsBlindly)
 
         store.report(.health(.degraded(reason: HealthReason(rawValue: "unreachable"))))
         let degraded = Self.get(responder, "/healthz")
         #expect(degraded?.status == 200 && Self.json(degraded) == ["status": "degraded", "redis": "unreachable"])
         let stale = Self.get(responder, "/token")
         #expect(stale?.status == 200 && stale?.headers["Token-Stale"] == "true" && Self.json(stale)["token"] == "abcd")
-        #expect(!responder.answersTokenReadsBlindly)
+        #expect(!responder.answersCachedReadsBlindly)
         let metrics = Self.get(responder, "/metrics").map { String(decoding: $0.body, as: UTF8.self) } ?? ""
         #expect(metrics.hasSuffix("forge_push_token_redis_up 1\n"))
     }
@@ -88,7 +88,7 @@ import Testing
         store.report(.health(.ok))
         var retries = Set<Int>()
         for _ in 0..<20 {
-            let (_, subscriber) = responder.openEventStream(
+            let (_, subscriber) = responder.streams.open(
                 for: AdmittedRequest(
                     route: .stream, request: HTTPRequest(method: "GET", path: "/token/stream", query: nil)),
                 wake: {})
@@ -104,7 +104,7 @@ import Testing
 
         var headers = HTTPHeaders()
         headers.add("Last-Event-ID", "5")
-        let (_, aheadSubscriber) = responder.openEventStream(
+        let (_, aheadSubscriber) = responder.streams.open(
             for: AdmittedRequest(
                 route: .stream,
                 request: HTTPRequest(

@@ -42,7 +42,7 @@ extension Responder {
     /// Whether graceful shutdown began (`owner.stop()`).
     var isStopping: Bool { owner.isStopping }
 
-    /// `openEventStream(for:wake:)` for a `GET /token/stream` from `origin`.
+    /// `StreamGate.open(for:wake:)` for a `GET /token/stream` from `origin`.
     func openEventStream(origin: String? = nil, wake: @escaping @Sendable () -> Void) -> (
         HTTPResponse, EventSubscriber?
     ) {
@@ -56,7 +56,7 @@ extension Responder {
         else {
             preconditionFailure("GET /token/stream is always admitted without a token")
         }
-        let (head, subscription) = openEventStream(for: admitted, wake: wake)
+        let (head, subscription) = streams.open(for: admitted, wake: wake)
         return (head, subscription?.subscriber)
     }
 }
@@ -160,7 +160,7 @@ extension Responder {
 
     /// `headers` completed as the engine completes an answer's to a request from `origin`.
     func completed(_ headers: HTTPHeaders, origin: String?) -> HTTPHeaders {
-        ResponseHeaders.completing(headers, crossOrigin: crossOrigin, origin: origin)
+        ResponseHeaders.completing(headers, crossOrigin: access.crossOrigin, origin: origin)
     }
 }
 

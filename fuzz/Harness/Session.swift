@@ -137,7 +137,7 @@ final class Session {
                                                                       headers: Configuration.observerHeaders(configuration))) else {
             fatalError("the observer's GET /token/stream was not admitted")
         }
-        let (head, subscription) = responder.openEventStream(for: stream, wake: {})
+        let (head, subscription) = responder.streams.open(for: stream, wake: {})
         require(head.status == 200 && subscription != nil, "the observer could not subscribe: \(head.status)")
         observer = subscription!.subscriber
         let first = Self.readAll(observer)
@@ -244,16 +244,16 @@ final class Session {
             } else {
                 require(status == 403 && errorCode(response) == "origin_not_allowed"
                             && request.headers["Origin"] != nil && request.headers["Access-Control-Request-Method"] != nil
-                            && responder.crossOrigin.allowOriginValue(for: request.headers["Origin"]) == nil,
+                            && responder.access.crossOrigin.allowOriginValue(for: request.headers["Origin"]) == nil,
                         "OPTIONS answered \(status)", context: context)
             }
         } else if status == 401 {
-            require(responder.authentication?.protects(route) == true && errorCode(response) == "unauthorized"
+            require(responder.access.current?.protects(route) == true && errorCode(response) == "unauthorized"
                         && response.headers["WWW-Authenticate"]?.hasPrefix("Bearer realm=\"") == true,
                     "a 401 on an unprotected route or without a challenge", context: context)
         } else {
             require(!decidedByHead, "headResponse answered \(status) for an allowed, authorized request", context: context)
-            if let authentication = responder.authentication, authentication.protects(route) {
+            if let authentication = responder.access.current, authentication.protects(route) {
                 require(authentication.check(authorization: request.headers["Authorization"], query: request.query,
                                              method: request.method).isAuthorized,
                         "a protected route answered \(status) to a request that is not authorized", context: context)
@@ -316,7 +316,7 @@ final class Session {
         case .token:
             let body = jsonObject(response.body) ?? [:]
             let matches = after.token.map { body["token"] as? String == $0 } ?? isNull(body, "token")
-            let cacheControl = responder.authentication?.protects(.token) == true ? "private, no-cache" : "no-cache"
+            let cacheControl = responder.access.current?.protects(.token) == true ? "private, no-cache" : "no-cache"
             // 304 exactly when If-None-Match names the current ETag (conditional GET, issue 13).
             let expected = IfNoneMatch.matches(request.headers["If-None-Match"], current: after.entityTag) ? 304 : 200
             require(status == expected && matches && response.headers["Cache-Control"] == cacheControl
@@ -397,12 +397,12 @@ final class Session {
     /// engine's one place (`ResponseHeaders.completing`).
     func checkCrossOrigin(_ response: HTTPResponse, request: HTTPRequest) {
         let origin = request.headers["Origin"]
-        let allowed = responder.crossOrigin.allowOriginValue(for: origin)
-        let headers = ResponseHeaders.completing(response.headers, crossOrigin: responder.crossOrigin, origin: origin)
+        let allowed = responder.access.crossOrigin.allowOriginValue(for: origin)
+        let headers = ResponseHeaders.completing(response.headers, crossOrigin: responder.access.crossOrigin, origin: origin)
         let sent = headers["Access-Control-Allow-Origin"]
         require(sent == allowed, "Access-Control-Allow-Origin \(String(reflecting: sent)), expected \(String(reflecting: allowed))",
                 context: context)
-        require(!responder.crossOrigin.isEnabled || headers["Vary"] != nil, "an answer without Vary while CORS is on",
+        require(!responder.access.crossOrigin.isEnabled || headers["Vary"] != nil, "an answer without Vary while CORS is on",
                 context: context)
     }
 
@@ -411,14 +411,14 @@ final class Session {
     /// A `GET /token/stream` of the harness's own (with the bearer token where one is needed).
     func openStream() -> (HTTPResponse, EventSubscriber?) {
         let request = HTTPRequest(method: "GET", target: "/token/stream", headers: Configuration.observerHeaders(configuration))
-        let (head, subscription) = responder.openEventStream(for: AdmittedRequest(route: .stream, request: request),
+        let (head, subscription) = responder.streams.open(for: AdmittedRequest(route: .stream, request: request),
                                                              wake: {})
         return (head, subscription?.subscriber)
     }
 
     /// `GET /token/stream`: subscribe, read the first event, cancel. Returns the status sent.
     func stream(_ request: HTTPRequest) -> Int {
-        let (head, subscription) = responder.openEventStream(for: AdmittedRequest(route: .stream, request: request),
+        let (head, subscription) = responder.streams.open(for: AdmittedRequest(route: .stream, request: request),
                                                              wake: {})
         checkCrossOrigin(head, request: request)
         guard let subscription else {
@@ -560,9 +560,9 @@ final class Session {
                 checkErrorBody(response)
             }
         }
-        require(responder.answersTokenReadsBlindly
+        require(responder.answersCachedReadsBlindly
                     == ((configuration.authentication.map { $0.scope == .writes } ?? true) && !configuration.crossOrigin.isEnabled),
-                "answersTokenReadsBlindly is \(responder.answersTokenReadsBlindly)", context: context)
+                "answersCachedReadsBlindly is \(responder.answersCachedReadsBlindly)", context: context)
         let extra = openStream()
         require(extra.0.status == 200 && extra.1 != nil, "the second subscriber was refused: \(extra.0.status)", context: context)
         let refused = openStream()
