@@ -14,7 +14,7 @@
 ///    complete response, an event stream (`openStream(for:wake:)`), or a response decided later
 ///    (a `PendingResponse`).
 /// 4. **Open a stream** (`openStream(for:wake:)`).
-/// 5. **Record** (`recordFinished(_:)`, `record(_:)`): each finished request, and what the engine
+/// 5. **Record** (`recordFinished(_:label:)`, `record(_:)`): each finished request, and what the engine
 ///    refused on its own.
 ///
 /// Two small optional protocols add what only some applications have: `HTTPCachedReads` (one
@@ -33,9 +33,9 @@ public protocol HTTPApplication: Sendable {
     /// A request whose head `admit(_:)` let through, as the application keeps it until
     /// `respond(to:body:)` (the token service: the route, the request, the grant).
     associatedtype Admitted: Sendable
-    /// How the application names a request in its records (`FinishedRequest.label`; the token
-    /// service: its `Route`).
-    associatedtype Label: Sendable
+    /// How the application names a request in its records (`recordFinished(_:label:)`; the token
+    /// service: its `Route?`), with a value for a request it did not name (`unlabelled`).
+    associatedtype Label: HTTPRequestLabel & Sendable
     /// One open event stream, as the engine's content reader drives it.
     associatedtype EventSource: HTTPEventSource
 
@@ -62,8 +62,11 @@ public protocol HTTPApplication: Sendable {
         HTTPResponse, EventSource?
     )
 
-    /// Counts and logs one finished request (answered, or its connection closed).
-    func recordFinished(_ finished: FinishedRequest<Label>)
+    /// Counts and logs one finished request (answered, or its connection closed), with the label
+    /// `admit(_:)` gave it, or `Label.unlabelled` when the engine did not ask (a request it
+    /// refused on its own, or answered from its cache; the application may name such a request
+    /// by its `path`).
+    func recordFinished(_ finished: FinishedRequest, label: Label)
 
     /// Counts something the engine did on its own (`EngineEvent`).
     func record(_ event: EngineEvent)
@@ -188,12 +191,12 @@ public enum EventStreamRead: Sendable, Equatable {
 }
 
 /// What the head of a request decided (`HTTPApplication.admit(_:)`), with the application's label
-/// for the request's records (`FinishedRequest.label`).
-public enum HTTPAdmission<Admitted: Sendable, Label: Sendable>: Sendable {
+/// for the request's records (`HTTPApplication.recordFinished(_:label:)`).
+public enum HTTPAdmission<Admitted: Sendable, Label: HTTPRequestLabel & Sendable>: Sendable {
     /// Answer this, without carrying the request out (its body, if any, is not needed); `label`
-    /// names the request in its records (`nil`: the application has no name for it, such as an
-    /// unknown path).
-    case answer(HTTPResponse, label: Label?)
+    /// names the request in its records (`Label.unlabelled` when the application has no name for
+    /// it, such as an unknown path).
+    case answer(HTTPResponse, label: Label)
     /// Read the body (if any) and call `respond(to:body:)` with `admitted`.
     case proceed(Admitted, label: Label)
 }
@@ -208,18 +211,31 @@ public enum HTTPReply: Sendable {
     case later(PendingResponse)
 }
 
-/// One finished request, for the metrics and the access log (`HTTPApplication.recordFinished`).
+/// How an application names a request in its records (`HTTPApplication.Label`, which is also
+/// `Sendable`): a value with one that names none. An optional is one (`nil`): the token service's
+/// label is a `Route?`.
+public protocol HTTPRequestLabel {
+    /// The label of a request the application did not name (the engine refused it on its own, or
+    /// answered it from its cache).
+    static var unlabelled: Self { get }
+}
+
+extension Optional: HTTPRequestLabel {
+    /// `nil`.
+    public static var unlabelled: Self { nil }
+}
+
+/// One finished request, for the metrics and the access log (`HTTPApplication.recordFinished`,
+/// which gets the request's label beside it: the engine's code is not specialised for its
+/// application, and a record generic over the label looked up its generic metadata on every
+/// request, docs/performance.md).
 ///
 /// A value type; `Sendable`.
-public struct FinishedRequest<Label: Sendable>: Sendable {
+public struct FinishedRequest: Sendable {
     /// The method, as received.
     public var method: String
     /// The path, without the query (which may hold a bearer token).
     public var path: String
-    /// The label `admit(_:)` gave the request, or `nil`: it gave none, or the engine did not ask
-    /// it (a request the engine refused on its own, or answered from its cache); the application
-    /// may name such a request by its `path`.
-    public var label: Label?
     /// The status sent, or 0 when none was.
     public var status: Int
     /// Body bytes sent.
@@ -235,12 +251,11 @@ public struct FinishedRequest<Label: Sendable>: Sendable {
 
     /// A finished request.
     public init(
-        method: String, path: String, label: Label?, status: Int, bytes: Int, microseconds: Int?,
-        wasStream: Bool, remote: String? = nil
+        method: String, path: String, status: Int, bytes: Int, microseconds: Int?, wasStream: Bool,
+        remote: String? = nil
     ) {
         self.method = method
         self.path = path
-        self.label = label
         self.status = status
         self.bytes = bytes
         self.microseconds = microseconds

@@ -67,8 +67,13 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// The cached read's path (`HTTPApplicationTraits.cachedReadPath`; empty without one).
     let cachedReadPath: StaticString
 
-    /// One request's context for this application.
-    typealias Context = ApplicationRequestContext<Application.Admitted, Application.Label>
+    /// The context of a request the application answered, and of one it admitted.
+    typealias Labelled = LabelledRequestContext<Application.Label>
+    typealias Admitted = AdmittedRequestContext<Application.Admitted, Application.Label>
+    /// Their metatypes, looked up once: a context made from a metatype value needs no look-up of
+    /// its generic metadata, which this unspecialised code would otherwise make per request.
+    let labelledType: Labelled.Type = Labelled.self
+    let admittedType: Admitted.Type = Admitted.self
 
     /// The header fields and query parameters the first pass over a request's records keeps
     /// (the engine's and the application's).

@@ -102,7 +102,7 @@ extension Daemon {
     /// Opens the event stream `admitted` asked for (`HTTPApplication.openStream(for:wake:)`), or
     /// answers its refusal, and queues a chunked response whose content reader is
     /// `mhdStreamReader`.
-    func openStream(_ admitted: Application.Admitted, on connection: OpaquePointer, context: Context)
+    func openStream(_ admitted: Application.Admitted, on connection: OpaquePointer, context: RequestContext)
         -> MHD_Result
     {
         let handle = ConnectionHandle(pointer: connection, loop: loop)

@@ -9,12 +9,15 @@ import HTTPServing
 #endif
 
 /// Per-request state, owned by libmicrohttpd's `*con_cls` from the first access-handler call until
-/// the request-completed callback. Only the connection's polling thread touches it. This class
-/// holds what the engine keeps whatever the application (the body's bytes, what was sent, for the
-/// metrics and the access log); each request is an `ApplicationRequestContext`, which adds where
-/// the request stands (`machine`, a `RequestStateMachine` over the application's admitted
-/// request) and the application's label for it, so that `RequestSlot` and the free functions that
-/// queue responses need not be generic.
+/// the request-completed callback. Only the connection's polling thread touches it. Where the
+/// request stands is one value, `machine` (`RequestStateMachine`); the rest is what the engine
+/// keeps beside it (the body's bytes, what was sent, for the metrics and the access log). A
+/// request the application was asked about is one of two subclasses, which add what is the
+/// application's own: its label (`LabelledRequestContext`), and its admitted request
+/// (`AdmittedRequestContext`); `kind` says which, so that no dynamic cast is needed. The engine's
+/// code is not specialised for its application, so none of this is a type generic over the
+/// application's types but these two classes, made from metatypes kept by the daemon (no generic
+/// metadata is looked up per request: docs/performance.md).
 ///
 /// Its variables are `@exclusivity(unchecked)` (SE-0176's per-declaration opt-out of the run-time
 /// exclusivity check, which cost about 550 instructions a `POST /register`): sound because one
@@ -22,9 +25,22 @@ import HTTPServing
 /// one (the engine reads or sets each in one statement; `machine`'s mutating steps and `body`'s
 /// appends call nothing that reaches this context).
 class RequestContext {
+    /// Which class a context is.
+    enum Kind {
+        /// The engine refused the request on its own: no label.
+        case engine
+        /// A `LabelledRequestContext`: the application answered the head.
+        case labelled
+        /// An `AdmittedRequestContext`: the application admitted the request.
+        case admitted
+    }
+
+    let kind: Kind
     let method: String
     let path: String
     let started = ContinuousClock.now
+    /// Where the request stands, and the body bytes received.
+    @exclusivity(unchecked) var machine: RequestStateMachine
     /// The body bytes kept (`RequestStateMachine.BodyVerdict.keep`).
     @exclusivity(unchecked) var body: [UInt8] = []
     /// Whether the body comes chunked (its connection has a short idle timeout until it is complete).
@@ -48,7 +64,12 @@ class RequestContext {
     /// Whether the trailer fields were checked (once, in the call where the body is complete).
     @exclusivity(unchecked) var trailerChecked = false
 
-    init(method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy) {
+    init(
+        kind: Kind = .engine, method: String, path: String, chunked: Bool, origin: String?,
+        crossOrigin: CrossOriginPolicy, limit: Int
+    ) {
+        self.kind = kind
+        self.machine = RequestStateMachine(limit: limit)
         self.method = method
         self.path = path
         self.chunked = chunked
@@ -57,20 +78,39 @@ class RequestContext {
     }
 }
 
-/// One request's context for an application whose admitted requests are `Admitted` and whose
-/// labels are `Label`: where the request stands, and what the application named it. Made by
-/// `Daemon.open` only; its variables are `@exclusivity(unchecked)` on the same grounds as
-/// `RequestContext`'s.
-final class ApplicationRequestContext<Admitted: Sendable, Label: Sendable>: RequestContext {
-    /// Where the request stands, and the body bytes received.
-    @exclusivity(unchecked) var machine: RequestStateMachine<Admitted>
-    /// The label `HTTPApplication.admit` gave the request (kept for its record once it is over).
-    @exclusivity(unchecked) var label: Label?
+/// A request whose head the application answered (`HTTPAdmission.answer`): its label, for its
+/// record.
+final class LabelledRequestContext<Label: HTTPRequestLabel & Sendable>: RequestContext {
+    /// The label `HTTPApplication.admit` gave the request.
+    let label: Label
 
     init(
-        method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy, limit: Int
+        label: Label, method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy,
+        limit: Int
     ) {
-        self.machine = RequestStateMachine(limit: limit)
-        super.init(method: method, path: path, chunked: chunked, origin: origin, crossOrigin: crossOrigin)
+        self.label = label
+        super.init(
+            kind: .labelled, method: method, path: path, chunked: chunked, origin: origin, crossOrigin: crossOrigin,
+            limit: limit)
+    }
+}
+
+/// A request the application admitted (`HTTPAdmission.proceed`): its admitted request, kept until
+/// `HTTPApplication.respond(to:body:)` and `openStream(for:wake:)`, and its label.
+final class AdmittedRequestContext<Admitted: Sendable, Label: HTTPRequestLabel & Sendable>: RequestContext {
+    /// The request as the application admitted it.
+    let admitted: Admitted
+    /// The label `HTTPApplication.admit` gave the request.
+    let label: Label
+
+    init(
+        admitted: Admitted, label: Label, method: String, path: String, chunked: Bool, origin: String?,
+        crossOrigin: CrossOriginPolicy, limit: Int
+    ) {
+        self.admitted = admitted
+        self.label = label
+        super.init(
+            kind: .admitted, method: method, path: path, chunked: chunked, origin: origin, crossOrigin: crossOrigin,
+            limit: limit)
     }
 }

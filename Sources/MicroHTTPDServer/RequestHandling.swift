@@ -59,7 +59,7 @@ extension Daemon {
         case .cachedRead(let mark):
             return cachedRead(call, mark)
         case .context(let context):
-            return carryOn(call, unsafeDowncast(context, to: Context.self))
+            return carryOn(call, context)
         }
     }
 
@@ -130,34 +130,44 @@ extension Daemon {
                 budget: server.configuration.headBudget))
     }
 
-    /// Opens the request's context, stores it in the slot, and tells its machine what the head
-    /// decided: the engine's refusal of the target or the framing, the application's admission,
-    /// or (`cachedRead`) the cached read. The one place a context is made.
+    /// Asks what the head decided (the engine's refusal of the target or the framing, the
+    /// application's admission, or, with `cachedRead`, the cached read), opens the request's
+    /// context of the matching kind (`RequestContext.Kind`), stores it in the slot, and tells its
+    /// machine. The one place a context is made.
     private func open(_ call: RequestCall, facts: HeadFacts, flaw: TargetFlaw?, cachedRead: Bool) -> MHD_Result {
         let head = requestHead(
             call.connection, method: String(cString: call.method), path: String(cString: call.url),
             fields: traits.headerFieldsRead, parameters: traits.queryParametersRead, scan: facts.scan)
+        let method = head.method
+        let path = head.path
         // The engine's own answers carry the CORS fields too: `Origin` is read whether or not the
         // application reads it.
-        let context = Context(
-            method: head.method, path: head.path, chunked: facts.chunked,
-            origin: facts.scan.fields.string(capture.origin, name: "Origin", on: call.connection),
-            crossOrigin: traits.crossOrigin, limit: server.configuration.maxBodyBytes)
-        context.headCost = (facts.scan.headBytes, facts.scan.counts.records, facts.scan.counts.cookieValueBytes)
-        RequestSlot.context(context).store(in: call.slot)
-        let decided: RequestStateMachine<Application.Admitted>.Head
+        let origin = facts.scan.fields.string(capture.origin, name: "Origin", on: call.connection)
+        let limit = server.configuration.maxBodyBytes
+        let context: RequestContext
+        let decided: RequestStateMachine.Head
         if let refusal = flaw.flatMap({ targetRefusal($0, limit: maxURLBytes) }) ?? facts.framingRefusal {
-            decided = .refused(refusal)  // not admitted: no label (the application may go by the path)
+            // Not admitted: no label (the application may go by the path).
+            context = RequestContext(
+                method: method, path: path, chunked: facts.chunked, origin: origin, crossOrigin: traits.crossOrigin,
+                limit: limit)
+            decided = .refused(refusal)
         } else {
             switch application.admit(head) {
             case .answer(let response, let label):
-                context.label = label
+                context = labelledType.init(
+                    label: label, method: method, path: path, chunked: facts.chunked, origin: origin,
+                    crossOrigin: traits.crossOrigin, limit: limit)
                 decided = .refused(response)
             case .proceed(let admitted, let label):
-                context.label = label
-                decided = cachedRead ? .cachedRead : .admitted(admitted)
+                context = admittedType.init(
+                    admitted: admitted, label: label, method: method, path: path, chunked: facts.chunked,
+                    origin: origin, crossOrigin: traits.crossOrigin, limit: limit)
+                decided = cachedRead ? .cachedRead : .admitted
             }
         }
+        context.headCost = (facts.scan.headBytes, facts.scan.counts.records, facts.scan.counts.cookieValueBytes)
+        RequestSlot.context(context).store(in: call.slot)
         return perform(
             context.machine.head(decided, contentLength: facts.contentLength, chunked: facts.chunked), call, context)
     }
@@ -173,7 +183,7 @@ extension Daemon {
             guard case .context(let context) = RequestSlot(word: call.slot.pointee), result == .YES else {
                 return result
             }
-            return carryOn(call, unsafeDowncast(context, to: Context.self))
+            return carryOn(call, context)
         }
         guard let cachedReader else { return .NO }  // marked only when there is one
         let queued = server.cachedReads.queue(
@@ -185,7 +195,7 @@ extension Daemon {
     }
 
     /// A later call of an ordinary request: a piece of body, or its end.
-    private func carryOn(_ call: RequestCall, _ context: Context) -> MHD_Result {
+    private func carryOn(_ call: RequestCall, _ context: RequestContext) -> MHD_Result {
         let count = call.uploadSize.pointee
         guard count == 0 else {
             call.uploadSize.pointee = 0
@@ -196,7 +206,7 @@ extension Daemon {
 
     /// A piece of body of `count` bytes: kept, dropped, or the connection closed, as the machine
     /// says.
-    private func bodyChunk(_ data: UnsafePointer<CChar>?, count: Int, _ context: Context) -> MHD_Result {
+    private func bodyChunk(_ data: UnsafePointer<CChar>?, count: Int, _ context: RequestContext) -> MHD_Result {
         switch context.machine.bodyChunk(count: count) {
         case .keep:
             data?.withMemoryRebound(to: UInt8.self, capacity: count) {
@@ -214,7 +224,7 @@ extension Daemon {
 
     /// The body is complete (or there was none), or a suspended connection was resumed: its
     /// deadline and trailer checked, the machine's next step carried out.
-    private func bodyComplete(_ call: RequestCall, _ context: Context) -> MHD_Result {
+    private func bodyComplete(_ call: RequestCall, _ context: RequestContext) -> MHD_Result {
         let connection = call.connection
         let configuration = server.configuration
         if context.chunked {
@@ -235,9 +245,7 @@ extension Daemon {
 
     /// Carries out a step of the request's `RequestStateMachine`: the libmicrohttpd calls, and the
     /// application's, whose reply goes back to the machine.
-    private func perform(
-        _ step: consuming RequestStateMachine<Application.Admitted>.Step, _ call: RequestCall, _ context: Context
-    )
+    private func perform(_ step: consuming RequestStateMachine.Step, _ call: RequestCall, _ context: RequestContext)
         -> MHD_Result
     {
         let connection = call.connection
@@ -254,13 +262,16 @@ extension Daemon {
             context.status = queued.status
             context.bytes = queued.bytes
             return queued.result
-        case .respond(let admitted):
+        case .respond:
+            // The machine says `.respond` only after the head was admitted: `context` is an
+            // `AdmittedRequestContext` (`open`).
+            let admitted = unsafeDowncast(context, to: Admitted.self).admitted
             let body = context.body
             context.body = []
             let reply = application.respond(to: admitted, body: body)
-            return perform(context.machine.replied(reply, to: admitted), call, context)
-        case .openStream(let admitted):
-            return openStream(admitted, on: connection, context: context)
+            return perform(context.machine.replied(reply), call, context)
+        case .openStream:
+            return openStream(unsafeDowncast(context, to: Admitted.self).admitted, on: connection, context: context)
         case .takeOrSuspend(let pending):
             return answer(pending, on: connection, context: context)
         }
@@ -268,7 +279,7 @@ extension Daemon {
 
     /// Sends `pending`'s response when it is decided; otherwise suspends the connection until it is
     /// (libmicrohttpd calls the access handler again once the connection is resumed).
-    private func answer(_ pending: PendingResponse, on connection: OpaquePointer, context: Context)
+    private func answer(_ pending: PendingResponse, on connection: OpaquePointer, context: RequestContext)
         -> MHD_Result
     {
         let handle = ConnectionHandle(pointer: connection, loop: loop)
@@ -311,10 +322,10 @@ extension Daemon {
             server.inFlight.subtract(1, ordering: .acquiringAndReleasing)
             application.recordFinished(
                 FinishedRequest(
-                    method: mark.isHead ? "HEAD" : "GET", path: cachedReadPath.description, label: nil,
-                    status: mark.status.code, bytes: 0, microseconds: nil, wasStream: false))
-        case .context(let untyped):
-            let context = unsafeDowncast(untyped, to: Context.self)
+                    method: mark.isHead ? "HEAD" : "GET", path: cachedReadPath.description, status: mark.status.code,
+                    bytes: 0, microseconds: nil, wasStream: false),
+                label: .unlabelled)
+        case .context(let context):
             server.inFlight.subtract(1, ordering: .acquiringAndReleasing)
             if let parked = context.parked {  // closed while it waited (the server stopping)
                 context.parked = nil
@@ -323,12 +334,18 @@ extension Daemon {
             // `components` once: each reading divides the duration's 128-bit count.
             let elapsed = (ContinuousClock.now - context.started).components
             let micros = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
-            application.recordFinished(
-                FinishedRequest(
-                    method: context.method, path: context.path, label: context.label, status: context.status,
-                    bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
-                    wasStream: context.stream != nil,
-                    remote: traits.wantsPeerAddresses ? peerAddress(of: connection) : nil))
+            let finished = FinishedRequest(
+                method: context.method, path: context.path, status: context.status,
+                bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,
+                wasStream: context.stream != nil, remote: traits.wantsPeerAddresses ? peerAddress(of: connection) : nil)
+            switch context.kind {
+            case .engine:
+                application.recordFinished(finished, label: .unlabelled)
+            case .labelled:
+                application.recordFinished(finished, label: unsafeDowncast(context, to: Labelled.self).label)
+            case .admitted:
+                application.recordFinished(finished, label: unsafeDowncast(context, to: Admitted.self).label)
+            }
         }
     }
 }

@@ -13,15 +13,18 @@ import HTTPServing
 ///
 /// The body's bytes stay with the engine (the machine only counts them).
 ///
-/// Generic over the application's admitted request (`HTTPApplication.Admitted`), which it holds
-/// between the head and the reply. A value type. One request's machine is used by its connection's thread only.
-struct RequestStateMachine<Admitted: Sendable> {
+/// The application's admitted request (`HTTPApplication.Admitted`) is kept beside it, in the
+/// request's `AdmittedRequestContext`, not in it: the engine's code is not specialised for its
+/// application, and a machine generic over that type looked up its generic metadata at every
+/// step (about 7,000 instructions a `POST /register`, docs/performance.md). A value type. One
+/// request's machine is used by its connection's thread only.
+struct RequestStateMachine {
     /// Where the request stands.
     enum State {
         /// The head has not been seen yet.
         case idle
         /// Its head passed the application's checks: the body (if any) is being read.
-        case admitted(Admitted)
+        case admitted
         /// Its head alone decided this answer (404, 405, 401, 414, `OPTIONS`, a framing
         /// refusal): sent once the body (if any) has been read and dropped, or at once.
         case refused(HTTPResponse)
@@ -29,9 +32,7 @@ struct RequestStateMachine<Admitted: Sendable> {
         case tooLarge
         /// The cached read (`HTTPApplicationTraits.cachedReadPath`): answered from the engine's cache.
         case cachedRead
-        /// The application is asked (`.respond`): its reply comes back as `replied(_:to:)`, with
-        /// the request, which the machine no longer holds (handed over, not copied: a request's
-        /// fields are half a dozen references to retain and release per copy).
+        /// The application is asked (`.respond`): its reply comes back as `replied(_:)`.
         case responding
         /// A write whose answer is decided later: the connection is suspended until it is.
         case waiting(PendingResponse)
@@ -45,7 +46,7 @@ struct RequestStateMachine<Admitted: Sendable> {
         /// own refusal of the target or the framing).
         case refused(HTTPResponse)
         /// Read the body and ask the application.
-        case admitted(Admitted)
+        case admitted
         /// A `GET` or `HEAD` of the cached read's path that the engine answers from its cache
         /// (`HTTPCachedReads.answersCachedReadsBlindly`).
         case cachedRead
@@ -71,11 +72,11 @@ struct RequestStateMachine<Admitted: Sendable> {
         case queue(HTTPResponse)
         /// Queue the cached read's response (or its 304).
         case queueCachedRead
-        /// Ask the application (`HTTPApplication.respond(to:body:)`) with the body kept, and pass its
-        /// reply to `replied(_:to:)`.
-        case respond(Admitted)
+        /// Ask the application (`HTTPApplication.respond(to:body:)`) with the admitted request and
+        /// the body kept, and pass its reply to `replied(_:)`.
+        case respond
         /// Open the event stream (`HTTPApplication.openStream(for:wake:)`).
-        case openStream(Admitted)
+        case openStream
         /// Take the pending answer and queue it, or suspend the connection until it is decided
         /// (`PendingResponse.take(orPark:resume:)`); the resumed call is `complete()` again.
         case takeOrSuspend(PendingResponse)
@@ -123,9 +124,9 @@ struct RequestStateMachine<Admitted: Sendable> {
             }
             state = .refused(response)
             return .readOn
-        case .admitted(let admitted):
+        case .admitted:
             if let refusal = tooLarge(contentLength) { return refusal }
-            state = .admitted(admitted)
+            state = .admitted
             return .readOn
         case .cachedRead:
             if let refusal = tooLarge(contentLength) { return refusal }
@@ -164,7 +165,7 @@ struct RequestStateMachine<Admitted: Sendable> {
 
     /// The body is complete (or there was none), or a suspended connection was resumed.
     /// - Returns: `.queue` (a refusal, or the 413), `.queueCachedRead`, `.respond` (then call
-    ///   `replied(_:to:)`), `.takeOrSuspend` (resumed while waiting), or `.none` once answered.
+    ///   `replied(_:)`), `.takeOrSuspend` (resumed while waiting), or `.none` once answered.
     mutating func complete() -> Step {
         switch state {
         case .idle, .answered, .responding:
@@ -181,11 +182,8 @@ struct RequestStateMachine<Admitted: Sendable> {
         case .waiting(let pending):
             return .takeOrSuspend(pending)
         case .admitted:
-            // Moved out of the state, which becomes `.responding`: no copy of the request.
-            var taken = State.responding
-            swap(&state, &taken)
-            guard case .admitted(let admitted) = consume taken else { return .none }
-            return .respond(admitted)
+            state = .responding
+            return .respond
         }
     }
 
@@ -205,10 +203,10 @@ struct RequestStateMachine<Admitted: Sendable> {
         }
     }
 
-    /// The application replied `reply` to `.respond(admitted)`.
-    /// - Returns: `.queue`, `.openStream(admitted)`, or `.takeOrSuspend` for an answer decided
-    ///   later; `.none` when no reply was asked for.
-    mutating func replied(_ reply: HTTPReply, to admitted: consuming Admitted) -> Step {
+    /// The application replied `reply` to `.respond`.
+    /// - Returns: `.queue`, `.openStream`, or `.takeOrSuspend` for an answer decided later;
+    ///   `.none` when no reply was asked for.
+    mutating func replied(_ reply: HTTPReply) -> Step {
         guard case .responding = state else { return .none }
         switch reply {
         case .response(let response):
@@ -216,7 +214,7 @@ struct RequestStateMachine<Admitted: Sendable> {
             return .queue(response)
         case .eventStream:
             state = .answered
-            return .openStream(admitted)
+            return .openStream
         case .later(let pending):
             state = .waiting(pending)
             return .takeOrSuspend(pending)

@@ -15,44 +15,47 @@ import Synchronization
 /// nobody else's writes.
 ///
 /// Readers that need the whole value visit every shard (`forEachShard`); the sum of counters
-/// (`ServiceMetrics`) or the same value in every shard (`Responder`'s credentials, replaced in
+/// (`ServiceMetrics`) or the same value in every shard (`RouteAccess`'s credentials, replaced in
 /// each) is what the callers make of them. A reader visiting the shards one after another sees
 /// each shard at a different instant: fine for counters, and for a value replaced shard by
 /// shard only when the caller orders what follows after the last shard (as
-/// `Responder.replaceCredentials` does).
+/// `RouteAccess.replace` does).
 ///
 /// The technique is the striped counter of Java's `LongAdder` and the per-thread counters of
 /// high-rate servers; here the stripe is chosen once per thread (a `pthread_key_t` holds the
 /// thread's number) instead of by hashing, so a thread's stripe never changes under it.
 ///
 /// Thread-safety: all members may be called from any thread; each shard is a `Locked`, a leaf.
-package final class PerThreadLocked<State: Sendable>: Sendable {
+public final class PerThreadLocked<State: Sendable>: Sendable {
     /// Shards made by `init` when none is asked for: more than the threads that take a
     /// service's locks on its hot paths (one daemon thread per online core, at most 8, and the
     /// store's threads).
-    package static var defaultShardCount: Int { 16 }
+    public static var defaultShardCount: Int { 16 }
 
-    private let shards: [Locked<State>]
+    /// `@usableFromInline` with `withThreadLock` `@inlinable`: the token service's counters take
+    /// this lock on every request, and across the module boundary an unspecialised call looked up
+    /// `Locked<State>`'s generic metadata each time (docs/performance.md).
+    @usableFromInline let shards: [Locked<State>]
 
     /// `count` shards (at least 1), each starting as `make()`.
-    package init(shards count: Int = defaultShardCount, _ make: () -> State) {
+    public init(shards count: Int = defaultShardCount, _ make: () -> State) {
         shards = (0..<max(1, count)).map { _ in Locked(make()) }
     }
 
     /// Runs `body` on the calling thread's shard, under its lock; keep it short.
-    package func withThreadLock<R: Sendable>(_ body: (inout State) throws -> R) rethrows -> R {
+    @inlinable public func withThreadLock<R: Sendable>(_ body: (inout State) throws -> R) rethrows -> R {
         try shards[ThreadNumber.current % shards.count].withLock(body)
     }
 
     /// Runs `body` on each shard in turn, under that shard's lock alone.
-    package func forEachShard(_ body: (inout State) throws -> Void) rethrows {
+    public func forEachShard(_ body: (inout State) throws -> Void) rethrows {
         for shard in shards { try shard.withLock(body) }
     }
 }
 
 /// The number of the calling thread: 0 for the first thread that asks, 1 for the next, and so
 /// on, kept in a thread-specific value (POSIX `pthread_getspecific(3)`).
-private enum ThreadNumber {
+@usableFromInline enum ThreadNumber {
     /// The key of the thread-specific value: the thread's number plus one (0, no value, means
     /// "not numbered yet"). One key for the process: keys are few (`PTHREAD_KEYS_MAX`).
     static let key: pthread_key_t = {
@@ -65,7 +68,7 @@ private enum ThreadNumber {
     /// The next number to give.
     static let next = Atomic<Int>(0)
 
-    static var current: Int {
+    @usableFromInline static var current: Int {
         if let value = pthread_getspecific(key) { return Int(bitPattern: value) - 1 }
         let number = next.wrappingAdd(1, ordering: .relaxed).oldValue & Int(Int32.max)
         _ = pthread_setspecific(key, UnsafeRawPointer(bitPattern: number + 1))

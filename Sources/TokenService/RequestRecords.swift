@@ -27,12 +27,12 @@ public final class RequestRecords: Sendable {
     /// the engine looks it up only then.
     var logsPeerAddresses: Bool { accessLog && log?.format == .json }
 
-    /// Counts `finished` in the metrics under its route (the label the admission gave it, or, for
-    /// a request the engine answered without asking, its path's) and, with `accessLog`, logs it
+    /// Counts `finished` in the metrics under its route (`label`, the admission's, or, for a
+    /// request the engine answered without asking, its path's) and, with `accessLog`, logs it
     /// (`ServerLog.access`).
-    func finished(_ finished: FinishedRequest<Route>) {
+    func finished(_ finished: FinishedRequest, label: Route?) {
         metrics.recordRequest(
-            route: finished.label ?? Route(path: finished.path), method: finished.method, status: finished.status,
+            route: label ?? Route(path: finished.path), method: finished.method, status: finished.status,
             seconds: finished.wasStream ? nil : finished.microseconds.map { Double($0) / 1e6 })
         guard accessLog, let log else { return }
         log.access(

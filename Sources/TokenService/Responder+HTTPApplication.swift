@@ -69,9 +69,9 @@ extension Responder: HTTPApplication, HTTPCachedReads, HTTPTicks {
         owner.abort(id)
     }
 
-    /// `RequestRecords.finished(_:)`.
-    public func recordFinished(_ finished: FinishedRequest<Route>) {
-        records.finished(finished)
+    /// `RequestRecords.finished(_:label:)`.
+    public func recordFinished(_ finished: FinishedRequest, label: Route?) {
+        records.finished(finished, label: label)
     }
 
     /// `RequestRecords.engine(_:)`.

@@ -10,7 +10,7 @@ import ServerSupport
 /// head checked there, once: 404, `OPTIONS`, 405, 401, 403), then `respond(to:body:)` with the
 /// admitted request and its body, which answers at once, asks for an event stream
 /// (`StreamGate.open(for:wake:)`), or answers later (a `PendingResponse`, for a write the store
-/// decides on its own thread); at the end `recordFinished(_:)` (`RequestRecords`). The CORS header
+/// decides on its own thread); at the end `recordFinished(_:label:)` (`RequestRecords`). The CORS header
 /// fields are not added here: the engine adds them to every answer, its own included, where it
 /// completes each answer's header (`ResponseHeaders.completing(_:crossOrigin:origin:)`, with
 /// `traits.crossOrigin`).
@@ -24,8 +24,9 @@ import ServerSupport
 public final class Responder: Sendable {
     /// What to send for one admitted request (`HTTPReply`).
     public typealias Reply = HTTPReply
-    /// What the head of a request decided (`HTTPAdmission`), labelled with its route.
-    public typealias Admission = HTTPAdmission<AdmittedRequest, Route>
+    /// What the head of a request decided (`HTTPAdmission`), labelled with its route (`nil` for
+    /// an unknown path).
+    public typealias Admission = HTTPAdmission<AdmittedRequest, Route?>
 
     /// The one owner of the token and its subscribers. No engine sees it: an engine asks this
     /// responder (`HTTPApplication`), which asks the owner; `Service` drives its shutdown.

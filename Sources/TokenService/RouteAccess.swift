@@ -40,7 +40,7 @@ public final class RouteAccess: Sendable {
     /// does not take, 401 when the route needs a bearer token and the request has none of the
     /// service's, 403 `insufficient_scope` for a write sent with a read token. Each answer and
     /// each admitted request is labelled with its route (`nil` for an unknown path).
-    func admit(_ head: consuming HTTPRequest) -> HTTPAdmission<AdmittedRequest, Route> {
+    func admit(_ head: consuming HTTPRequest) -> HTTPAdmission<AdmittedRequest, Route?> {
         guard let route = Route(path: head.path) else {
             return .answer(.error(404, ServiceError("not_found", "no route for \(head.path)")), label: nil)
         }

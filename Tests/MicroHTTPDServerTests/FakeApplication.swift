@@ -37,8 +37,8 @@ final class FakeApplication: HTTPApplication, HTTPCachedReads, HTTPTicks {
     let traits: HTTPApplicationTraits
     /// The version of the cached read; `bump()` moves it.
     private let version = Locked<UInt64>(0)
-    /// Every finished request, in order.
-    let finished = Locked<[FinishedRequest<FakeRoute>]>([])
+    /// Every finished request and its label, in order.
+    let finished = Locked<[(request: FinishedRequest, label: FakeRoute?)]>([])
     /// Every engine event, in order.
     let events = Locked<[EngineEvent]>([])
     /// Streams open now, by id.
@@ -67,7 +67,7 @@ final class FakeApplication: HTTPApplication, HTTPCachedReads, HTTPTicks {
             cachedReadPath: "/token", wantsTicks: ticks)
     }
 
-    func admit(_ head: consuming HTTPRequest) -> HTTPAdmission<FakeAdmitted, FakeRoute> {
+    func admit(_ head: consuming HTTPRequest) -> HTTPAdmission<FakeAdmitted, FakeRoute?> {
         admitted.increment()
         guard let route = FakeRoute(rawValue: head.path) else {
             return .answer(.error(404, ServiceError("not_found", "no route")), label: nil)
@@ -133,8 +133,8 @@ final class FakeApplication: HTTPApplication, HTTPCachedReads, HTTPTicks {
         streams.withLock { $0[id] }?.end(abort: true)
     }
 
-    func recordFinished(_ finished: FinishedRequest<FakeRoute>) {
-        self.finished.withLock { $0.append(finished) }
+    func recordFinished(_ finished: FinishedRequest, label: FakeRoute?) {
+        self.finished.withLock { $0.append((finished, label)) }
     }
 
     func record(_ event: EngineEvent) {
@@ -258,5 +258,8 @@ final class FakeServer {
     }
 
     /// The finished requests recorded so far.
-    var finished: [FinishedRequest<FakeRoute>] { application.finished.withLock { $0 } }
+    var finished: [FinishedRequest] { application.finished.withLock { $0.map(\.request) } }
+
+    /// The labels the finished requests were recorded with, in the same order.
+    var labels: [FakeRoute?] { application.finished.withLock { $0.map(\.label) } }
 }

@@ -40,7 +40,7 @@ import Testing
         slot.initialize(to: nil)
         weak var watched: RequestContext?
         do {
-            let context = ApplicationRequestContext<FakeAdmitted, FakeRoute>(
+            let context = RequestContext(
                 method: "POST", path: "/register", chunked: false, origin: nil, crossOrigin: CrossOriginPolicy(),
                 limit: 16)
             watched = context

@@ -11,30 +11,26 @@ struct RequestStateMachineTests {
     static let limit = 16
 
     /// `step` in a few words, so that sequences compare as text.
-    func describe(_ step: RequestStateMachine<FakeAdmitted>.Step) -> String {
+    func describe(_ step: RequestStateMachine.Step) -> String {
         switch step {
         case .readOn: "readOn"
         case .queue(let response): "queue \(response.status)"
         case .queueCachedRead: "queueCachedRead"
-        case .respond(let admitted): "respond \(admitted.request.method) \(admitted.route.rawValue)"
-        case .openStream(let admitted): "openStream \(admitted.route.rawValue)"
+        case .respond: "respond"
+        case .openStream: "openStream"
         case .takeOrSuspend: "takeOrSuspend"
         case .none: "none"
         }
     }
 
     /// `verdict` in a word.
-    func describe(_ verdict: RequestStateMachine<FakeAdmitted>.BodyVerdict) -> String {
+    func describe(_ verdict: RequestStateMachine.BodyVerdict) -> String {
         switch verdict {
         case .keep: "keep"
         case .drop: "drop"
         case .discardAll: "discardAll"
         case .close: "close"
         }
-    }
-
-    func admitted(_ method: String = "POST", _ route: FakeRoute = .echo) -> FakeAdmitted {
-        FakeAdmitted(route: route, request: HTTPRequest(method: method, path: route.rawValue, query: nil))
     }
 
     func refusal(_ status: Int) -> HTTPResponse {
@@ -45,19 +41,19 @@ struct RequestStateMachineTests {
     func requestWithoutBodyIsAnsweredAtItsEnd() {
         // libmicrohttpd sends 100 Continue to a bodiless request that asks for it; the engine
         // answers it at the end (issue 27 §6), not in the first call, which closed the connection.
-        var write = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        #expect(describe(write.head(.admitted(admitted("POST", .later)), contentLength: 0, chunked: false)) == "readOn")
-        #expect(describe(write.complete()) == "respond POST /fail")
-        #expect(describe(write.replied(.response(.json(200, [])), to: admitted("POST", .later))) == "queue 200")
+        var write = RequestStateMachine(limit: Self.limit)
+        #expect(describe(write.head(.admitted, contentLength: 0, chunked: false)) == "readOn")
+        #expect(describe(write.complete()) == "respond")
+        #expect(describe(write.replied(.response(.json(200, [])))) == "queue 200")
         #expect(describe(write.complete()) == "none")
-        var read = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        var read = RequestStateMachine(limit: Self.limit)
         #expect(describe(read.head(.cachedRead, contentLength: nil, chunked: false)) == "readOn")
         #expect(describe(read.complete()) == "queueCachedRead")
     }
 
     @Test("a refusal without a body waits for the next call, which answers it; then nothing more")
     func refusalWithoutBody() {
-        var machine = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        var machine = RequestStateMachine(limit: Self.limit)
         #expect(describe(machine.head(.refused(refusal(404)), contentLength: nil, chunked: false)) == "readOn")
         #expect(describe(machine.complete()) == "queue 404")
         #expect(describe(machine.complete()) == "none")
@@ -69,7 +65,7 @@ struct RequestStateMachineTests {
             (404, UInt64(5), false), (401, nil, true), (400, nil, false), (417, nil, false), (501, UInt64(0), false),
         ] as [(Int, UInt64?, Bool)])
     func refusalAtOnce(status: Int, contentLength: UInt64?, chunked: Bool) {
-        var machine = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        var machine = RequestStateMachine(limit: Self.limit)
         #expect(
             describe(machine.head(.refused(refusal(status)), contentLength: contentLength, chunked: chunked))
                 == "queue \(status)")
@@ -79,34 +75,34 @@ struct RequestStateMachineTests {
 
     @Test("a Content-Length over the limit: 413 at once, for the responder's routes and the token read alike")
     func contentLengthOverLimit() {
-        for head in [RequestStateMachine.Head.admitted(admitted()), .cachedRead] {
-            var machine = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        for head in [RequestStateMachine.Head.admitted, .cachedRead] {
+            var machine = RequestStateMachine(limit: Self.limit)
             #expect(describe(machine.head(head, contentLength: UInt64(Self.limit + 1), chunked: false)) == "queue 413")
             #expect(describe(machine.complete()) == "none")
         }
-        var atLimit = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        var atLimit = RequestStateMachine(limit: Self.limit)
         #expect(
-            describe(atLimit.head(.admitted(admitted()), contentLength: UInt64(Self.limit), chunked: false)) == "readOn"
+            describe(atLimit.head(.admitted, contentLength: UInt64(Self.limit), chunked: false)) == "readOn"
         )
     }
 
     @Test("a body within the limit is kept and handed to the responder; its reply is queued")
     func bodyWithinLimit() {
-        var machine = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        #expect(describe(machine.head(.admitted(admitted()), contentLength: 16, chunked: false)) == "readOn")
+        var machine = RequestStateMachine(limit: Self.limit)
+        #expect(describe(machine.head(.admitted, contentLength: 16, chunked: false)) == "readOn")
         #expect(describe(machine.bodyChunk(count: 10)) == "keep")
         #expect(describe(machine.bodyChunk(count: 6)) == "keep")
         #expect(machine.kept == 16 && machine.received == 16)
-        #expect(describe(machine.complete()) == "respond POST /register")
+        #expect(describe(machine.complete()) == "respond")
         #expect(describe(machine.complete()) == "none", "a call while the responder is asked does nothing")
-        #expect(describe(machine.replied(.response(HTTPResponse(status: 200)), to: admitted())) == "queue 200")
+        #expect(describe(machine.replied(.response(HTTPResponse(status: 200)))) == "queue 200")
         #expect(describe(machine.complete()) == "none")
     }
 
     @Test("a chunked body over the limit: what was kept is discarded, the rest dropped, 413 at its end")
     func chunkedOverLimit() {
-        var machine = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        #expect(describe(machine.head(.admitted(admitted()), contentLength: nil, chunked: true)) == "readOn")
+        var machine = RequestStateMachine(limit: Self.limit)
+        #expect(describe(machine.head(.admitted, contentLength: nil, chunked: true)) == "readOn")
         #expect(describe(machine.bodyChunk(count: 10)) == "keep")
         #expect(describe(machine.bodyChunk(count: 7)) == "discardAll")
         #expect(describe(machine.bodyChunk(count: 100)) == "drop")
@@ -119,34 +115,34 @@ struct RequestStateMachineTests {
     )
     func trailerRefused() {
         // Issue 27 §6: a chunked write whose trailer leaves no room for its answer.
-        var write = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        #expect(describe(write.head(.admitted(admitted()), contentLength: nil, chunked: true)) == "readOn")
+        var write = RequestStateMachine(limit: Self.limit)
+        #expect(describe(write.head(.admitted, contentLength: nil, chunked: true)) == "readOn")
         #expect(describe(write.bodyChunk(count: 8)) == "keep")
         #expect(describe(write.trailerRefused(refusal(431))) == "queue 431")
         #expect(describe(write.complete()) == "none", "nothing is carried out after the refusal")
         // A head refused with a chunked body was answered at once: no second answer.
-        var refused = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        var refused = RequestStateMachine(limit: Self.limit)
         #expect(describe(refused.head(.refused(refusal(404)), contentLength: nil, chunked: true)) == "queue 404")
         #expect(describe(refused.trailerRefused(refusal(431))) == "none")
         // Otherwise the refusal is the answer: instead of a 413, of a token read.
-        var tooLarge = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        _ = tooLarge.head(.admitted(admitted()), contentLength: nil, chunked: true)
+        var tooLarge = RequestStateMachine(limit: Self.limit)
+        _ = tooLarge.head(.admitted, contentLength: nil, chunked: true)
         _ = tooLarge.bodyChunk(count: 100)
         #expect(describe(tooLarge.trailerRefused(refusal(431))) == "queue 431")
-        var read = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        var read = RequestStateMachine(limit: Self.limit)
         _ = read.head(.cachedRead, contentLength: nil, chunked: true)
         #expect(describe(read.trailerRefused(refusal(400))) == "queue 400")
         // Already asked of the responder: no second answer.
-        var asked = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        _ = asked.head(.admitted(admitted()), contentLength: nil, chunked: true)
-        #expect(describe(asked.complete()) == "respond POST /register")
+        var asked = RequestStateMachine(limit: Self.limit)
+        _ = asked.head(.admitted, contentLength: nil, chunked: true)
+        #expect(describe(asked.complete()) == "respond")
         #expect(describe(asked.trailerRefused(refusal(431))) == "none")
     }
 
     @Test("an endless over-limit body is cut off past the drop limit: close, no answer")
     func endlessBody() {
-        var machine = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        _ = machine.head(.admitted(admitted()), contentLength: nil, chunked: true)
+        var machine = RequestStateMachine(limit: Self.limit)
+        _ = machine.head(.admitted, contentLength: nil, chunked: true)
         #expect(describe(machine.bodyChunk(count: Self.limit + 1)) == "discardAll")
         #expect(describe(machine.bodyChunk(count: machine.dropLimit - Self.limit - 1)) == "drop")
         #expect(describe(machine.bodyChunk(count: 1)) == "close")
@@ -154,21 +150,21 @@ struct RequestStateMachineTests {
 
     @Test("GET /token/stream: the responder's .eventStream opens the stream")
     func eventStream() {
-        var machine = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        _ = machine.head(.admitted(admitted("GET", .stream)), contentLength: nil, chunked: false)
-        #expect(describe(machine.complete()) == "respond GET /token/stream")
-        #expect(describe(machine.replied(.eventStream, to: admitted("GET", .stream))) == "openStream /token/stream")
+        var machine = RequestStateMachine(limit: Self.limit)
+        _ = machine.head(.admitted, contentLength: nil, chunked: false)
+        #expect(describe(machine.complete()) == "respond")
+        #expect(describe(machine.replied(.eventStream)) == "openStream")
         #expect(describe(machine.complete()) == "none")
     }
 
     @Test("an answer decided later: take it or suspend; each resume tries again; once sent, nothing more")
     func later() {
-        var machine = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
-        _ = machine.head(.admitted(admitted()), contentLength: 2, chunked: false)
+        var machine = RequestStateMachine(limit: Self.limit)
+        _ = machine.head(.admitted, contentLength: 2, chunked: false)
         _ = machine.bodyChunk(count: 2)
         _ = machine.complete()
         let pending = PendingResponse()
-        guard case .takeOrSuspend(let first) = machine.replied(.later(pending), to: admitted()) else {
+        guard case .takeOrSuspend(let first) = machine.replied(.later(pending)) else {
             Issue.record("a later answer is not taken or waited for")
             return
         }
@@ -177,18 +173,18 @@ struct RequestStateMachineTests {
         machine.sent()
         #expect(describe(machine.complete()) == "none")
         #expect(
-            describe(machine.replied(.response(HTTPResponse(status: 200)), to: admitted())) == "none",
+            describe(machine.replied(.response(HTTPResponse(status: 200)))) == "none",
             "no reply was asked for")
     }
 
     @Test("GET /token from the cache: after its body (if any, within the limit), the cached answer")
     func tokenRead() {
-        var plain = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        var plain = RequestStateMachine(limit: Self.limit)
         #expect(describe(plain.head(.cachedRead, contentLength: nil, chunked: false)) == "readOn")
         #expect(describe(plain.complete()) == "queueCachedRead")
         #expect(describe(plain.complete()) == "none")
 
-        var chunked = RequestStateMachine<FakeAdmitted>(limit: Self.limit)
+        var chunked = RequestStateMachine(limit: Self.limit)
         _ = chunked.head(.cachedRead, contentLength: nil, chunked: true)
         #expect(describe(chunked.bodyChunk(count: Self.limit + 1)) == "discardAll")
         #expect(describe(chunked.complete()) == "queue 413")
