@@ -52,8 +52,9 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     let parked = Locked(ParkedResponses())
     /// Open connections, in all and per client address, against the configured limits.
     let limiter: ConnectionLimiter
-    /// When a refused connection was last logged, so that a flood of them logs one line per 10 s.
-    private let lastRefusalWarning = Locked<ContinuousClock.Instant?>(nil)
+    /// The pace of the refused connections' log lines (`LogRateLimiter`): a flood of them logs
+    /// one line per 10 s, with how many were left out.
+    private let refusalWarnings = Locked(LogRateLimiter())
     private let running = Locked<Running?>(nil)
     /// Whether `quiesce()` has closed the listening socket.
     private let quiesced = Locked(false)
@@ -95,15 +96,12 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         self.limiter = ConnectionLimiter(maxTotal: limit, maxPerAddress: configuration.maxConnectionsPerAddress)
     }
 
-    /// Logs that connections are being refused because `reason`, at most once per 10 seconds.
+    /// Logs that connections are being refused because `reason`, at most once per 10 seconds
+    /// (`LogRateLimiter`), with how many such lines were left out.
     func warnOfRefusals(_ reason: String) {
         let now = ContinuousClock.now
-        let due = lastRefusalWarning.withLock { last in
-            guard last.map({ now - $0 >= .seconds(10) }) ?? true else { return false }
-            last = now
-            return true
-        }
-        if due { log.log(.warning, "refusing new connections: \(reason)") }
+        guard let leftOut = refusalWarnings.withLock({ $0.admit("refused", at: now) }) else { return }
+        log.log(.warning, LogRateLimiter.annotate("refusing new connections: \(reason)", leftOut: leftOut))
     }
 
     /// Binds the address, starts libmicrohttpd and the stream machinery, and logs

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
 import HTTPServing
+import ServerSupport
 import Synchronization
 
 #if canImport(Glibc)
@@ -331,9 +332,7 @@ extension Daemon {
                 context.parked = nil
                 server.parked.withLock { $0.unpark(parked) }
             }
-            // `components` once: each reading divides the duration's 128-bit count.
-            let elapsed = (ContinuousClock.now - context.started).components
-            let micros = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
+            let micros = (ContinuousClock.now - context.started).wholeMicroseconds
             let finished = FinishedRequest(
                 method: context.method, path: context.path, status: context.status,
                 bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,

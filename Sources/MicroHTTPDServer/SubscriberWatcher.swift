@@ -1,6 +1,7 @@
 import CLinuxEvents
 import Dispatch
 import HTTPServing
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -109,8 +110,7 @@ final class SubscriberWatcher: Sendable {
                 nextTickOfAge = now + .milliseconds(tickMilliseconds)
             }
             let wait = (nextTickOfAge.map { min(nextTick, $0) } ?? nextTick) - now
-            let (seconds, attoseconds) = max(wait, .zero).components
-            let timeout = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1)
+            let timeout = wait.timeoutMilliseconds
             let count = epoll_wait(epoll, &events, Int32(events.count), timeout)
             if count < 0 { continue }  // EINTR
             for event in events.prefix(Int(count)) {

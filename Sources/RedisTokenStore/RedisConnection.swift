@@ -88,8 +88,7 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
 /// machine starts at 0 ("never") is long past, as it was with the system's uptime. Only compared
 /// within this process (deadlines, intervals), never sent anywhere.
 func monotonicSeconds() -> Double {
-    let (seconds, attoseconds) = clockOrigin.duration(to: .now).components
-    return Double(seconds) + Double(attoseconds) / 1e18
+    clockOrigin.duration(to: .now).inSeconds
 }
 
 /// The origin of `monotonicSeconds()`, fixed on its first reading.

@@ -25,7 +25,7 @@ struct RedisMetrics: Sendable, Equatable {
     /// Messages from Redis or a sentinel that changed nothing, by kind.
     private(set) var ignored: [RedisIgnoredMessage: UInt64] = [:]
     /// Which log lines caused by Redis traffic are written.
-    var limiter = RedisLogLimiter()
+    var limiter = LogRateLimiter()
 
     /// A message of `kind` changed nothing: counts it.
     mutating func countIgnored(_ kind: RedisIgnoredMessage) { ignored[kind, default: 0] &+= 1 }
@@ -91,7 +91,7 @@ struct RedisMetrics: Sendable, Equatable {
 /// A kind of message from Redis (or a sentinel) that a replica does not act on, the `kind` label
 /// of `forge_push_token_redis_ignored_messages_total` (docs/replicas.md, "What a replica
 /// trusts"). Anyone allowed to publish on the channels can send them, so each is counted and its
-/// log line limited (`RedisLogLimiter`).
+/// log line limited (`LogRateLimiter`).
 ///
 /// Thread-safety: a value type, `Sendable`.
 enum RedisIgnoredMessage: String, Sendable, CaseIterable, Hashable {
@@ -107,35 +107,4 @@ enum RedisIgnoredMessage: String, Sendable, CaseIterable, Hashable {
     case switchMaster = "switch_master"
     /// A `+switch-master` naming an address that no majority of the sentinels vouches for.
     case unvouched
-}
-
-/// At most one log line per 10 s for each kind of line that Redis traffic causes, and how many
-/// were left out in between (docs/replicas.md, "What a replica trusts"): 20,000 garbage messages
-/// on a channel make two lines a minute, not 20,000.
-///
-/// Thread-safety: a value type; its owner keeps it behind a lock.
-struct RedisLogLimiter: Sendable, Equatable {
-    /// Seconds between two lines of one kind.
-    static let interval = 10.0
-
-    private var last: [String: Double] = [:]
-    private var leftOut: [String: UInt64] = [:]
-
-    /// Whether a line of kind `key` may be written at `now` (monotonic seconds): `nil` when not
-    /// (it is counted as left out), else how many lines of that kind were left out since the last.
-    mutating func admit(_ key: String, at now: Double) -> UInt64? {
-        if let then = last[key], now - then < Self.interval {
-            leftOut[key, default: 0] &+= 1
-            return nil
-        }
-        last[key] = now
-        return leftOut.removeValue(forKey: key) ?? 0
-    }
-
-    /// `line`, followed by how many of its kind were left out before it (when any were).
-    static func annotate(_ line: String, leftOut: UInt64) -> String {
-        guard leftOut > 0 else { return line }
-        let lines = leftOut == 1 ? "line" : "lines"
-        return "\(line) (\(leftOut) more \(lines) like it left out in the last \(Int(interval)) s or more)"
-    }
 }

@@ -2,7 +2,7 @@ import ForgePushToken
 import ServerSupport
 
 /// The Redis store's counters and histograms (`RedisMetrics`) and its log, with the limiter that
-/// keeps lines Redis traffic causes to one per 10 s per kind (`RedisLogLimiter`). Split out of
+/// keeps lines Redis traffic causes to one per 10 s per kind (`LogRateLimiter`). Split out of
 /// `RedisLink`, which drives the link's health.
 ///
 /// Thread-safety: all members may be called from any thread. Its one lock (over `RedisMetrics`,
@@ -41,19 +41,19 @@ final class RedisTelemetry: Sendable {
     func log(_ level: ServerLogLevel, _ line: String) { logger(level, line) }
 
     /// A message of `kind` from Redis or a sentinel changed nothing: counts it, and logs `detail`
-    /// as a warning at most once per 10 s per kind (`RedisLogLimiter`).
+    /// as a warning at most once per 10 s per kind (`LogRateLimiter`).
     func ignored(_ kind: RedisIgnoredMessage, _ detail: String) {
         let leftOut = metrics.withLock { metrics -> UInt64? in
             metrics.countIgnored(kind)
-            return metrics.limiter.admit("ignored." + kind.rawValue, at: monotonicSeconds())
+            return metrics.limiter.admit("ignored." + kind.rawValue, at: .now)
         }
-        if let leftOut { logger(.warning, RedisLogLimiter.annotate(detail, leftOut: leftOut)) }
+        if let leftOut { logger(.warning, LogRateLimiter.annotate(detail, leftOut: leftOut)) }
     }
 
     /// Logs `line` at most once per 10 s for `key` (a line that Redis traffic causes, such as a
     /// `+switch-master`), with how many were left out.
     func logLimited(_ key: String, _ level: ServerLogLevel, _ line: String) {
-        let leftOut = metrics.withLock { $0.limiter.admit(key, at: monotonicSeconds()) }
-        if let leftOut { logger(level, RedisLogLimiter.annotate(line, leftOut: leftOut)) }
+        let leftOut = metrics.withLock { $0.limiter.admit(key, at: .now) }
+        if let leftOut { logger(level, LogRateLimiter.annotate(line, leftOut: leftOut)) }
     }
 }

@@ -150,15 +150,12 @@ public final class Service: Sendable {
             guard case .wake(let seconds) = step.next else { break }
             let moment = start + .milliseconds(Int64((seconds * 1000).rounded(.up)))
             let wait = moment - ContinuousClock.now
-            let (whole, fraction) = wait.components
-            let nanoseconds = max(0, whole * 1_000_000_000 + fraction / 1_000_000_000)
-            if hurried.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds))) == .success {
+            if hurried.wait(timeout: .now() + .nanoseconds(wait.nonNegativeNanoseconds)) == .success {
                 step = schedule.secondSignal()
                 log?.log(.info, "second signal: ending the \(schedule.remaining.count) remaining event streams at once")
             } else {
                 let elapsed = ContinuousClock.now - start
-                step = schedule.advance(
-                    toSeconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+                step = schedule.advance(toSeconds: elapsed.inSeconds)
             }
         }
     }

@@ -82,17 +82,19 @@ import Testing
     }
 
     @Test func logLinesAreLimitedPerKindWithACountOfWhatWasLeftOut() {
-        var limiter = RedisLogLimiter()
-        #expect(limiter.admit("ignored.malformed", at: 100) == 0)
-        for step in 1...999 { #expect(limiter.admit("ignored.malformed", at: 100 + Double(step) / 100) == nil) }
+        var limiter = LogRateLimiter()
+        let start = ContinuousClock.now
+        func at(_ seconds: Double) -> ContinuousClock.Instant { start + .milliseconds(Int64(seconds * 1000)) }
+        #expect(limiter.admit("ignored.malformed", at: at(0)) == 0)
+        for step in 1...999 { #expect(limiter.admit("ignored.malformed", at: at(Double(step) / 100)) == nil) }
         // Another kind has its own budget.
-        #expect(limiter.admit("ignored.probe", at: 101) == 0)
-        #expect(limiter.admit("ignored.malformed", at: 110) == 999)
-        #expect(limiter.admit("ignored.malformed", at: 110.5) == nil)
+        #expect(limiter.admit("ignored.probe", at: at(1)) == 0)
+        #expect(limiter.admit("ignored.malformed", at: at(10)) == 999)
+        #expect(limiter.admit("ignored.malformed", at: at(10.5)) == nil)
         #expect(
-            RedisLogLimiter.annotate("x", leftOut: 999)
+            LogRateLimiter.annotate("x", leftOut: 999)
                 == "x (999 more lines like it left out in the last 10 s or more)")
-        #expect(RedisLogLimiter.annotate("x", leftOut: 0) == "x")
+        #expect(LogRateLimiter.annotate("x", leftOut: 0) == "x")
     }
 
     static let a = RedisEndpoint.Host(host: "10.0.0.1", port: 6379)
