@@ -137,13 +137,13 @@ public final class RedisTokenStore: TokenStore {
     /// is stopping: a request does not wait for a Redis known to be down.
     public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
         if let health = link.refusal {
-            return completion(.unavailable(reason: RedisWriter.reason(health)))
+            return completion(.unavailable(reason: health.unavailableReason))
         }
         let answer = RedisWriteAnswer(
             enqueued: monotonicSeconds(), timeout: configuration.writeTimeout, completion: completion)
         if !link.queue.push(.change(token: token, answer: answer)) {
             let health = link.health
-            answer.give(.unavailable(reason: RedisWriter.reason(health == .connected ? .unreachable : health)))
+            answer.give(.unavailable(reason: (health == .connected ? .unreachable : health).unavailableReason))
             return
         }
         // Tracked after it is queued: a write the queue refused is answered above.
