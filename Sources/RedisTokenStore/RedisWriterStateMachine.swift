@@ -165,7 +165,8 @@ struct RedisWriterStateMachine<Job: RedisWriterJob> {
             case .change:
                 anyChange = true
                 switch failure {
-                case .unavailable(let health, _): actions.append(.answer(job, .unavailable(reason: health.unavailableReason)))
+                case .unavailable(let health, _):
+                    actions.append(.answer(job, .unavailable(reason: health.unavailableReason)))
                 case .unknown: actions.append(.answer(job, .unknown(reason: "Redis did not answer the write in time")))
                 case .versionExhausted: actions.append(.answer(job, .versionExhausted))
                 }

@@ -41,7 +41,8 @@ import Testing
     @Test func anAppliedChangeAnswersItsJobAndRecordsTheRoundTrip() {
         var machine = Self.machine([Self.change])
         let state = TokenState(version: 4, token: "aa")
-        let actions = machine.replied(Self.scriptReply(changed: true, version: 4, token: "aa", previous: "3"), at: 100.25)
+        let actions = machine.replied(
+            Self.scriptReply(changed: true, version: 4, token: "aa", previous: "3"), at: 100.25)
         #expect(
             actions == [
                 .replied, .link(.versionSeen(atMaximum: false)), .recordWrite(seconds: 0.25),
@@ -251,8 +252,11 @@ import Testing
             ])
         let error = RedisConnectionError.authFailed("WRONGPASS")
         #expect(
-            Machine.connectionFailed(error) == [.countError, .link(.writerFailed(.authFailed, detail: error.description))])
-        #expect(Machine.fail([Self.check], .unknown(detail: "late")) == [.link(.checkFailed(.unreachable, detail: "late"))])
+            Machine.connectionFailed(error) == [
+                .countError, .link(.writerFailed(.authFailed, detail: error.description)),
+            ])
+        #expect(
+            Machine.fail([Self.check], .unknown(detail: "late")) == [.link(.checkFailed(.unreachable, detail: "late"))])
     }
 
     /// Every job of a batch gets exactly one outcome (an answer, a check's end, a probe's end),
