@@ -89,10 +89,12 @@ public final class StateFileStore: TokenStore {
     /// Proposes `token`; its batch decides it against the last state written, and it completes
     /// once that batch's write is done: `.applied`/`.unchanged` when the file holds it,
     /// `.notSaved` when the write failed, `.versionExhausted` when no version is left. The same
-    /// token as the state written, with nothing waiting and the file current, completes at once,
-    /// on the caller's thread, and so does a change with no version left; every other outcome
-    /// comes on the store's queue, in arrival order. `base` is not needed.
-    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+    /// token as the state written, with nothing waiting and the file current, is returned at once,
+    /// and so is a change with no version left; every other outcome goes to `completion`, on the
+    /// store's queue, in arrival order. `base` is not needed.
+    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
         let action = batch.withLock { machine in
             let action = machine.commit(Waiting(completion: completion), token: token)
             // Entered under the lock, so that a `stop()` that follows waits for this writer too.
@@ -100,11 +102,12 @@ public final class StateFileStore: TokenStore {
             return action
         }
         switch action {
-        case .answer(let outcome): completion(outcome)
+        case .answer(let outcome): return outcome
         case .wait: break
         case .endGathering: gathered.signal()
         case .startWriter: queue.async { [self] in writeBatches() }
         }
+        return nil
     }
 
     /// What a batch decided (`decide(_:from:tried:)`): each write's outcome should the file write

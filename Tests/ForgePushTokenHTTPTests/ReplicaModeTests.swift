@@ -131,8 +131,10 @@ import Testing
 private final class SharedStore: TokenStore {
     let refreshes = Locked(0)
     var ordering: CommitOrdering { .storeSerialized }
-    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        completion(.unavailable(reason: "test"))
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
+        .unavailable(reason: "test")
     }
     func start(
         reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,

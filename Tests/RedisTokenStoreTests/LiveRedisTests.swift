@@ -124,7 +124,9 @@ final class RecordingStore: TokenStore {
     let events = Locked<[TokenStoreEvent]>([])
     init(_ inner: RedisTokenStore) { self.inner = inner }
     var ordering: CommitOrdering { inner.ordering }
-    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
         inner.commit(token, base: base, completion: completion)
     }
     func start(
@@ -183,11 +185,18 @@ final class ReplicaModel: Sendable {
 
     /// One write through the owner, waiting for its outcome.
     func commit(_ token: String?) -> CommitOutcome {
+        let pending: PendingCommit
+        switch owner.commit(token) {
+        case .decided(let outcome): return outcome
+        case .pending(let commit): pending = commit
+        }
         let result = Locked<CommitOutcome?>(nil)
         let done = DispatchSemaphore(value: 0)
-        owner.commit(token) { outcome in
+        if let outcome = pending.outcome(orWhenDecided: { outcome in
             result.withLock { $0 = outcome }
             done.signal()
+        }) {
+            return outcome
         }
         done.wait()
         return result.withLock { $0 }!
@@ -247,9 +256,12 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         // take it from the queue, not for a time); 2 more fill the queue; the rest are refused at
         // once.
         for n in 0..<6 {
-            a.store.commit(String(format: "%02x", n), base: .initial) { outcome in
+            let completion: @Sendable (CommitOutcome) -> Void = { outcome in
                 outcomes.withLock { $0.append(outcome) }
                 done.signal()
+            }
+            if let refused = a.store.commit(String(format: "%02x", n), base: .initial, completion: completion) {
+                completion(refused)
             }
             if n == 0 { waitUntil("the writer to take the first write") { a.store.link.queue.changeCount == 0 } }
         }
