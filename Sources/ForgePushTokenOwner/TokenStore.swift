@@ -90,12 +90,12 @@ public struct StoreStatus: Sendable, Equatable {
     /// decided since the one before), when it keeps one that can fail to be saved (the state
     /// file); `nil` when it keeps none.
     public var durableWrites: UInt64?
-    /// The store's own series, rendered by the store's module as complete text lines (each ending
-    /// in a line feed) in the exposition format the HTTP layer serves them in; empty for none.
-    public var series: String
+    /// The store's own metric families, as values (`StoreMetric`) the HTTP layer renders; empty
+    /// for none.
+    public var series: [StoreMetric]
 
     /// A status; by default that of a local store with nothing to show.
-    public init(sharedName: String? = nil, durableWrites: UInt64? = nil, series: String = "") {
+    public init(sharedName: String? = nil, durableWrites: UInt64? = nil, series: [StoreMetric] = []) {
         self.sharedName = sharedName
         self.durableWrites = durableWrites
         self.series = series

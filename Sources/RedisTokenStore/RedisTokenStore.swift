@@ -207,6 +207,6 @@ public final class RedisTokenStore: TokenStore {
     /// Shared as `redis` (the HTTP layer's replica mode names the link's state so, docs/replicas.md),
     /// no durable copy of its own (Redis keeps it), and its series as `RedisMetrics` renders them.
     public func status() -> StoreStatus {
-        StoreStatus(sharedName: "redis", series: link.renderMetrics())
+        StoreStatus(sharedName: "redis", series: link.series())
     }
 }
