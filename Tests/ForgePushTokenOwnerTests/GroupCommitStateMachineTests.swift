@@ -25,6 +25,15 @@ import Testing
         return list.map { Answer(write: $0.0, outcome: $0.1) }
     }
 
+    /// Expects `action` to be the case named `name` (`startWriter`, `write`, …), whatever its
+    /// values; `why` says what it means when it is not.
+    private static func expect(
+        _ action: some Any, is name: String, _ why: Comment, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let step = String(String(describing: action).prefix { $0 != "(" })
+        #expect(step == name, why, sourceLocation: sourceLocation)
+    }
+
     /// One answer, comparable.
     struct Answer: Equatable {
         var write: Int
@@ -43,19 +52,12 @@ import Testing
 
     @Test func aChangeStartsTheWriterAndTheNextOnesWait() {
         var machine = Self.loaded()
-        guard case .startWriter = machine.commit(1, token: "bb") else {
-            Issue.record("the first change did not start the writer")
-            return
-        }
-        guard case .wait = machine.commit(2, token: "cc") else {
-            Issue.record("a change while the writer runs did not wait")
-            return
-        }
+        Self.expect(machine.commit(1, token: "bb"), is: "startWriter", "the first change did not start the writer")
+        Self.expect(machine.commit(2, token: "cc"), is: "wait", "a change while the writer runs did not wait")
         // While the writer runs, even the current token waits: it is decided in its batch.
-        guard case .wait = machine.commit(3, token: "aa") else {
-            Issue.record("a write of the current token did not wait for the running writer")
-            return
-        }
+        Self.expect(
+            machine.commit(3, token: "aa"), is: "wait",
+            "a write of the current token did not wait for the running writer")
         guard case .write(let state, let tried) = machine.next() else {
             Issue.record("the writer did not write the batch")
             return
@@ -87,14 +89,8 @@ import Testing
             return
         }
         #expect(limit == .milliseconds(5) && machine.gatherTarget == 3)
-        guard case .wait = machine.commit(4, token: "ee") else {
-            Issue.record("the second of three ended the gathering")
-            return
-        }
-        guard case .endGathering = machine.commit(5, token: "ff") else {
-            Issue.record("the third of three did not end the gathering")
-            return
-        }
+        Self.expect(machine.commit(4, token: "ee"), is: "wait", "the second of three ended the gathering")
+        Self.expect(machine.commit(5, token: "ff"), is: "endGathering", "the third of three did not end the gathering")
         #expect(machine.gatherTarget == nil)
         guard case .write(let state, _) = machine.next() else {
             Issue.record("the gathered batch was not written")
@@ -111,10 +107,7 @@ import Testing
         // Nobody came: the time passes, no `commit` ended it, and the writer ends.
         let endedByACommit = machine.gatheringTimedOut()
         #expect(!endedByACommit)
-        guard case .end = machine.next() else {
-            Issue.record("the writer did not end with nothing waiting")
-            return
-        }
+        Self.expect(machine.next(), is: "end", "the writer did not end with nothing waiting")
         #expect(!machine.writing)
     }
 
@@ -126,14 +119,8 @@ import Testing
         _ = machine.next()
         _ = machine.commit(2, token: "cc")
         _ = machine.fileWritten(failure: nil, duration: .milliseconds(1))
-        guard case .gather = machine.next() else {
-            Issue.record("the writer did not gather")
-            return
-        }
-        guard case .endGathering = machine.commit(3, token: "dd") else {
-            Issue.record("the second write did not end the gathering")
-            return
-        }
+        Self.expect(machine.next(), is: "gather", "the writer did not gather")
+        Self.expect(machine.commit(3, token: "dd"), is: "endGathering", "the second write did not end the gathering")
         let late = machine.gatheringTimedOut()
         #expect(late)
     }
@@ -150,20 +137,13 @@ import Testing
                 Answer(write: 1, outcome: .notSaved(reason: "disk full"))
             ])
         #expect(machine.written == Self.a && machine.unsaved && machine.tried == 2 && machine.fileWrites == 1)
-        guard case .gather = machine.next() else {
-            Issue.record("the writer did not gather after the failed write")
-            return
-        }
+        Self.expect(machine.next(), is: "gather", "the writer did not gather after the failed write")
         let endedLate = machine.gatheringTimedOut()
         #expect(!endedLate)
-        guard case .end = machine.next() else {
-            Issue.record("the writer did not end")
-            return
-        }
-        guard case .startWriter = machine.commit(2, token: "aa") else {
-            Issue.record("after a failed write, the current token was answered without a write")
-            return
-        }
+        Self.expect(machine.next(), is: "end", "the writer did not end")
+        Self.expect(
+            machine.commit(2, token: "aa"), is: "startWriter",
+            "after a failed write, the current token was answered without a write")
         guard case .write(let state, let tried) = machine.next() else {
             Issue.record("the current token was not written after a failed write")
             return
@@ -192,10 +172,7 @@ import Testing
         _ = running.next()
         _ = running.commit(2, token: "cc")
         _ = running.fileWritten(failure: nil, duration: .zero)
-        guard case .gather = running.next() else {
-            Issue.record("the writer did not gather")
-            return
-        }
+        Self.expect(running.next(), is: "gather", "the writer did not gather")
         _ = running.gatheringTimedOut()
         guard case .answer(let refused) = running.next() else {
             Issue.record("a batch of refused changes was written")
@@ -213,27 +190,20 @@ import Testing
         _ = machine.next()
         _ = machine.commit(2, token: "cc")
         _ = machine.fileWritten(failure: nil, duration: .seconds(1))
-        guard case .gather = machine.next() else {
-            Issue.record("the writer did not gather")
-            return
-        }
+        Self.expect(machine.next(), is: "gather", "the writer did not gather")
         let wasGathering = machine.stop()
         #expect(wasGathering)
         // Not in a file write: `stop()` waits on.
         let gaveUpWhileGathering = machine.stopTimedOut()
         #expect(!gaveUpWhileGathering)
-        guard case .write = machine.next() else {
-            Issue.record("the waiting write was not written after stop")
-            return
-        }
+        Self.expect(machine.next(), is: "write", "the waiting write was not written after stop")
         // Taken at once after stop (no gathering); its file write hangs: `stop()` gives up.
         _ = machine.commit(3, token: "dd")
         let gaveUp = machine.stopTimedOut()
         #expect(gaveUp)
-        guard case .abandon = machine.fileWritten(failure: nil, duration: .zero) else {
-            Issue.record("a write abandoned by stop() was answered")
-            return
-        }
+        Self.expect(
+            machine.fileWritten(failure: nil, duration: .zero), is: "abandon",
+            "a write abandoned by stop() was answered")
         #expect(!machine.writing)
     }
 
@@ -267,6 +237,24 @@ import Testing
                     #expect(versions.insert(state.version).inserted, "version \(state.version) given twice")
                 }
             }
+            // One step of the writer: end its file write (failing it when `failing`), or ask it
+            // what comes next.
+            func writerStep(failing: Bool) {
+                if inWrite {
+                    if case .answer(let list) = machine.fileWritten(failure: failing ? "failed" : nil, duration: .zero)
+                    {
+                        for (write, outcome) in list { record(write, outcome) }
+                    }
+                    inWrite = false
+                    return
+                }
+                switch machine.next() {
+                case .end: writerRunning = false
+                case .gather: _ = machine.gatheringTimedOut()
+                case .answer(let list): for (write, outcome) in list { record(write, outcome) }
+                case .write: inWrite = true
+                }
+            }
             for _ in 0..<60 {
                 if !writerRunning || Bool.random(using: &generator) {
                     next += 1
@@ -276,39 +264,12 @@ import Testing
                     case .startWriter: writerRunning = true
                     case .wait, .endGathering: break
                     }
-                    continue
-                }
-                if inWrite {
-                    let failure = Int.random(in: 0..<5, using: &generator) == 0 ? "failed" : nil
-                    if case .answer(let list) = machine.fileWritten(failure: failure, duration: .zero) {
-                        for (write, outcome) in list { record(write, outcome) }
-                    }
-                    inWrite = false
-                    continue
-                }
-                switch machine.next() {
-                case .end: writerRunning = false
-                case .gather: _ = machine.gatheringTimedOut()
-                case .answer(let list): for (write, outcome) in list { record(write, outcome) }
-                case .write: inWrite = true
+                } else {
+                    writerStep(failing: Int.random(in: 0..<5, using: &generator) == 0)
                 }
             }
             // Drain: the writer runs until nothing waits.
-            while writerRunning {
-                if inWrite {
-                    if case .answer(let list) = machine.fileWritten(failure: nil, duration: .zero) {
-                        for (write, outcome) in list { record(write, outcome) }
-                    }
-                    inWrite = false
-                    continue
-                }
-                switch machine.next() {
-                case .end: writerRunning = false
-                case .gather: _ = machine.gatheringTimedOut()
-                case .answer(let list): for (write, outcome) in list { record(write, outcome) }
-                case .write: inWrite = true
-                }
-            }
+            while writerRunning { writerStep(failing: false) }
             #expect(answered.count == next, "\(next) writes, \(answered.count) answered")
             #expect(!machine.writing && machine.waiting.isEmpty)
         }
