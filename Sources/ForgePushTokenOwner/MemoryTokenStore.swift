@@ -11,12 +11,14 @@ public final class MemoryTokenStore: TokenStore {
     public var ordering: CommitOrdering { .ownerSerialized }
 
     /// `.unchanged(base)` for the current token, `.versionExhausted` at version 2^64 - 1, else
-    /// `.applied` at the next version; completed at once, on the caller's thread, before it
-    /// returns (the `.ownerSerialized` contract).
-    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        if token == base.token { return completion(.unchanged(base)) }
-        guard base.version < .max else { return completion(.versionExhausted) }
-        completion(.applied(base.changed(to: token)))
+    /// `.applied` at the next version; always returned (the `.ownerSerialized` contract), so
+    /// `completion` is never called.
+    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
+        if token == base.token { return .unchanged(base) }
+        guard base.version < .max else { return .versionExhausted }
+        return .applied(base.changed(to: token))
     }
 
     /// Nothing to report: memory never fails and nothing else writes to it.

@@ -32,56 +32,22 @@ public final class StateFileStore: TokenStore {
     /// The file written on every change.
     public let file: StateFile
 
-    /// One write waiting for the batch that decides it and the `fsync` that holds it.
-    private struct Waiting {
-        /// The token it proposes.
-        var token: String?
+    /// The group commit's state and policy (`GroupCommitStateMachine`): the state written, the
+    /// waiting writes (each with its completion) and the flags. The one lock of the store.
+    private let batch: Locked<GroupCommitStateMachine<Waiting, StateFile.Replacement>>
+
+    /// One write waiting for the batch that decides it and the `fsync` that holds it: its
+    /// completion, in a struct so that the machine's generic storage holds it as it was made
+    /// (a bare closure as a generic argument is wrapped in a reabstraction thunk on the way in
+    /// and out: `ClosureBox` in RedisLink.swift tells what that cost once).
+    private struct Waiting: Sendable {
         /// Receives the outcome.
         var completion: @Sendable (CommitOutcome) -> Void
     }
-
-    /// What the lock guards.
-    private struct Batch {
-        /// The last state written (or read at start): the owner's state, and what the next batch
-        /// decides against.
-        var written: TokenState = .initial
-        /// The highest version any write has tried (≥ `written.version`): the next change takes
-        /// one above it.
-        var tried: UInt64 = 0
-        /// Writes waiting for their batch, in arrival order.
-        var waiting: [Waiting] = []
-        /// Whether a work item is writing batches (it takes `waiting` until it is empty).
-        var writing = false
-        /// Whether the last write failed: the file may hold a state other than `written` (the
-        /// failed one's rename may have landed), so the next commit writes even when it changes
-        /// nothing.
-        var unsaved = false
-        /// Writes of the file (successful or not), each holding one batch.
-        var fileWrites: UInt64 = 0
-        /// The last file written, kept open until the next one has replaced it and its batch is
-        /// answered: the rename that replaces an open file only unlinks it, and freeing its blocks
-        /// (a synchronous discard on a disk mounted with `discard`: 0.11 to 0.17 ms of a 0.5 to
-        /// 1 ms save here) happens at its close, after the answers (`StateFile.Replacement`).
-        var lastWritten: StateFile.Replacement?
-        /// While the writer gathers the next batch (`gather(_:within:)`): the number of waiting
-        /// writes at which it goes on at once, told by the `commit` that reaches it.
-        var gatherTarget: Int?
-        /// Set by `stop()`: the writer no longer gathers (nobody is coming back).
-        var stopped = false
-        /// Whether the writer is in a file write (its system calls may hang on a failing disk).
-        var inFileWrite = false
-        /// Set by a `stop()` that gave up waiting for a file write (`stopWait`): the writer,
-        /// should the write ever return, answers nobody and ends.
-        var abandoned = false
-    }
-
-    private let batch = Locked(Batch())
     private let queue: DispatchQueue
-    /// Signalled once by the `commit` whose write reaches `Batch.gatherTarget`.
+    /// Signalled once by the `commit` whose write ends a gathering (`CommitAction.endGathering`).
     private let gathered = DispatchSemaphore(value: 0)
 
-    /// The least time the writer gathers for (see `writeBatches`).
-    private let minimumGathering: Duration
     /// How long `stop()` waits for a file write in progress.
     private let stopWait: Duration
     /// Entered when a work item is enqueued to write batches, left when it ends: what `stop()`
@@ -101,7 +67,7 @@ public final class StateFileStore: TokenStore {
     ) {
         self.file = file
         self.queue = queue
-        self.minimumGathering = minimumGathering
+        self.batch = Locked(GroupCommitStateMachine(minimumGathering: minimumGathering))
         self.stopWait = stopWait
     }
 
@@ -112,10 +78,7 @@ public final class StateFileStore: TokenStore {
     public func load() throws(StateFile.Failure) -> TokenState {
         let contents = try file.load()
         let state = contents.map { TokenState(version: $0.version, token: $0.token) } ?? .initial
-        batch.withLock {
-            $0.written = state
-            $0.tried = contents?.highestTried ?? state.version
-        }
+        batch.withLock { $0.loaded(state, tried: contents?.highestTried ?? state.version) }
         return state
     }
 
@@ -126,37 +89,25 @@ public final class StateFileStore: TokenStore {
     /// Proposes `token`; its batch decides it against the last state written, and it completes
     /// once that batch's write is done: `.applied`/`.unchanged` when the file holds it,
     /// `.notSaved` when the write failed, `.versionExhausted` when no version is left. The same
-    /// token as the state written, with nothing waiting and the file current, completes at once,
-    /// on the caller's thread, and so does a change with no version left; every other outcome
-    /// comes on the store's queue, in arrival order. `base` is not needed.
-    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        enum Next {
-            case answer(CommitOutcome)
-            case wait
-            case endGathering
-            case write
+    /// token as the state written, with nothing waiting and the file current, is returned at once,
+    /// and so is a change with no version left; every other outcome goes to `completion`, on the
+    /// store's queue, in arrival order. `base` is not needed.
+    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
+        let action = batch.withLock { machine in
+            let action = machine.commit(Waiting(completion: completion), token: token)
+            // Entered under the lock, so that a `stop()` that follows waits for this writer too.
+            if case .startWriter = action { running.enter() }
+            return action
         }
-        let next = batch.withLock { batch -> Next in
-            if batch.waiting.isEmpty && !batch.writing && !batch.unsaved {
-                if token == batch.written.token { return .answer(.unchanged(batch.written)) }
-                if max(batch.tried, batch.written.version) == .max { return .answer(.versionExhausted) }
-            }
-            batch.waiting.append(Waiting(token: token, completion: completion))
-            if let target = batch.gatherTarget, batch.waiting.count >= target {
-                batch.gatherTarget = nil
-                return .endGathering
-            }
-            if batch.writing { return .wait }
-            batch.writing = true
-            running.enter()
-            return .write
-        }
-        switch next {
-        case .answer(let outcome): completion(outcome)
+        switch action {
+        case .answer(let outcome): return outcome
         case .wait: break
         case .endGathering: gathered.signal()
-        case .write: queue.async { [self] in writeBatches() }
+        case .startWriter: queue.async { [self] in writeBatches() }
         }
+        return nil
     }
 
     /// What a batch decided (`decide(_:from:tried:)`): each write's outcome should the file write
@@ -193,43 +144,33 @@ public final class StateFileStore: TokenStore {
         return Decision(outcomes: outcomes, state: state, tried: highest)
     }
 
-    /// Writes batches until no write is waiting: each takes every write waiting, decides them and
-    /// writes the newest state once.
+    /// Writes batches until no write is waiting, as `GroupCommitStateMachine.next()` says: each
+    /// takes every write waiting, decides them and writes the newest state once.
     ///
-    /// Before taking the next batch, the writer gathers (`gather(_:within:)`): it waits until as
-    /// many writes wait as were in flight during the last file write (those it answered and those
-    /// that arrived meanwhile), or for as long as that file write took, whichever comes first.
-    /// Without it, clients that write again as soon as they are answered split into two groups
-    /// that alternate, each waiting for the other's file write and then its own: half of them per
-    /// `fsync` (about 30 of 64 connections here), two file writes per request. Gathered, one
-    /// `fsync` carries them all. Bounded by the last file write's duration, the wait at most
-    /// doubles a write's latency when the clients do not come back (PostgreSQL's `commit_delay`
-    /// makes the same trade, with a fixed delay).
+    /// Before taking the next batch, the writer gathers: it waits until as many writes wait as
+    /// were in flight during the last file write (those it answered and those that arrived
+    /// meanwhile), or for as long as that file write took, whichever comes first. Without it,
+    /// clients that write again as soon as they are answered split into two groups that alternate,
+    /// each waiting for the other's file write and then its own: half of them per `fsync` (about
+    /// 30 of 64 connections here), two file writes per request. Gathered, one `fsync` carries them
+    /// all. Bounded by the last file write's duration, the wait at most doubles a write's latency
+    /// when the clients do not come back (PostgreSQL's `commit_delay` makes the same trade, with a
+    /// fixed delay).
     private func writeBatches() {
         defer { running.leave() }
-        var inFlight = 0
-        var lastWrite: Duration = .zero
         while true {
-            if inFlight > 0 { gather(inFlight, within: max(lastWrite, minimumGathering)) }
-            let (taken, decision, needsWrite) = batch.withLock { batch -> ([Waiting], Decision, Bool) in
-                let taken = batch.waiting
-                batch.waiting = []
-                if taken.isEmpty { batch.writing = false }
-                let decision = Self.decide(taken.map(\.token), from: batch.written, tried: batch.tried)
-                // Only a batch of refused changes (no version left) with the file current has
-                // nothing to write.
-                let needsWrite = batch.unsaved || decision.outcomes.contains { $0 != .versionExhausted }
-                batch.inFileWrite = needsWrite
-                return (taken, decision, needsWrite)
-            }
-            if taken.isEmpty { return }
-            var failure: StateFile.Failure?
-            var written: StateFile.Replacement?
-            let clock = ContinuousClock()
-            let started = clock.now
-            if needsWrite {
-                let state = decision.state
-                let tried = decision.tried > state.version ? decision.tried : nil
+            switch batch.withLock({ $0.next() }) {
+            case .end:
+                return
+            case .gather(let limit):
+                gather(within: limit)
+            case .answer(let answers):
+                for (write, outcome) in answers { write.completion(outcome) }
+            case .write(let state, let tried):
+                let clock = ContinuousClock()
+                let started = clock.now
+                var failure: StateFile.Failure?
+                var written: StateFile.Replacement?
                 do throws(StateFile.Failure) {
                     // `save(_:)` in its two stages, so that the file can be closed after the answers.
                     let replacement = try file.replace(
@@ -239,70 +180,41 @@ public final class StateFileStore: TokenStore {
                 } catch {
                     failure = error
                 }
-            }
-            lastWrite = clock.now - started
-            let arrived = batch.withLock { batch -> Int? in
-                batch.inFileWrite = false
-                if batch.abandoned {
-                    batch.writing = false
-                    return nil
-                }
-                // Tried, whatever came of it: the failed write may be on disk.
-                batch.tried = max(batch.tried, decision.tried)
-                if needsWrite {
-                    batch.unsaved = failure != nil
-                    batch.fileWrites &+= 1
-                    if failure == nil { batch.written = decision.state }
-                }
-                return batch.waiting.count
-            }
-            guard let arrived else {
-                // `stop()` gave up on this write and has returned: nobody is answered any more.
-                written?.close()
-                return
-            }
-            inFlight = taken.count + arrived
-            for (write, outcome) in zip(taken, decision.outcomes) {
-                if let failure, outcome != .versionExhausted {
-                    write.completion(.notSaved(reason: failure.description))
-                } else {
-                    write.completion(outcome)
+                let duration = clock.now - started
+                switch batch.withLock({ $0.fileWritten(failure: failure?.description, duration: duration) }) {
+                case .abandon:
+                    // `stop()` gave up on this write and has returned: nobody is answered any more.
+                    written?.close()
+                    return
+                case .answer(let answers):
+                    for (write, outcome) in answers { write.completion(outcome) }
+                    if let written { keepOpen(written) }
                 }
             }
-            if let written { keepOpen(written) }
         }
     }
 
-    /// Waits until `target` writes wait or `limit` has passed (see `writeBatches`).
-    private func gather(_ target: Int, within limit: Duration) {
-        let enough = batch.withLock { batch in
-            if batch.waiting.count >= target || batch.stopped { return true }
-            batch.gatherTarget = target
-            return false
-        }
-        if enough { return }
-        let (seconds, attoseconds) = limit.components
-        // Saturated: a limit past Int64's nanoseconds (292 years) waits "forever".
+    /// Waits until a `commit` ends the gathering or `limit` has passed (see `writeBatches`).
+    private func gather(within limit: Duration) {
+        if gathered.wait(timeout: .now() + Self.dispatchInterval(limit)) == .success { return }
+        // A `commit` ended it after the timeout and before the lock: its signal is coming; take
+        // it, so that the next gathering does not end at once.
+        if batch.withLock({ $0.gatheringTimedOut() }) { gathered.wait() }
+    }
+
+    /// `duration` for Dispatch, saturated: a duration past Int64's nanoseconds (292 years) waits
+    /// "forever".
+    private static func dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
+        let (seconds, attoseconds) = duration.components
         let nanoseconds =
             seconds >= Int64.max / 1_000_000_000 ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-        if gathered.wait(timeout: .now() + .nanoseconds(Int(clamping: nanoseconds))) == .success { return }
-        let signalled = batch.withLock { batch in
-            defer { batch.gatherTarget = nil }
-            return batch.gatherTarget == nil
-        }
-        // A `commit` reached the target after the timeout and before the lock: its signal is
-        // coming; take it, so that the next gathering does not end at once.
-        if signalled { gathered.wait() }
+        return .nanoseconds(Int(clamping: nanoseconds))
     }
 
     /// Keeps `written` open as the last file written and closes the one it replaced (on the
     /// store's queue, after that batch's answers).
     private func keepOpen(_ written: StateFile.Replacement?) {
-        let replaced = batch.withLock { batch in
-            defer { batch.lastWritten = written }
-            return batch.lastWritten
-        }
-        replaced?.close()
+        batch.withLock { $0.keep(written) }?.close()
     }
 
     /// Nothing to report but the outcomes of commits: nobody else writes the file.
@@ -325,24 +237,12 @@ public final class StateFileStore: TokenStore {
     /// answered their requests before the store stops). The file then holds the state before
     /// them or, should the write still land, theirs: like any write not acknowledged.
     public func stop() {
-        let gathering = batch.withLock { batch in
-            batch.stopped = true
-            defer { batch.gatherTarget = nil }
-            return batch.gatherTarget != nil
-        }
-        if gathering { gathered.signal() }
+        if batch.withLock({ $0.stop() }) { gathered.signal() }
         // A `commit` enters `running` under the lock when it starts the writer, so a writer
         // enqueued but not yet run is waited for too.
-        let (seconds, attoseconds) = stopWait.components
-        let nanoseconds =
-            seconds >= Int64.max / 1_000_000_000 ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-        let limit = DispatchTime.now() + .nanoseconds(Int(clamping: nanoseconds))
+        let limit = DispatchTime.now() + Self.dispatchInterval(stopWait)
         while running.wait(timeout: limit) == .timedOut {
-            let gaveUp = batch.withLock { batch in
-                if batch.inFileWrite { batch.abandoned = true }
-                return batch.abandoned
-            }
-            if gaveUp { return }
+            if batch.withLock({ $0.stopTimedOut() }) { return }
             // Not in a file write: answering or gathering, which end without I/O.
             running.wait()
         }

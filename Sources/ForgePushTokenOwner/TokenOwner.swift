@@ -1,10 +1,10 @@
 import ForgePushToken
 import ServerSupport
-import Synchronization
 
 /// The one owner of the service's token: the versioned token, its subscribers and its store.
 ///
-/// Every write goes through `commit(_:later:)` (or `commit(_:completion:)`, the same path), every
+/// Every write goes through `commit(_:)`, which returns a value (`CommitResult`: decided now, or
+/// pending), every
 /// subscriber through `subscribe(_:)`, and every change, whether made here or reported by the
 /// store, reaches the subscribers from here: nothing else publishes. The state lives in a `TokenOwnerStateMachine` behind one lock; the
 /// owner runs each event through the machine under that lock and carries out the actions (offers,
@@ -15,9 +15,9 @@ import Synchronization
 /// A store with `.ownerSerialized` ordering gets its commits one at a time, each on the state the
 /// previous one produced (a second lock, `commits`, serialises writers only; the state lock nests
 /// inside it, never the other way round). Every store is asked through its one
-/// `TokenStore.commit(_:base:completion:)`: a store that answers before the call returns is
-/// given the owner's `OutcomeSlot` completion, made once, so a write on a local store makes no
-/// closure, no pending answer and takes no lock beyond these two.
+/// `TokenStore.commit(_:base:completion:)`: a store that decides before the call returns returns
+/// the outcome, so a write on a local store makes no closure, no pending answer and takes no lock
+/// beyond these two.
 ///
 /// Thread-safety: all members may be called from any thread, concurrently.
 public final class TokenOwner<Rendition: TokenRendition>: Sendable {
@@ -41,12 +41,10 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
             self.isStopping = isStopping
         }
     }
-    /// Serialises the commits of an `.ownerSerialized` store (`nil` for another store), over the
-    /// slot its completion fills: the slot is only used by the thread that holds this lock.
-    @usableFromInline let commits: Locked<OutcomeSlot>?
-    /// The completion an `.ownerSerialized` store is given: fills the slot (`OutcomeSlot.fill`).
-    /// Made once, with the owner, so that a commit makes no closure.
-    @usableFromInline let fillSlot: @Sendable (CommitOutcome) -> Void
+    /// Serialises the commits of an `.ownerSerialized` store (`nil` for another store); its value
+    /// counts the commits it ran (a lock over an empty value, `Void`, makes Thread Sanitizer report
+    /// its own accesses as races: the value's address is the buffer's).
+    @usableFromInline let commits: Locked<UInt64>?
     /// Where the state is kept.
     public let store: any TokenStore
 
@@ -59,9 +57,7 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
         self.board = Locked(Board(health: machine.health, isStopping: machine.isStopping))
         self.machine = Locked(machine)
         self.maxSubscribers = maxSubscribers
-        let slot = OutcomeSlot()
-        self.commits = store.ordering == .ownerSerialized ? Locked(slot) : nil
-        self.fillSlot = { outcome in slot.fill(outcome) }
+        self.commits = store.ordering == .ownerSerialized ? Locked(0) : nil
     }
 
     /// Starts the store's reports (changes from elsewhere, health). Call once, before the first
@@ -120,56 +116,53 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
 
     /// Proposes `token` (lowercase hex, or `nil` to clear) to the store and applies its decision:
     /// a newer state becomes current and reaches every subscriber before the outcome is given.
-    /// The one commit path, for every store (`TokenStore.commit(_:base:completion:)`):
-    /// - a store that answers before its call returns (`.ownerSerialized`: the local stores):
-    ///   the outcome is returned, and `later` is not called;
-    /// - a store that answers later (`.storeSerialized`: the state file, Redis): `later` is
-    ///   called once, on this thread, for the completion that receives the outcome, and `nil` is
-    ///   returned; the completion runs exactly once, on the store's thread or on this one.
+    /// The one commit path, for every store (`TokenStore.commit(_:base:completion:)`), returning a
+    /// value:
+    /// - `.decided(outcome)` when the store decided before returning (always for the local stores,
+    ///   `.ownerSerialized`; a state file's write of the current token; a Redis known to be down);
+    /// - `.pending(commit)` when it decides later (`.storeSerialized`: the state file, Redis): the
+    ///   outcome is applied on the store's thread, then handed to the caller through `commit`
+    ///   (`PendingCommit.outcome(orWhenDecided:)`).
     ///
-    /// Once `stop()` has been called the outcome is `.stopping`, returned, and the store is not
-    /// asked. `later` is not escaping, so a caller makes what it needs for a later answer (a
-    /// pending response, a closure) only when there will be one.
+    /// Once `stop()` has been called the outcome is `.stopping`, decided, and the store is not
+    /// asked.
     @inlinable
-    public func commit(
-        _ token: String?, later: () -> (@Sendable (CommitOutcome) -> Void)
-    ) -> CommitOutcome? {
+    public func commit(_ token: String?) -> CommitResult {
         guard let commits else {
-            guard let base = machine.withLock({ $0.beginCommit() }) else { return .stopping }
-            let completion = later()
-            store.commit(token, base: base) { [self] outcome in
-                finish(outcome, completion: completion)
+            guard let base = machine.withLock({ $0.beginCommit() }) else { return .decided(.stopping) }
+            let pending = PendingCommit()
+            let decided = store.commit(token, base: base) { [self] outcome in
+                finish(outcome)
+                pending.decide(outcome)
             }
-            return nil
+            guard let decided else { return .pending(pending) }
+            finish(decided)
+            return .decided(decided)
         }
         let (outcome, delivery, drained) = commits.withLock {
-            slot -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?, [Subscriber]) in
+            count -> (CommitOutcome, TokenOwnerStateMachine<Rendition>.Delivery?, [Subscriber]) in
+            count &+= 1
             guard let base = machine.withLock({ $0.beginCommit() }) else { return (.stopping, nil, []) }
-            store.commit(token, base: base, completion: fillSlot)
-            let outcome = slot.take()
+            // A store of this ordering decides before it returns (`TokenStore`'s contract); one
+            // that does not is answered `.unknown`, and its completion changes nothing.
+            let outcome =
+                store.commit(token, base: base) { _ in }
+                ?? .unknown(reason: "the store did not decide before its commit returned")
             // Applied before the next commit takes its base: each commit decides on the one before.
             let (delivery, drained) = transition { ($0.committed(outcome), $0.finishIfDrained()) }
             return (outcome, delivery, drained)
         }
         deliver(delivery)
         finishStreams(drained)
-        return outcome
+        return .decided(outcome)
     }
 
-    /// `commit(_:later:)` with the completion made up front: `completion` runs exactly once, on
-    /// this thread when the store decides at once, else on the store's thread. The same path;
-    /// for callers that answer through a closure either way.
+    /// Applies `outcome`, of a commit begun with `beginCommit()`, and delivers what it decided.
     @inlinable
-    public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        if let outcome = commit(token, later: { completion }) { completion(outcome) }
-    }
-
-    @inlinable
-    func finish(_ outcome: CommitOutcome, completion: @Sendable (CommitOutcome) -> Void) {
+    func finish(_ outcome: CommitOutcome) {
         let (delivery, drained) = transition { ($0.committed(outcome), $0.finishIfDrained()) }
         deliver(delivery)
         finishStreams(drained)
-        completion(outcome)
     }
 
     /// Ends `subscribers` cleanly (after what is pending for them) and wakes those that wait:
@@ -317,48 +310,69 @@ public final class TokenOwner<Rendition: TokenRendition>: Sendable {
     }
 }
 
-/// Where an `.ownerSerialized` store's completion leaves its outcome for the committing thread:
-/// one per owner, made with it, used by the thread that holds the owner's `commits` lock. The
-/// store calls `fill` before its `commit` returns (the `TokenStore` contract for that ordering);
-/// the owner then calls `take`. An atomic phase, not a lock, orders the two: a write costs two
-/// uncontended atomic operations here, no allocation.
+/// What `TokenOwner.commit(_:)` returns: the outcome, decided now, or a commit whose store
+/// decides later.
 ///
-/// Why `@unchecked Sendable` is sound: `outcome` is written only by the one `fill` that moves
-/// `phase` from `open` to `filling` (a second `fill` in one round, or a late one from another
-/// thread after `take` closed the round, stops at a precondition instead of writing), and
-/// published by its release store of `filled`; it is read only by `take`, after its
-/// compare-exchange from `filled` (acquiring) succeeded, which reopens the slot for the next
-/// round. Rounds never overlap: each runs whole under the owner's `commits` lock. So every write
-/// of `outcome` happens before its read, and no two accesses are concurrent.
-@usableFromInline
-final class OutcomeSlot: @unchecked Sendable {
-    /// `open` (waiting for `fill`), `filling`, `filled` (waiting for `take`), or `closed` (the
-    /// store broke its contract: nothing may be written any more).
-    @usableFromInline let phase = Atomic<UInt8>(OutcomeSlot.open)
-    @usableFromInline var outcome: CommitOutcome = .stopping
+/// A value type; `Sendable`.
+public enum CommitResult: Sendable {
+    /// The store decided before its commit returned (or the owner is stopping): the outcome is
+    /// applied already.
+    case decided(CommitOutcome)
+    /// The store decides on its own thread: the outcome arrives through the `PendingCommit`.
+    case pending(PendingCommit)
+}
 
-    @usableFromInline static let open: UInt8 = 0
-    @usableFromInline static let filling: UInt8 = 1
-    @usableFromInline static let filled: UInt8 = 2
-    @usableFromInline static let closed: UInt8 = 3
+/// A commit whose store decides later (`CommitResult.pending`): the owner applies the outcome when
+/// the store gives it, then decides this; the caller takes the outcome with
+/// `outcome(orWhenDecided:)`, once.
+///
+/// Thread-safety: all members may be called from any thread. One lock, a leaf: `decide` and
+/// `outcome(orWhenDecided:)` take it to hand the outcome over, and the caller's closure runs after
+/// it is released.
+public final class PendingCommit: Sendable {
+    @usableFromInline enum State: Sendable {
+        case waiting
+        case observed(@Sendable (CommitOutcome) -> Void)
+        case decided(CommitOutcome)
+        case taken
+    }
+
+    @usableFromInline let state = Locked(State.waiting)
 
     @usableFromInline init() {}
 
-    /// The store's completion: keeps `outcome` for `take`.
-    @usableFromInline func fill(_ outcome: CommitOutcome) {
-        guard phase.compareExchange(expected: Self.open, desired: Self.filling, ordering: .acquiring).exchanged else {
-            preconditionFailure("a store with owner-serialized ordering completed a commit twice, or after it returned")
+    /// The outcome, when decided already (it is then taken); otherwise keeps `body`, to call once
+    /// with the outcome, on the store's thread, when it is decided, and returns `nil`. Call once:
+    /// a later call returns `nil` and its `body` is never called.
+    public func outcome(orWhenDecided body: @escaping @Sendable (CommitOutcome) -> Void) -> CommitOutcome? {
+        state.withLock { state in
+            switch state {
+            case .decided(let outcome):
+                state = .taken
+                return outcome
+            case .waiting:
+                state = .observed(body)
+                return nil
+            case .observed, .taken:
+                return nil
+            }
         }
-        self.outcome = outcome
-        phase.store(Self.filled, ordering: .releasing)
     }
 
-    /// The outcome `fill` kept, after the store's `commit` returned; reopens the slot.
-    @inlinable func take() -> CommitOutcome {
-        guard phase.compareExchange(expected: Self.filled, desired: Self.open, ordering: .acquiring).exchanged else {
-            phase.store(Self.closed, ordering: .relaxed)
-            preconditionFailure("a store with owner-serialized ordering must complete before commit returns")
+    /// The owner applied `outcome`: hands it to the caller (the first call wins).
+    @usableFromInline func decide(_ outcome: CommitOutcome) {
+        let observer: (@Sendable (CommitOutcome) -> Void)? = state.withLock { state in
+            switch state {
+            case .waiting:
+                state = .decided(outcome)
+                return nil
+            case .observed(let body):
+                state = .taken
+                return body
+            case .decided, .taken:
+                return nil
+            }
         }
-        return outcome
+        observer?(outcome)
     }
 }

@@ -6,10 +6,11 @@
 /// shared by several replicas decides in its own atomic step (docs/architecture.md, "Adding a
 /// store").
 ///
-/// There is one way to commit, `commit(_:base:completion:)`, for every store: a local store's
-/// immediate outcome and a shared store's later one both arrive through its completion, and only
-/// `ordering` says when. What the layers above show of a store (its name when shared, its durable
-/// writes, its own series) is one value, `status()`, with no protocol's words in it.
+/// There is one way to commit, `commit(_:base:completion:)`, for every store: it returns the
+/// outcome when it decided before returning (a local store always does), else `nil`, and the
+/// outcome arrives through its completion; `ordering` says whether the owner runs commits one at a
+/// time. What the layers above show of a store (its name when shared, its durable writes, its own
+/// series) is one value, `status()`, with no protocol's words in it.
 ///
 /// Thread-safety: implementations are `Sendable`; the owner may call every member from any thread
 /// (`commit` one at a time with `.ownerSerialized` ordering).
@@ -21,18 +22,20 @@ public protocol TokenStore: AnyObject, Sendable {
     /// Proposes `token` (lowercase hex, or `nil` to clear it) as the new token.
     ///
     /// The store decides: the same token as the current one is `.unchanged` (no version bump,
-    /// nothing published); another one is stored at the next version. `completion` is called
-    /// exactly once, on any thread, after the outcome is known; with `.ownerSerialized` ordering it
-    /// must be called before `commit` returns, on the calling thread (the owner then reads the
-    /// outcome without a closure of its own per commit, and stops at a precondition if it was
-    /// not called).
+    /// nothing published); another one is stored at the next version. A store that decides before
+    /// it returns returns the outcome, and never calls `completion`; otherwise it returns `nil` and
+    /// calls `completion` exactly once, on any thread, after the outcome is known. With
+    /// `.ownerSerialized` ordering it must decide before it returns (the owner answers a store that
+    /// returns `nil` there `.unknown`, and ignores its completion).
     /// - Parameters:
     ///   - token: the proposed token.
     ///   - base: the owner's current state. A store with `.ownerSerialized` ordering decides against
     ///     it (the owner guarantees it is the outcome of the previous commit); a store that orders
     ///     commits itself may ignore it.
-    ///   - completion: receives the outcome.
+    ///   - completion: receives the outcome when it is not returned.
+    /// - Returns: the outcome when decided before returning, else `nil`.
     func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
 
     /// Starts reporting what the owner cannot learn from its own commits: changes that arrive from
     /// elsewhere (another replica) and the store's health. Called once by the owner
@@ -87,12 +90,12 @@ public struct StoreStatus: Sendable, Equatable {
     /// decided since the one before), when it keeps one that can fail to be saved (the state
     /// file); `nil` when it keeps none.
     public var durableWrites: UInt64?
-    /// The store's own series, rendered by the store's module as complete text lines (each ending
-    /// in a line feed) in the exposition format the HTTP layer serves them in; empty for none.
-    public var series: String
+    /// The store's own metric families, as values (`StoreMetric`) the HTTP layer renders; empty
+    /// for none.
+    public var series: [StoreMetric]
 
     /// A status; by default that of a local store with nothing to show.
-    public init(sharedName: String? = nil, durableWrites: UInt64? = nil, series: String = "") {
+    public init(sharedName: String? = nil, durableWrites: UInt64? = nil, series: [StoreMetric] = []) {
         self.sharedName = sharedName
         self.durableWrites = durableWrites
         self.series = series

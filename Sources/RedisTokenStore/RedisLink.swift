@@ -208,9 +208,9 @@ final class RedisLink: Sendable {
         if let seconds { telemetry.recordProbe(seconds: seconds) }
     }
 
-    /// The metrics text (`RedisMetrics.render`), with the link's health and the master in use.
-    func renderMetrics() -> String {
-        telemetry.render(up: health == .connected, directory: connector.directory)
+    /// The store's series (`RedisMetrics.series`), with the link's health and the master in use.
+    func series() -> [StoreMetric] {
+        telemetry.series(up: health == .connected, directory: connector.directory)
     }
 }
 

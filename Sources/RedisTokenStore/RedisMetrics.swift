@@ -1,7 +1,8 @@
+import ForgePushTokenOwner
 import ServerSupport
 
-/// The store's counters, and their Prometheus text (version 0.0.4) for `/metrics`
-/// (docs/operations.md lists the series): the gauge `forge_push_token_redis_up` (0 or 1), the
+/// The store's counters, and their series for `/metrics` as values (`StoreMetric`, which the HTTP
+/// layer renders as Prometheus text; docs/operations.md lists the series): the gauge `forge_push_token_redis_up` (0 or 1), the
 /// counters `forge_push_token_redis_reconnects_total` and `forge_push_token_redis_errors_total`,
 /// the histogram `forge_push_token_redis_write_seconds` (the round trip of each commit, from
 /// enqueue to reply), the histogram `forge_push_token_redis_probe_seconds` (a delivery probe's
@@ -42,49 +43,53 @@ struct RedisMetrics: Sendable, Equatable {
     /// A delivery probe came back after `seconds`.
     mutating func recordProbe(seconds: Double) { probes.record(seconds) }
 
-    /// The text of every series; `up` is whether the link is connected, `masterChanges` how often
-    /// the master's address changed, and with a sentinel URL (`sentinel`) `master` the master in
-    /// use (`HOST:PORT`, never a password).
-    func render(up: Bool, masterChanges: UInt64 = 0, sentinel: Bool = false, master: String? = nil) -> String {
-        var out = PrometheusText()
-        out.single(
-            "forge_push_token_redis_up", .gauge,
-            help: "Whether the subscription to Redis is live and the state was read (1) or not (0).", up ? 1 : 0)
-        out.single(
-            "forge_push_token_redis_reconnects_total", .counter,
-            help: "Connections to Redis made again after one was lost.", reconnects)
-        out.single(
-            "forge_push_token_redis_errors_total", .counter, help: "Failed Redis connects, commands and timeouts.",
-            errors)
-        out.family(
-            "forge_push_token_redis_write_seconds", .histogram, help: "Round trip of a token write through Redis.")
-        out.histogram("forge_push_token_redis_write_seconds", writes)
-        out.family(
-            "forge_push_token_redis_probe_seconds", .histogram,
-            help: "Round trip of a delivery probe, from publish to hearing it.")
-        out.histogram("forge_push_token_redis_probe_seconds", probes)
-        out.single(
-            "forge_push_token_redis_master_changes_total", .counter, help: "Times the Redis master's address changed.",
-            masterChanges)
-        out.family(
-            "forge_push_token_redis_ignored_messages_total", .counter,
-            help: "Messages from Redis or a sentinel that changed nothing, by kind.")
-        for kind in RedisIgnoredMessage.allCases {
-            out.sample(
-                "forge_push_token_redis_ignored_messages_total", labels: "kind=\"\(kind.rawValue)\"", ignored[kind] ?? 0
-            )
-        }
+    /// Every series, as values (`StoreMetric`, rendered by the HTTP layer); `up` is whether the
+    /// link is connected, `masterChanges` how often the master's address changed, and with a
+    /// sentinel URL (`sentinel`) `master` the master in use (`HOST:PORT`, never a password).
+    func series(up: Bool, masterChanges: UInt64 = 0, sentinel: Bool = false, master: String? = nil) -> [StoreMetric] {
+        var series: [StoreMetric] = [
+            .single(
+                "forge_push_token_redis_up", .gauge,
+                help: "Whether the subscription to Redis is live and the state was read (1) or not (0).",
+                .count(up ? 1 : 0)),
+            .single(
+                "forge_push_token_redis_reconnects_total", .counter,
+                help: "Connections to Redis made again after one was lost.", .count(reconnects)),
+            .single(
+                "forge_push_token_redis_errors_total", .counter, help: "Failed Redis connects, commands and timeouts.",
+                .count(errors)),
+            Self.family(
+                "forge_push_token_redis_write_seconds", help: "Round trip of a token write through Redis.", writes),
+            Self.family(
+                "forge_push_token_redis_probe_seconds",
+                help: "Round trip of a delivery probe, from publish to hearing it.", probes),
+            .single(
+                "forge_push_token_redis_master_changes_total", .counter,
+                help: "Times the Redis master's address changed.",
+                .count(masterChanges)),
+            StoreMetric(
+                "forge_push_token_redis_ignored_messages_total", .counter,
+                help: "Messages from Redis or a sentinel that changed nothing, by kind.",
+                samples: RedisIgnoredMessage.allCases.map { kind in
+                    StoreMetric.Sample(labels: [StoreMetric.Label("kind", kind.rawValue)], .count(ignored[kind] ?? 0))
+                }),
+        ]
         if sentinel {
-            out.family(
-                "forge_push_token_redis_master_info", .gauge,
-                help: "The Redis master in use, found through the sentinels.")
-            if let master {
-                // A host name or IP address and a port (RedisSentinelDirectory refuses anything
-                // else), so nothing needs escaping in the label.
-                out.sample("forge_push_token_redis_master_info", labels: "address=\"\(master)\"", 1)
-            }
+            series.append(
+                StoreMetric(
+                    "forge_push_token_redis_master_info", .gauge,
+                    help: "The Redis master in use, found through the sentinels.",
+                    samples: master.map { [StoreMetric.Sample(labels: [StoreMetric.Label("address", $0)], .count(1))] }
+                        ?? []))
         }
-        return out.text
+        return series
+    }
+
+    /// `histogram` as the family `name`.
+    private static func family(_ name: String, help: String, _ histogram: Histogram) -> StoreMetric {
+        .histogram(
+            name, help: help, bounds: histogram.bounds, buckets: histogram.buckets, sum: histogram.sum,
+            count: histogram.count)
     }
 }
 

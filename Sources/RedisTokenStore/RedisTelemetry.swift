@@ -1,4 +1,5 @@
 import ForgePushToken
+import ForgePushTokenOwner
 import ServerSupport
 
 /// The Redis store's counters and histograms (`RedisMetrics`) and its log, with the limiter that
@@ -28,11 +29,11 @@ final class RedisTelemetry: Sendable {
     /// Records a delivery probe's round trip.
     func recordProbe(seconds: Double) { metrics.withLock { $0.recordProbe(seconds: seconds) } }
 
-    /// The metrics text (`RedisMetrics.render`): `up` when the link is connected, and with a
-    /// sentinel URL the master in use from `directory`.
-    func render(up: Bool, directory: RedisSentinelDirectory?) -> String {
+    /// The series (`RedisMetrics.series`): `up` when the link is connected, and with a sentinel
+    /// URL the master in use from `directory`.
+    func series(up: Bool, directory: RedisSentinelDirectory?) -> [StoreMetric] {
         let master = directory?.master
-        return metrics.withLock { $0 }.render(
+        return metrics.withLock { $0 }.series(
             up: up, masterChanges: master?.changes ?? 0, sentinel: directory != nil,
             master: master?.host?.description)
     }

@@ -132,22 +132,25 @@ public final class RedisTokenStore: TokenStore {
     /// Proposes `token` (`nil`: no token) through the change script; `base` is ignored (Redis
     /// decides against the state it holds). `completion` runs once, on the writer thread after
     /// Redis answered or failed, or on the deadline thread at the write timeout after this call,
-    /// whichever comes first; or at once, on the caller's thread, when Redis is
-    /// known to be down (`RedisLinkStateMachine.refusesWrites`), the queue is full or the store
-    /// is stopping: a request does not wait for a Redis known to be down.
-    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+    /// whichever comes first. Returned at once (`.unavailable`), and `completion` never called,
+    /// when Redis is known to be down (`RedisLinkStateMachine.refusesWrites`), the queue is full
+    /// or the store is stopping: a request does not wait for a Redis known to be down.
+    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
         if let health = link.refusal {
-            return completion(.unavailable(reason: RedisWriter.reason(health)))
+            return .unavailable(reason: health.unavailableReason)
         }
         let answer = RedisWriteAnswer(
             enqueued: monotonicSeconds(), timeout: configuration.writeTimeout, completion: completion)
         if !link.queue.push(.change(token: token, answer: answer)) {
+            // Not queued, so nothing else gives this answer.
             let health = link.health
-            answer.give(.unavailable(reason: RedisWriter.reason(health == .connected ? .unreachable : health)))
-            return
+            return .unavailable(reason: (health == .connected ? .unreachable : health).unavailableReason)
         }
         // Tracked after it is queued: a write the queue refused is answered above.
         link.deadlines.track(answer)
+        return nil
     }
 
     /// Starts the writer and subscription threads, reporting changes and health to the owner
@@ -204,6 +207,6 @@ public final class RedisTokenStore: TokenStore {
     /// Shared as `redis` (the HTTP layer's replica mode names the link's state so, docs/replicas.md),
     /// no durable copy of its own (Redis keeps it), and its series as `RedisMetrics` renders them.
     public func status() -> StoreStatus {
-        StoreStatus(sharedName: "redis", series: link.renderMetrics())
+        StoreStatus(sharedName: "redis", series: link.series())
     }
 }

@@ -8,16 +8,18 @@ import ServerSupport
 ///
 /// It takes what is queued (`RedisJobQueue`), sends it as one pipelined batch (`EVALSHA`, `EVAL`
 /// again on `NOSCRIPT`) and waits at most the write timeout for the replies: no reply in time is
-/// `.unknown`, and the connection is made again. What each reply means, and which jobs a failure
-/// leaves to fail, is `RedisBatch`'s decision: every job gets exactly one outcome, and every check
-/// ends (`checkSucceeded` or `checkFailed`), whatever step fails. A commit's outcome goes to its
-/// `RedisWriteAnswer` alone (the owner applies it there), which `RedisWriteDeadlines` answers
-/// `.unknown` at the write timeout after it was queued if the writer has not (the queue, a
-/// reconnect and `SCRIPT LOAD` included); a check's state goes to the owner through
-/// `RedisLink.learned`.
+/// `.unknown`, and the connection is made again. What each reply or failure means is
+/// `RedisWriterStateMachine`'s decision, as a value (which job a reply belongs to is `RedisBatch`'s,
+/// inside it): the log lines, the counts, the link machine's events and each job's outcome come
+/// back as actions, which the writer carries out in order (`perform`). Every job gets exactly one
+/// outcome, and every check ends (`checkSucceeded` or `checkFailed`), whatever step fails. A
+/// commit's outcome goes to its `RedisWriteAnswer` alone (the owner applies it there), which
+/// `RedisWriteDeadlines` answers `.unknown` at the write timeout after it was queued if the writer
+/// has not (the queue, a reconnect and `SCRIPT LOAD` included); a check's state goes to the owner
+/// through `RedisLink.learned`.
 /// A batch that fails on a connection that sat idle with a broken socket (not a timeout) is sent
 /// once more on a new one: safe, since a write of the current token changes nothing. Every log line
-/// a reply causes is limited to one per 10 s per kind (`RedisLink.logLimited`): a hostile Redis
+/// a reply causes is limited to one per 10 s per kind (`RedisTelemetry.logLimited`): a hostile Redis
 /// answering each read with an error must not flood the log.
 ///
 /// Thread-safety: `run()` is called once, on the writer's own thread; nothing else is shared but
@@ -45,15 +47,7 @@ final class RedisWriter: Sendable {
         case retry([RedisJobQueue.Job])
     }
 
-    /// How a job that got no answer ends.
-    private enum Failure {
-        /// Not sent, or refused: nothing was written. The link's health says why.
-        case unavailable(RedisLinkStateMachine.Health, detail: String)
-        /// Sent, but no reply in time: it may or may not have been applied.
-        case unknown(detail: String)
-        /// Refused by the script: no version is left above 2^53 - 1. Nothing was written.
-        case versionExhausted
-    }
+    private typealias Machine = RedisWriterStateMachine<RedisJobQueue.Job>
 
     /// Runs until the store stops, then fails what is left.
     func run() {
@@ -61,7 +55,7 @@ final class RedisWriter: Sendable {
         var hashes: ScriptHashes?
         while let (batch, stopped) = link.queue.take() {
             if stopped {
-                finish(batch, failing: .unavailable(.unreachable, detail: "the replica is stopping"))
+                perform(Machine.fail(batch, .unavailable(.unreachable, detail: "the replica is stopping")))
                 continue
             }
             var pending = batch
@@ -76,16 +70,16 @@ final class RedisWriter: Sendable {
                         hashes = try loadScripts(made)
                         connection = made
                     } catch {
-                        link.telemetry.countError()
                         let health = RedisLinkStateMachine.Health(error)
-                        link.handle { $0.writerFailed(health, detail: error.description, at: monotonicSeconds()) }
-                        finish(pending, failing: .unavailable(health, detail: error.description))
+                        perform(
+                            Machine.connectionFailed(error)
+                                + Machine.fail(pending, .unavailable(health, detail: error.description)))
                         break
                     }
                 }
                 guard let live = connection, let scripts = hashes else {
                     // Not reached (both are set together above); were it, no job is dropped.
-                    finish(pending, failing: .unavailable(.unreachable, detail: "no connection to Redis"))
+                    perform(Machine.fail(pending, .unavailable(.unreachable, detail: "no connection to Redis")))
                     break
                 }
                 switch run(pending, on: live, scripts: scripts, mayRetry: reused && mayRetry) {
@@ -153,175 +147,68 @@ final class RedisWriter: Sendable {
             guard case .change(_, let answer) = job else { return true }
             return !answer.isGiven
         }
-        var batch = RedisBatch(jobs)
-        var keep = true
+        var machine = Machine(jobs, writeTimeout: configuration.writeTimeout, stateKey: configuration.prefix.stateKey)
         var round = jobs
         while !round.isEmpty {
-            let source = batch.round == .source
+            let source = machine.round == .source
             for job in round { connection.append(arguments(for: job, scripts: scripts, source: source)) }
             do throws(RedisConnectionError) {
                 try connection.flush()
                 let deadline = monotonicSeconds() + configuration.writeTimeout
-                while !batch.roundDone {
+                while !machine.roundDone {
                     let reply = try connection.readReply(deadline: deadline)
-                    if !batch.anyReply { link.note { $0.writerReplied() } }
-                    if case .complete(let job, let reply) = batch.replied(reply), !complete(job, with: reply) {
-                        keep = false
-                    }
+                    perform(machine.replied(reply, at: monotonicSeconds()))
                 }
             } catch {
-                if mayRetry, !batch.anyReply, error != .timedOut { return .retry(jobs) }
-                failed(error)
-                if case .timedOut = error {
-                    link.telemetry.logLimited(
-                        "writer.timeout", .warning,
-                        "Redis did not answer within \(configuration.writeTimeout) s; reconnecting")
+                switch machine.failed(error, mayRetry: mayRetry) {
+                case .retry(let again): return .retry(again)
+                case .fail(let actions): perform(actions)
                 }
-                finish(batch.failed(), failing: .unknown(detail: error.description))
                 return .done(keep: false)
             }
-            round = batch.nextRound()
+            round = machine.nextRound()
         }
-        return .done(keep: keep)
+        return .done(keep: machine.keep)
     }
 
-    private func failed(_ error: RedisConnectionError) {
-        link.telemetry.countError()
-        if case .replyTooLarge = error {
-            // A lost connection (made again for the next batch), and a line naming the limit.
-            link.telemetry.ignored(.oversized, "Redis sent the writer \(error); reconnecting")
-        }
-        let health = RedisLinkStateMachine.Health(error)
-        link.handle { $0.writerFailed(health, detail: error.description, at: monotonicSeconds()) }
-    }
-
-    /// Completes one job from its reply; returns false when the connection must be made again.
-    private func complete(_ job: RedisJobQueue.Job, with reply: RedisReply) -> Bool {
-        if case .probe(let sequence) = job {
-            // PUBLISH answers the number of subscribers that got it; an error is not delivery's
-            // fault: the probe counts as not sent.
-            if case .error(let message) = reply {
-                link.telemetry.countError()
-                link.telemetry.logLimited(
-                    "writer.probe_refused", .warning, "Redis refused the delivery probe: \(message.prefix(120))")
-                link.note { $0.probeNotSent(sequence: sequence) }
-                return RedisConnectionError.classify(errorReply: message) == nil
-            }
-            return true
-        }
-        if case .error(let message) = reply {
-            link.telemetry.countError()
-            if message.hasPrefix("INVALIDSTATE ") {
-                let detail = String(message.dropFirst("INVALIDSTATE ".count))
-                link.handle { $0.invalidState(detail: detail, at: monotonicSeconds()) }
-                finish([job], failing: .unavailable(.invalidState, detail: detail))
-                return true
-            }
-            if message.hasPrefix("VERSIONEXHAUSTED ") {
-                let detail = String(message.dropFirst("VERSIONEXHAUSTED ".count))
-                link.telemetry.logLimited(
-                    "writer.version_exhausted", .error,
-                    "a change was refused (\(detail)): \(TokenState.versionExhausted); the key is "
-                        + configuration.prefix.stateKey
-                )
-                link.handle { $0.versionSeen(atMaximum: true, at: monotonicSeconds()) }
-                finish([job], failing: .versionExhausted)
-                return true
-            }
-            if let connectionError = RedisConnectionError.classify(errorReply: message) {
-                let health = RedisLinkStateMachine.Health(connectionError)
-                link.telemetry.logLimited(
-                    "writer.refused", .warning, "Redis refused a write: \(connectionError); reconnecting")
-                finish([job], failing: .unavailable(health, detail: connectionError.description))
-                return false
-            }
-            link.telemetry.logLimited("writer.script_failed", .error, "Redis script failed: \(message.prefix(200))")
-            finish([job], failing: .unavailable(.unreachable, detail: "the script failed"))
-            return true
-        }
-        let result: RedisScripts.Result
-        do {
-            result = try RedisScripts.parse(reply)
-        } catch {
-            link.telemetry.countError()
-            link.telemetry.logLimited("writer.reply", .error, "Redis script reply not understood: \(error)")
-            link.handle { $0.invalidState(detail: error.reason, at: monotonicSeconds()) }
-            finish([job], failing: .unavailable(.invalidState, detail: error.reason))
-            return true
-        }
-        link.handle {
-            $0.versionSeen(atMaximum: result.state.version >= RedisCodec.maximumVersion, at: monotonicSeconds())
-        }
-        switch result.reconciliation {
-        case .written:
-            let previous = result.previousVersion.map { "version \($0)" } ?? "a missing key"
-            link.telemetry.logLimited(
-                "writer.written_back", .warning,
-                "Redis had lost the state (\(previous)); wrote back this replica's \(result.state)")
-        case .bumped:
-            link.telemetry.logLimited(
-                "writer.bumped", .warning,
-                "Redis held another token at this replica's version \(result.previousVersion ?? 0); "
-                    + "the stored token wins at \(result.state)")
-        case .none:
-            break
-        }
-        switch job {
-        case .change(_, let answer):
-            link.telemetry.recordWrite(seconds: monotonicSeconds() - answer.enqueued)
-            // The owner applies it from the answer: this is how it reaches the owner, once.
-            link.committed()
-            if !answer.give(result.changed ? .applied(result.state) : .unchanged(result.state)) {
-                // Answered at its deadline already: the owner learns the state Redis holds as it
-                // learns another replica's (its own change message is skipped).
-                link.learned(result.state)
-            }
-        case .check:
-            link.learned(result.state)
-            link.handle { $0.checkSucceeded(at: monotonicSeconds(), read: result.state) }
-        case .probe:
-            // Answered before the scripts' replies are read (above).
-            break
-        }
-        return true
-    }
-
-    /// The reason of `.unavailable` for `health`.
-    static func reason(_ health: RedisLinkStateMachine.Health) -> String {
-        "Redis: \(health.rawValue)"
-    }
-
-    private func finish(_ jobs: [RedisJobQueue.Job], failing failure: Failure) {
-        defer {
-            // A write that may have been applied: read the state soon, since this replica's own
-            // change message is skipped and no reply will tell the owner.
-            if case .unknown = failure, jobs.contains(where: { if case .change = $0 { true } else { false } }) {
-                link.handle { $0.refreshRequested(at: monotonicSeconds()) }
-            }
-        }
-        for job in jobs {
-            switch job {
-            case .change(_, let answer):
-                switch failure {
-                case .unavailable(let health, _): answer.give(.unavailable(reason: Self.reason(health)))
-                case .unknown: answer.give(.unknown(reason: "Redis did not answer the write in time"))
-                case .versionExhausted: answer.give(.versionExhausted)
+    /// Carries out the machine's actions, in order, with no lock held.
+    private func perform(_ actions: [Machine.Action]) {
+        for action in actions {
+            switch action {
+            case .countError: link.telemetry.countError()
+            case .log(let key, let level, let line): link.telemetry.logLimited(key, level, line)
+            case .oversized(let detail): link.telemetry.ignored(.oversized, detail)
+            case .link(let event): link.handle { Self.run(event, on: &$0) }
+            case .replied: link.note { $0.writerReplied() }
+            case .probeNotSent(let sequence): link.note { $0.probeNotSent(sequence: sequence) }
+            case .recordWrite(let seconds): link.telemetry.recordWrite(seconds: seconds)
+            case .committed(let job, let outcome, let state):
+                // The owner applies it from the answer: this is how it reaches the owner, once.
+                link.committed()
+                if case .change(_, let answer) = job, !answer.give(outcome) {
+                    // Answered at its deadline already: the owner learns the state Redis holds as
+                    // it learns another replica's (its own change message is skipped).
+                    link.learned(state)
                 }
-            case .probe(let sequence):
-                // A failed PUBLISH is the writer's failure (`unreachable`), not `not_delivering`.
-                link.note { $0.probeNotSent(sequence: sequence) }
-            case .check:
-                switch failure {
-                case .unavailable(let health, let detail):
-                    link.handle { $0.checkFailed(health, detail: detail, at: monotonicSeconds()) }
-                case .unknown(let detail):
-                    link.handle { $0.checkFailed(.unreachable, detail: detail, at: monotonicSeconds()) }
-                case .versionExhausted:
-                    link.handle {
-                        $0.checkFailed(.unreachable, detail: TokenState.versionExhausted, at: monotonicSeconds())
-                    }
-                }
+            case .answer(let job, let outcome):
+                if case .change(_, let answer) = job { answer.give(outcome) }
+            case .learned(let state): link.learned(state)
             }
+        }
+    }
+
+    /// Runs `event` through the link's machine at the time now.
+    private static func run(
+        _ event: Machine.LinkEvent, on machine: inout RedisLinkStateMachine
+    ) -> [RedisLinkStateMachine.Action] {
+        let now = monotonicSeconds()
+        switch event {
+        case .writerFailed(let health, let detail): return machine.writerFailed(health, detail: detail, at: now)
+        case .invalidState(let detail): return machine.invalidState(detail: detail, at: now)
+        case .versionSeen(let atMaximum): return machine.versionSeen(atMaximum: atMaximum, at: now)
+        case .checkSucceeded(let state): return machine.checkSucceeded(at: now, read: state)
+        case .checkFailed(let health, let detail): return machine.checkFailed(health, detail: detail, at: now)
+        case .refreshRequested: return machine.refreshRequested(at: now)
         }
     }
 }

@@ -127,19 +127,20 @@ public final class Responder: Sendable {
         }
     }
 
-    /// Commits `token` through the owner (`TokenOwner.commit(_:later:)`), answering now when the
-    /// store decides at once (a local store: no pending response, no closure); else through a
+    /// Commits `token` through the owner (`TokenOwner.commit(_:)`), answering now when the store
+    /// decided at once (a local store: no pending response, no closure); else through a
     /// `PendingResponse`, made only then.
     private func write(_ token: String?) -> Reply {
-        var pending: PendingResponse?
-        let outcome = owner.commit(token) {
+        switch owner.commit(token) {
+        case .decided(let outcome):
+            return .response(answer(outcome))
+        case .pending(let commit):
             let later = PendingResponse()
-            pending = later
-            return { [self] outcome in later.fulfil(answer(outcome)) }
+            if let outcome = commit.outcome(orWhenDecided: { [self] outcome in later.fulfil(answer(outcome)) }) {
+                return .response(answer(outcome))
+            }
+            return .later(later)
         }
-        if let outcome { return .response(answer(outcome)) }
-        guard let pending else { preconditionFailure("the owner neither answered nor asked for a later answer") }
-        return pending.takeIfReady().map(Reply.response) ?? .later(pending)
     }
 
     /// The answer to a commit: 200 `{"changed":…,"token":…}`; 503 `state_not_saved` when the

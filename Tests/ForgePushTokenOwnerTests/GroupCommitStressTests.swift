@@ -79,7 +79,7 @@ import Testing
                     ? "00" : String(0x100000 + (thread << 12 | index), radix: 16)
                 answers.group.enter()
                 let id = thread * perThread + index
-                store.commit(token, base: .initial) { outcome in
+                store.commitEitherWay(token, base: .initial) { outcome in
                     let onDisk = checkFile ? (try? file.load())?.version : nil
                     answers.answers.withLock { $0.append(.init(index: id, outcome: outcome, fileVersion: onDisk)) }
                     answers.group.leave()
@@ -202,7 +202,7 @@ import Testing
         func commit(_ token: String?) -> CommitOutcome? {
             let result = Locked<CommitOutcome?>(nil)
             let done = DispatchSemaphore(value: 0)
-            store.commit(token, base: .initial) { outcome in
+            store.commitEitherWay(token, base: .initial) { outcome in
                 result.withLock { $0 = outcome }
                 done.signal()
             }

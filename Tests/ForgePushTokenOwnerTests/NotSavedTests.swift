@@ -160,7 +160,7 @@ import Testing
         let group = DispatchGroup()
         func send(_ index: Int, _ token: String?) {
             group.enter()
-            store.commit(token, base: .initial) { outcome in
+            store.commitEitherWay(token, base: .initial) { outcome in
                 answers.withLock { $0[index] = outcome }
                 group.leave()
             }

@@ -255,8 +255,10 @@ struct TokenOwnerTests {
         let reader = Locked<(@Sendable () -> TokenState)?>(nil)
         let stops = Locked(0)
         var ordering: CommitOrdering { .ownerSerialized }
-        func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-            completion(token == base.token ? .unchanged(base) : .applied(base.changed(to: token)))
+        func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+            -> CommitOutcome?
+        {
+            token == base.token ? .unchanged(base) : .applied(base.changed(to: token))
         }
         func start(
             reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,

@@ -56,7 +56,7 @@ final class LiveServer {
 
     /// Registers `deviceToken` through the owner, as `POST /register` would, and waits for it.
     func register(_ deviceToken: [UInt8]) {
-        owner.commit(DeviceTokenHex.encode(deviceToken)) { _ in }
+        _ = owner.commit(DeviceTokenHex.encode(deviceToken))
     }
 
     /// One request on a new connection.

@@ -87,7 +87,9 @@ final class SlowStoppingStore: TokenStore {
 
     var ordering: CommitOrdering { scripted.ordering }
 
-    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
         scripted.commit(token, base: base, completion: completion)
     }
 

@@ -14,14 +14,11 @@ extension TokenState: TokenRendition {
     public var state: TokenState { self }
 }
 
-/// Commits `token` through `owner` (`commit(_:completion:)`, the path every store takes) and returns
-/// the outcome. Only for stores that answer before
-/// `commit` returns (`ScriptedStore` answering `.atOnce`, `MemoryTokenStore`):
-/// a later answer stops the test at a precondition.
+/// Commits `token` through `owner` (`TokenOwner.commit(_:)`, the path every store takes) and
+/// returns the outcome. Only for stores that decide before `commit` returns (`ScriptedStore`
+/// answering `.atOnce`, `MemoryTokenStore`): a pending commit stops the test at a precondition.
 public func commitAtOnce<R>(_ owner: TokenOwner<R>, _ token: String?) -> CommitOutcome {
-    let result = Locked<CommitOutcome?>(nil)
-    owner.commit(token) { outcome in result.withLock { $0 = outcome } }
-    guard let outcome = result.withLock({ $0 }) else {
+    guard case .decided(let outcome) = owner.commit(token) else {
         preconditionFailure("commitAtOnce: the store did not answer before commit returned")
     }
     return outcome
@@ -39,6 +36,31 @@ public func commitAndWait<R>(_ owner: TokenOwner<R>, _ token: String?) -> Commit
     answered.wait()
     guard let outcome = result.withLock({ $0 }) else { preconditionFailure("signalled without an outcome") }
     return outcome
+}
+
+extension TokenOwner {
+    /// Commits `token` (`commit(_:)`) and gives the outcome to `completion`, exactly once: on this
+    /// thread when it was decided at once, else on the store's thread. For tests that answer
+    /// through a closure either way.
+    public func commit(_ token: String?, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+        switch commit(token) {
+        case .decided(let outcome):
+            completion(outcome)
+        case .pending(let pending):
+            if let outcome = pending.outcome(orWhenDecided: completion) { completion(outcome) }
+        }
+    }
+}
+
+extension TokenStore {
+    /// `commit(_:base:completion:)` with the outcome given to `completion` exactly once either way:
+    /// on this thread when the store returned it, else when the store calls back. For tests that
+    /// drive a store directly.
+    public func commitEitherWay(
+        _ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void
+    ) {
+        if let outcome = commit(token, base: base, completion: completion) { completion(outcome) }
+    }
 }
 
 /// A store for tests whose decisions are `MemoryTokenStore`'s (or one fixed outcome), answered at
@@ -85,12 +107,15 @@ public final class ScriptedStore: TokenStore {
     /// `.ownerSerialized` when answering at once, `.storeSerialized` otherwise.
     public var ordering: CommitOrdering { answering == .atOnce ? .ownerSerialized : .storeSerialized }
 
-    /// Records the proposal and answers it as `answering` says.
-    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
+    /// Records the proposal and answers it as `answering` says: returned at once, or through
+    /// `completion` later.
+    public func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
         proposals.withLock { $0.append(token) }
         switch answering {
         case .atOnce:
-            completion(decide(token, base: base))
+            return decide(token, base: base)
         case .after(let delay):
             DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
                 completion(self.decide(token, base: base))
@@ -98,6 +123,7 @@ public final class ScriptedStore: TokenStore {
         case .whenReleased:
             held.withLock { $0.append((token, base, completion)) }
         }
+        return nil
     }
 
     /// Keeps `report` for `report(_:)`.
@@ -133,9 +159,7 @@ public final class ScriptedStore: TokenStore {
 
     private func decide(_ token: String?, base: TokenState) -> CommitOutcome {
         if let outcome { return outcome }
-        let decided = Locked<CommitOutcome?>(nil)
-        memory.commit(token, base: base) { outcome in decided.withLock { $0 = outcome } }
-        return decided.withLock { $0 }!
+        return memory.commit(token, base: base) { _ in } ?? .unknown(reason: "the memory store did not decide")
     }
 }
 

@@ -1,13 +1,15 @@
+import ForgePushTokenOwner
 import ServerSupport
 import Testing
 
 @testable import RedisTokenStore
 
-/// `RedisMetrics.render` through the shared writer (`PrometheusText`, `Histogram`): the exact text
-/// the store exported before the writer was shared, so that dashboards and alerts keep working.
-@Suite("RedisMetrics text")
+/// `RedisMetrics.series`: the families, kinds, help texts and samples the store exported before its
+/// series became values, so that dashboards and alerts keep working (the HTTP layer writes them;
+/// StoreSeriesTests checks its text).
+@Suite("RedisMetrics series")
 struct RedisMetricsTests {
-    @Test("every series, byte for byte, with cumulative buckets")
+    @Test("every series, sample for sample, with cumulative buckets")
     func exactText() {
         var metrics = RedisMetrics()
         metrics.recordWrite(seconds: 0.0007)
@@ -18,7 +20,7 @@ struct RedisMetricsTests {
         metrics.countError()
         metrics.countError()
         metrics.countIgnored(.probe)
-        let text = metrics.render(up: true, masterChanges: 4, sentinel: true, master: "10.0.0.1:6379")
+        let series = metrics.series(up: true, masterChanges: 4, sentinel: true, master: "10.0.0.1:6379")
         let writes = [
             ("0.0005", 0), ("0.001", 2), ("0.0025", 2), ("0.005", 2), ("0.01", 2), ("0.025", 2), ("0.05", 2),
             ("0.1", 2), ("0.25", 2), ("0.5", 2), ("1.0", 2), ("2.5", 2), ("+Inf", 3),
@@ -28,30 +30,27 @@ struct RedisMetricsTests {
             ("0.25", 1), ("0.5", 1), ("1.0", 1), ("2.0", 1), ("+Inf", 1),
         ].map { "forge_push_token_redis_probe_seconds_bucket{le=\"\($0.0)\"} \($0.1)\n" }.joined()
         let expected =
-            "# HELP forge_push_token_redis_up Whether the subscription to Redis is live and the state was read (1) or not (0).\n"
-            + "# TYPE forge_push_token_redis_up gauge\nforge_push_token_redis_up 1\n"
-            + "# HELP forge_push_token_redis_reconnects_total Connections to Redis made again after one was lost.\n"
-            + "# TYPE forge_push_token_redis_reconnects_total counter\nforge_push_token_redis_reconnects_total 1\n"
-            + "# HELP forge_push_token_redis_errors_total Failed Redis connects, commands and timeouts.\n"
-            + "# TYPE forge_push_token_redis_errors_total counter\nforge_push_token_redis_errors_total 2\n"
-            + "# HELP forge_push_token_redis_write_seconds Round trip of a token write through Redis.\n"
-            + "# TYPE forge_push_token_redis_write_seconds histogram\n" + writes
+            "forge_push_token_redis_up 1\n" + "forge_push_token_redis_reconnects_total 1\n"
+            + "forge_push_token_redis_errors_total 2\n" + writes
             + "forge_push_token_redis_write_seconds_sum 3.0014\nforge_push_token_redis_write_seconds_count 3\n"
-            + "# HELP forge_push_token_redis_probe_seconds Round trip of a delivery probe, from publish to hearing it.\n"
-            + "# TYPE forge_push_token_redis_probe_seconds histogram\n" + probes
-            + "forge_push_token_redis_probe_seconds_sum 0.001\nforge_push_token_redis_probe_seconds_count 1\n"
-            + "# HELP forge_push_token_redis_master_changes_total Times the Redis master's address changed.\n"
-            + "# TYPE forge_push_token_redis_master_changes_total counter\n"
+            + probes + "forge_push_token_redis_probe_seconds_sum 0.001\nforge_push_token_redis_probe_seconds_count 1\n"
             + "forge_push_token_redis_master_changes_total 4\n"
-            + "# HELP forge_push_token_redis_ignored_messages_total Messages from Redis or a sentinel that changed nothing, by kind.\n"
-            + "# TYPE forge_push_token_redis_ignored_messages_total counter\n"
             + RedisIgnoredMessage.allCases.map {
                 "forge_push_token_redis_ignored_messages_total{kind=\"\($0.rawValue)\"} \($0 == .probe ? 1 : 0)\n"
             }.joined()
-            + "# HELP forge_push_token_redis_master_info The Redis master in use, found through the sentinels.\n"
-            + "# TYPE forge_push_token_redis_master_info gauge\n"
             + "forge_push_token_redis_master_info{address=\"10.0.0.1:6379\"} 1\n"
-        #expect(text == expected)
+        #expect(sampleLines(series) == expected)
+        #expect(
+            series.map { "\($0.name) \($0.kind.rawValue): \($0.help)" } == [
+                "forge_push_token_redis_up gauge: Whether the subscription to Redis is live and the state was read (1) or not (0).",
+                "forge_push_token_redis_reconnects_total counter: Connections to Redis made again after one was lost.",
+                "forge_push_token_redis_errors_total counter: Failed Redis connects, commands and timeouts.",
+                "forge_push_token_redis_write_seconds histogram: Round trip of a token write through Redis.",
+                "forge_push_token_redis_probe_seconds histogram: Round trip of a delivery probe, from publish to hearing it.",
+                "forge_push_token_redis_master_changes_total counter: Times the Redis master's address changed.",
+                "forge_push_token_redis_ignored_messages_total counter: Messages from Redis or a sentinel that changed nothing, by kind.",
+                "forge_push_token_redis_master_info gauge: The Redis master in use, found through the sentinels.",
+            ])
     }
 
     @Test("a histogram counts an observation on a bound in that bound's bucket, above the last in +Inf only")

@@ -117,9 +117,11 @@ import Testing
     }
 
     /// A write nobody answers gets `.unknown` at its deadline; one answered before is left alone;
-    /// the thread ends after `stop()` once every tracked write has its answer.
+    /// the thread ends after `stop()` once every tracked write has its answer. On a manual clock:
+    /// the deadline passes when the test moves the time, and nothing here sleeps.
     @Test func unansweredWritesAreAnsweredAtTheirDeadline() {
-        let deadlines = RedisWriteDeadlines()
+        let clock = ManualDeadlineClock(at: 100)
+        let deadlines = RedisWriteDeadlines(clock: clock)
         let ended = DispatchSemaphore(value: 0)
         let expiries = Locked(0)
         DispatchQueue(label: "deadlines-test").async {
@@ -128,15 +130,27 @@ import Testing
         }
         let outcomes = Locked<[String: CommitOutcome]>([:])
         func answer(_ name: String, timeout: Double) -> RedisWriteAnswer {
-            RedisWriteAnswer(enqueued: monotonicSeconds(), timeout: timeout) { outcome in
+            RedisWriteAnswer(enqueued: clock.now(), timeout: timeout) { outcome in
                 outcomes.withLock { $0[name] = outcome }
             }
         }
-        let answered = answer("answered", timeout: 0.05)
-        let silent = answer("silent", timeout: 0.05)
+        let answered = answer("answered", timeout: 2)
+        let silent = answer("silent", timeout: 2)
         let later = answer("later", timeout: 3600)
         for tracked in [answered, silent, later] { deadlines.track(tracked) }
         #expect(answered.give(.applied(TokenState(version: 1, token: "aa"))))
+        // The thread has seen the writes and sleeps; their deadline has not come: none is answered.
+        // (`advance(by: 0)` ends its wait: the wait after it is one decided after the writes.)
+        let tracked = clock.waitsBegun
+        clock.advance(by: 0)
+        waitUntil("the deadline thread to sleep after the writes were tracked") { clock.isWaiting(after: tracked) }
+        #expect(!silent.isGiven && !later.isGiven && expiries.withLock { $0 } == 0)
+        clock.advance(by: 1.9)
+        let early = clock.waitsBegun
+        clock.advance(by: 0)
+        waitUntil("the deadline thread to sleep again at 101.9") { clock.isWaiting(after: early) }
+        #expect(!silent.isGiven, "a write was answered before its deadline")
+        clock.advance(by: 0.1)
         waitUntil(#"outcomes.withLock { $0["silent"] } != nil"#) { outcomes.withLock { $0["silent"] } != nil }
         #expect(outcomes.withLock { $0["silent"] } == .unknown(reason: "Redis did not answer the write in time"))
         #expect(outcomes.withLock { $0["answered"] } == .applied(TokenState(version: 1, token: "aa")))
@@ -144,9 +158,14 @@ import Testing
         // The store reads the state again after a write it answered at its deadline.
         waitUntil(#"expiries.withLock { $0 } == 1"#) { expiries.withLock { $0 } == 1 }
         deadlines.stop()
-        // Still one write to answer: the thread waits for it (its deadline, or an answer).
-        #expect(ended.wait(timeout: .now() + .milliseconds(100)) == .timedOut)
+        // Still one write to answer: the thread, having seen the stop, sleeps instead of ending.
+        let stopped = clock.waitsBegun
+        clock.advance(by: 0)
+        waitUntil("the deadline thread to sleep after stop()") { clock.isWaiting(after: stopped) }
+        #expect(ended.wait(timeout: .now()) == .timedOut, "the deadline thread ended with a write unanswered")
         #expect(later.give(.unavailable(reason: "Redis: unreachable")))
+        // Its next look (every 0.5 s of its clock) finds nothing left.
+        clock.advance(by: 0.5)
         #expect(
             ended.wait(timeout: .now() + waitBoundSeconds) == .success, "the deadline thread did not end after stop()")
         // `later` was answered by its writer, not at its deadline: no second check.

@@ -46,7 +46,15 @@ import Testing
         mode.refresh()
         mode.refresh()
         #expect(shared.refreshes.withLock { $0 } == 2)
-        #expect(mode.metrics() == "shared_up 1\n")
+        // The store's series are values; the HTTP layer writes them (HELP, TYPE, cumulative
+        // buckets, escaped label values).
+        #expect(
+            mode.metrics()
+                == "# HELP shared_up Up.\n# TYPE shared_up gauge\nshared_up 1\n"
+                + "# HELP shared_seconds Seconds.\n# TYPE shared_seconds histogram\n"
+                + "shared_seconds_bucket{le=\"0.5\"} 1\nshared_seconds_bucket{le=\"1.0\"} 3\n"
+                + "shared_seconds_bucket{le=\"+Inf\"} 4\nshared_seconds_sum 3.75\nshared_seconds_count 4\n"
+                + "# HELP shared_info Info.\n# TYPE shared_info gauge\nshared_info{at=\"a\\\"b\"} 1\n")
     }
 
     @Test func healthTokenReadsAndMetricsFollowTheStore() {
@@ -133,8 +141,10 @@ import Testing
 private final class SharedStore: TokenStore {
     let refreshes = Locked(0)
     var ordering: CommitOrdering { .storeSerialized }
-    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void) {
-        completion(.unavailable(reason: "test"))
+    func commit(_ token: String?, base: TokenState, completion: @escaping @Sendable (CommitOutcome) -> Void)
+        -> CommitOutcome?
+    {
+        .unavailable(reason: "test")
     }
     func start(
         reporting report: @escaping @Sendable (TokenStoreEvent) -> Void,
@@ -142,5 +152,16 @@ private final class SharedStore: TokenStore {
     ) {}
     func stop() {}
     func refresh() { refreshes.withLock { $0 += 1 } }
-    func status() -> StoreStatus { StoreStatus(sharedName: "shared", series: "shared_up 1\n") }
+    func status() -> StoreStatus {
+        StoreStatus(
+            sharedName: "shared",
+            series: [
+                .single("shared_up", .gauge, help: "Up.", .count(1)),
+                .histogram(
+                    "shared_seconds", help: "Seconds.", bounds: [0.5, 1], buckets: [1, 2], sum: 3.75, count: 4),
+                StoreMetric(
+                    "shared_info", .gauge, help: "Info.",
+                    samples: [StoreMetric.Sample(labels: [StoreMetric.Label("at", "a\"b")], .count(1))]),
+            ])
+    }
 }

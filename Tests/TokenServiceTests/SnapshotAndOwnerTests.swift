@@ -69,40 +69,36 @@ struct SnapshotAndOwnerTests {
 
     // MARK: TokenOwner over the memory store
 
-    /// A `later` for a store expected to answer at once: records that it was asked.
-    private static func notExpected(_ asked: Locked<Int>) -> @Sendable (CommitOutcome) -> Void {
-        asked.withLock { $0 += 1 }
-        return { _ in }
+    /// The outcome of a commit decided at once, `nil` for a pending one.
+    private static func decided(_ result: CommitResult) -> CommitOutcome? {
+        guard case .decided(let outcome) = result else { return nil }
+        return outcome
     }
 
-    @Test("commit(_:later:): a local store's decision is returned, applied and current; later is never asked")
+    @Test("commit(_:): a local store's decision is returned decided, applied and current")
     func commitOnALocalStore() {
         let owner = makeOwner()
-        let asked = Locked(0)
-        #expect(owner.commit("ab") { Self.notExpected(asked) } == .applied(TokenState(version: 1, token: "ab")))
-        #expect(owner.commit("ab") { Self.notExpected(asked) } == .unchanged(TokenState(version: 1, token: "ab")))
+        #expect(Self.decided(owner.commit("ab")) == .applied(TokenState(version: 1, token: "ab")))
+        #expect(Self.decided(owner.commit("ab")) == .unchanged(TokenState(version: 1, token: "ab")))
         #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
         let scripted = TokenOwner<TokenSnapshot>(
             store: ScriptedStore(answering: .atOnce), initial: .initial, maxSubscribers: 1)
-        #expect(scripted.commit("cd") { Self.notExpected(asked) } == .applied(TokenState(version: 1, token: "cd")))
+        #expect(Self.decided(scripted.commit("cd")) == .applied(TokenState(version: 1, token: "cd")))
         owner.stop()
-        #expect(owner.commit("ef") { Self.notExpected(asked) } == .stopping)
+        #expect(Self.decided(owner.commit("ef")) == .stopping)
         #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
-        #expect(asked.withLock { $0 } == 0, "a store that answers at once needs no later completion")
     }
 
-    @Test("commit(_:later:): a store that decides later gets the same call; its outcome goes to later's completion")
+    @Test("commit(_:): a store that decides later gets the same call; its outcome comes through the pending commit")
     func commitOnAStoreThatDecidesLater() {
         let store = ScriptedStore(answering: .whenReleased)
         let owner = TokenOwner<TokenSnapshot>(store: store, initial: .initial, maxSubscribers: 1)
         let outcome = Locked<CommitOutcome?>(nil)
-        let asked = Locked(0)
-        let returned = owner.commit("ab") {
-            asked.withLock { $0 += 1 }
-            return { answered in outcome.withLock { $0 = answered } }
+        guard case .pending(let pending) = owner.commit("ab") else {
+            Issue.record("the outcome of a store that decides later was returned at once")
+            return
         }
-        #expect(returned == nil, "the outcome comes later")
-        #expect(asked.withLock { $0 } == 1)
+        #expect(pending.outcome(orWhenDecided: { answered in outcome.withLock { $0 = answered } }) == nil)
         #expect(store.proposed == ["ab"])
         #expect(owner.current == TokenSnapshot(version: 0, token: nil), "nothing is applied before the store decides")
         #expect(outcome.withLock { $0 } == nil)
@@ -110,8 +106,8 @@ struct SnapshotAndOwnerTests {
         #expect(outcome.withLock { $0 } == .applied(TokenState(version: 1, token: "ab")))
         #expect(owner.current == TokenSnapshot(version: 1, token: "ab"))
         owner.stop()
-        #expect(owner.commit("cd") { Self.notExpected(asked) } == .stopping, "stopping is answered at once")
-        #expect(asked.withLock { $0 } == 1)
+        #expect(Self.decided(owner.commit("cd")) == .stopping, "stopping is answered at once")
+        #expect(store.proposed == ["ab"], "a stopping owner asked the store")
     }
 
     @Test("an owner starts at the state it is given")
