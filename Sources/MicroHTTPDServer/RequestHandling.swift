@@ -258,6 +258,9 @@ extension Daemon {
             let reply = application.respond(to: admitted)
             return perform(context.machine.replied(reply, to: admitted), call, context)
         case .openStream(let admitted):
+            if detaches(context, version: call.version) {
+                return openDetachedStream(admitted, on: connection, context: context)
+            }
             return openStream(admitted, on: connection, context: context)
         case .takeOrSuspend(let pending):
             return answer(pending, on: connection, context: context)
@@ -318,6 +321,9 @@ extension Daemon {
                 context.parked = nil
                 server.parked.withLock { $0.unpark(parked) }
             }
+            // A handed-over stream ends libmicrohttpd's part with an error completion that is no
+            // error: the stream records itself when it ends (`detachedStreamEnded`).
+            if context.detached { return }
             // `components` once: each reading divides the duration's 128-bit count.
             let elapsed = (ContinuousClock.now - context.started).components
             let micros = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
