@@ -363,8 +363,7 @@ extension MicroHTTPDServer {
         openStreams.withLock { $0 -= 1 }
         limiter.release(stream.client)
         let context = stream.context
-        let elapsed = (ContinuousClock.now - context.started).components
-        let micros = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
+        let micros = context.elapsedMicroseconds
         application.recordFinished(
             FinishedRequest(
                 method: context.method, path: context.path, route: context.route, status: context.status,

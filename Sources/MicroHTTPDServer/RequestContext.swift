@@ -51,6 +51,13 @@ final class RequestContext {
     /// Whether the trailer fields were checked (once, in the call where the body is complete).
     @exclusivity(unchecked) var trailerChecked = false
 
+    /// Microseconds since the request was opened (for its record).
+    var elapsedMicroseconds: Int {
+        // `components` once: each reading divides the duration's 128-bit count.
+        let elapsed = (ContinuousClock.now - started).components
+        return Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
+    }
+
     init(
         method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy, limit: Int
     ) {

@@ -324,9 +324,7 @@ extension Daemon {
             // A handed-over stream ends libmicrohttpd's part with an error completion that is no
             // error: the stream records itself when it ends (`detachedStreamEnded`).
             if context.detached { return }
-            // `components` once: each reading divides the duration's 128-bit count.
-            let elapsed = (ContinuousClock.now - context.started).components
-            let micros = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
+            let micros = context.elapsedMicroseconds
             application.recordFinished(
                 FinishedRequest(
                     method: context.method, path: context.path, route: context.route, status: context.status,
