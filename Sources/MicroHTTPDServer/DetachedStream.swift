@@ -29,8 +29,13 @@ final class DetachedStream {
     let fd: Int32
     /// The application's source (`HTTPEventSource`).
     let source: any HTTPEventSource
-    /// The request's context, for its record (`FinishedRequest`).
-    let context: RequestContext
+    /// What its record (`FinishedRequest`) needs of the request's context, copied: the context
+    /// itself (a few hundred bytes) is released with libmicrohttpd's part of the request.
+    let method: String
+    let path: String
+    let route: Route?
+    let status: Int
+    let started: ContinuousClock.Instant
     /// Its client's address: the place it holds in the `ConnectionLimiter`.
     let client: ClientAddress?
     /// Its peer's address as text, when the application records addresses.
@@ -49,7 +54,11 @@ final class DetachedStream {
         self.key = key
         self.fd = fd
         self.source = source
-        self.context = context
+        self.method = context.method
+        self.path = context.path
+        self.route = context.route
+        self.status = context.status
+        self.started = context.started
         self.client = client
         self.remote = remote
         self.state = DetachedStreamState(head: head)
@@ -314,15 +323,15 @@ extension Daemon {
                 .error(503, error, headers: ["Retry-After": String(handOverRetryAfterSeconds)]), on: connection,
                 context: context)
         }
+        context.machine.sent()
+        context.status = head.status
+        context.detached = true
         let stream = DetachedStream(
             key: key, fd: copy, source: source, context: context,
             client: fpt_connection_address(connection).flatMap(ClientAddress.init),
             remote: application.wantsPeerAddresses ? peerAddress(of: connection) : nil,
             head: detachedStreamHead(head, context: context))
         server.openStreams.withLock { $0 += 1 }
-        context.machine.sent()
-        context.status = head.status
-        context.detached = true
         deadlines.forget(connection)
         server.watcher.watch(fd: copy, id: source.id)
         detached.add(stream, from: connection)
@@ -362,11 +371,10 @@ extension MicroHTTPDServer {
         stream.source.close()
         openStreams.withLock { $0 -= 1 }
         limiter.release(stream.client)
-        let context = stream.context
-        let micros = context.elapsedMicroseconds
         application.recordFinished(
             FinishedRequest(
-                method: context.method, path: context.path, route: context.route, status: context.status,
-                bytes: stream.bytesWritten, microseconds: micros, wasStream: true, remote: stream.remote))
+                method: stream.method, path: stream.path, route: stream.route, status: stream.status,
+                bytes: stream.bytesWritten, microseconds: microseconds(since: stream.started), wasStream: true,
+                remote: stream.remote))
     }
 }

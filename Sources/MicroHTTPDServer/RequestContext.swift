@@ -52,11 +52,7 @@ final class RequestContext {
     @exclusivity(unchecked) var trailerChecked = false
 
     /// Microseconds since the request was opened (for its record).
-    var elapsedMicroseconds: Int {
-        // `components` once: each reading divides the duration's 128-bit count.
-        let elapsed = (ContinuousClock.now - started).components
-        return Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
-    }
+    var elapsedMicroseconds: Int { microseconds(since: started) }
 
     init(
         method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy, limit: Int
@@ -68,4 +64,11 @@ final class RequestContext {
         self.origin = origin
         self.crossOrigin = crossOrigin
     }
+}
+
+/// Whole microseconds from `start` to now.
+func microseconds(since start: ContinuousClock.Instant) -> Int {
+    // `components` once: each reading divides the duration's 128-bit count.
+    let elapsed = (ContinuousClock.now - start).components
+    return Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
 }
