@@ -70,9 +70,10 @@ final class DetachedStream {
 /// beside the daemon's).
 ///
 /// `@unchecked Sendable` is sound because only `wake(_:)` and `newKey()` are called from other
-/// threads, and they touch only `woken` (behind its lock) and `nextKey` (an atomic); every other
-/// member runs on the daemon's loop thread, or in `MicroHTTPDServer.stop()` after that thread has
-/// ended (`DaemonLoop.stop()` waits for it), so the stored dictionaries are never shared.
+/// threads, and they touch only `woken` (behind its lock), `hasWoken` and `nextKey` (atomics);
+/// every other member runs on the daemon's loop thread, or in `MicroHTTPDServer.stop()` after that
+/// thread has ended (`DaemonLoop.stop()` waits for it), so the stored dictionaries are never
+/// shared.
 final class DetachedStreams: @unchecked Sendable {
     /// The epoll set of the streams' sockets, for `EPOLLOUT` (edge-triggered): polled by the loop.
     let epoll: Int32
@@ -81,6 +82,9 @@ final class DetachedStreams: @unchecked Sendable {
     /// its socket is closed.
     private let ended: (DetachedStream) -> Void
     private let woken = Locked<[UInt64]>([])
+    /// Whether `woken` may hold keys: set after each append, so that the loop's turn after a
+    /// daemon run with no stream woken (every ordinary request) costs one atomic load, not a lock.
+    private let hasWoken = Atomic<Bool>(false)
     private let nextKey = Atomic<UInt64>(1)
     private var spare: [UInt64] = []
     private var streams: [UInt64: DetachedStream] = [:]
@@ -124,6 +128,7 @@ final class DetachedStreams: @unchecked Sendable {
     /// it after its current turn, or when the batch in progress ends (`WakeBatch`).
     func wake(_ key: UInt64) {
         woken.withLock { $0.append(key) }
+        hasWoken.store(true, ordering: .releasing)
         if !WakeBatch.wakeLater(loop) { loop.wake() }
     }
 
@@ -136,6 +141,7 @@ final class DetachedStreams: @unchecked Sendable {
             events: EPOLLOUT.rawValue | EPOLLET.rawValue, data: epoll_data_t(u64: stream.key))
         epoll_ctl(epoll, EPOLL_CTL_ADD, stream.fd, &event)
         woken.withLock { $0.append(stream.key) }
+        hasWoken.store(true, ordering: .releasing)
     }
 
     /// Whether `connection` was handed over (and forgets it): libmicrohttpd reports it closed,
@@ -159,6 +165,9 @@ final class DetachedStreams: @unchecked Sendable {
                 if count < Int32(events.count) { break }
             }
         }
+        // A key appended after the exchange sets the flag again after its append: seen next turn.
+        guard hasWoken.load(ordering: .acquiring), hasWoken.exchange(false, ordering: .acquiringAndReleasing)
+        else { return }
         woken.withLock { swap(&$0, &spare) }
         guard !spare.isEmpty else { return }
         for key in spare {
@@ -207,7 +216,9 @@ final class DetachedStreams: @unchecked Sendable {
                 return
             case .sendBacklog:
                 let sent = stream.state.backlog.withUnsafeBytes { bytes in
-                    send(stream.fd, bytes.baseAddress! + stream.state.offset, bytes.count - stream.state.offset, sendFlags)
+                    send(
+                        stream.fd, bytes.baseAddress! + stream.state.offset, bytes.count - stream.state.offset,
+                        sendFlags)
                 }
                 if sent < 0, !isTransient(errno) { stream.state.failed() } else { stream.state.sentBacklog(sent) }
             case .read:

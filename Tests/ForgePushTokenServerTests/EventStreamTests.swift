@@ -129,7 +129,8 @@ extension LiveServerTests {
             _ = try reader.readStream(until: hex(9999))
         }
 
-        @Test(arguments: [true, false]) func gracefulShutdownEndsStreamsWithTheChunkedTerminator(detached: Bool) throws {
+        @Test(arguments: [true, false]) func gracefulShutdownEndsStreamsWithTheChunkedTerminator(detached: Bool) throws
+        {
             let live = try LiveServer { $0.detachesStreams = detached }
             let stream = try openStream(live)
             defer { stream.close() }
@@ -179,7 +180,8 @@ extension LiveServerTests.EventStreamTests {
     /// Regression: with another client's idle keep-alive connection open, departed subscribers'
     /// sockets must still be closed (libmicrohttpd 0.9.75's own epoll thread could wait forever
     /// before cleaning them up).
-    @Test(arguments: [true, false]) func departedSubscribersAreClosedWhileAnotherConnectionIdles(detached: Bool) throws {
+    @Test(arguments: [true, false]) func departedSubscribersAreClosedWhileAnotherConnectionIdles(detached: Bool) throws
+    {
         let live = try LiveServer { $0.detachesStreams = detached }
         let idle = try live.client()
         defer { idle.close() }

@@ -1,8 +1,7 @@
+import ForgePushTokenHTTP
 import ForgePushTokenTestSupport
 import MicroHTTPDServer
 import Testing
-
-import ForgePushTokenHTTP
 
 extension LiveServerTests {
     /// What the daemon-wide `MHD_USE_TURBO` (which detached streams need: no half-close at the

@@ -88,7 +88,9 @@ struct DetachedStreamStateTests {
             return String(decoding: buffer[start..<(start + count)], as: UTF8.self)
         }
         #expect(framed("data: x\n\n", last: false) == "9\r\ndata: x\n\n\r\n")
-        #expect(framed(String(repeating: "a", count: 26), last: true) == "1a\r\n" + String(repeating: "a", count: 26) + "\r\n0\r\n\r\n")
+        #expect(
+            framed(String(repeating: "a", count: 26), last: true) == "1a\r\n" + String(repeating: "a", count: 26)
+                + "\r\n0\r\n\r\n")
         #expect(framed("", last: true) == "0\r\n\r\n")
         #expect(framed("", last: false) == "")
     }

@@ -1,8 +1,9 @@
 import ForgePushToken
 import ForgePushTokenHTTP
 import ForgePushTokenTestSupport
-@testable import MicroHTTPDServer
 import Testing
+
+@testable import MicroHTTPDServer
 
 #if canImport(Glibc)
     import Glibc
@@ -99,7 +100,9 @@ import Testing
         #expect(try third.request("GET", "/token").status == 200)
     }
 
-    @Test("1,000 clients reset their streams: every stream and descriptor is released within 1 s", arguments: [true, false])
+    @Test(
+        "1,000 clients reset their streams: every stream and descriptor is released within 1 s",
+        arguments: [true, false])
     func departedClients(detached: Bool) throws {
         let live = try FakeServer { $0.detachesStreams = detached }
         let baseline = openDescriptors()
@@ -130,11 +133,13 @@ import Testing
         var size: Int32 = 4096
         setsockopt(client.fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         // Far more than the socket buffers hold; the client reads none of it.
-        stream.push(String(repeating: "data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n\n", count: 200_000))
+        stream.push(
+            String(repeating: "data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n\n", count: 200_000))
         live.stop()
         #expect(live.application.closedStreams.withLock { $0 } == [stream.id])
         if detached {
-            #expect(live.lines.withLock { $0.contains { $0.contains("1 event streams did not take their end in time") } })
+            #expect(
+                live.lines.withLock { $0.contains { $0.contains("1 event streams did not take their end in time") } })
         }
         #expect(live.lines.withLock { $0.contains { $0.contains("stopped") } })
     }

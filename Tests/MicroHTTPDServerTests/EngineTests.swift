@@ -181,7 +181,9 @@ import Testing
         #expect(live.finished.first?.wasStream == true)
     }
 
-    @Test("after an event stream kept in libmicrohttpd ended cleanly, the connection's next head is bound by --header-timeout again")
+    @Test(
+        "after an event stream kept in libmicrohttpd ended cleanly, the connection's next head is bound by --header-timeout again"
+    )
     func streamThenSlowHead() throws {
         // A detached stream's connection is closed after its clean end instead (DetachedStreamTests).
         let live = try FakeServer {
@@ -227,7 +229,8 @@ import Testing
         }
     }
 
-    @Test("stop: once the application has ended its streams, the engine stops with none left", arguments: [true, false])
+    @Test(
+        "stop: once the application has ended its streams, the engine stops with none left", arguments: [true, false])
     func stopWithStreams(detached: Bool) throws {
         let live = try FakeServer { $0.detachesStreams = detached }
         let client = try live.client()
