@@ -10,7 +10,7 @@
 # (TSAN_RUNS=N repeats the Thread Sanitizer run); CI runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 
 step() { printf '\n==> %s\n' "$*"; }
 started=$SECONDS
