@@ -100,12 +100,13 @@ import Testing
         #expect(try third.request("GET", "/token").status == 200)
     }
 
+    /// Waits for the release itself, not for a time: the 1-second contract (issue 44) is checked
+    /// against the release binary by e2e/metrics_test.py, where timing can be trusted, and the
+    /// process's descriptors there too (suites running beside this one open their own here).
     @Test(
-        "1,000 clients reset their streams: every stream and descriptor is released within 1 s",
-        arguments: [true, false])
+        "1,000 clients reset their streams: every stream and every server socket is released", arguments: [true, false])
     func departedClients(detached: Bool) throws {
         let live = try FakeServer { $0.detachesStreams = detached }
-        let baseline = openDescriptors()
         var clients: [TestClient] = []
         for _ in 0..<1000 {
             let client = try live.client()
@@ -117,9 +118,8 @@ import Testing
             live.application.streams.withLock { $0.count } == 1000
         }
         for client in clients { client.reset() }
-        waitUntil("every stream closed and every descriptor back", within: 1) {
+        waitUntil("every stream closed and every server socket released") {
             live.application.streams.withLock { $0.isEmpty } && live.server.limiter.openCount == 0
-                && openDescriptors() <= baseline
         }
         #expect(live.application.closedStreams.withLock { $0.count } == 1000)
     }
@@ -162,13 +162,4 @@ import Testing
         }
         #expect(whole == 1000)
     }
-}
-
-/// The descriptors this process has open (its /proc/self/fd entries).
-private func openDescriptors() -> Int {
-    guard let directory = opendir("/proc/self/fd") else { return -1 }
-    defer { closedir(directory) }
-    var count = 0
-    while readdir(directory) != nil { count += 1 }
-    return count
 }
