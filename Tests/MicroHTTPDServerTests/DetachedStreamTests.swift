@@ -100,28 +100,32 @@ import Testing
         #expect(try third.request("GET", "/token").status == 200)
     }
 
-    /// Waits for the release itself, not for a time: the 1-second contract (issue 44) is checked
-    /// against the release binary by e2e/metrics_test.py, where timing can be trusted, and the
-    /// process's descriptors there too (suites running beside this one open their own here).
+    /// Waits for the release itself, not for a time: the 1-second contract for 1,000 resets (issue
+    /// 44) is checked against the release binary by e2e/metrics_test.py, where timing can be
+    /// trusted, and the process's descriptors there too (suites running beside this one open their
+    /// own here). 200, not 1,000: every suite shares this process's descriptors, and a daemon
+    /// whose epoll set gets a number over `FD_SETSIZE` (1,024) cannot be started
+    /// (`MHD_get_fdset2` in `DaemonLoop.start`), which 1,000 streams held here made other suites'
+    /// servers fail.
     @Test(
-        "1,000 clients reset their streams: every stream and every server socket is released", arguments: [true, false])
+        "200 clients reset their streams: every stream and every server socket is released", arguments: [true, false])
     func departedClients(detached: Bool) throws {
         let live = try FakeServer { $0.detachesStreams = detached }
         var clients: [TestClient] = []
-        for _ in 0..<1000 {
+        for _ in 0..<200 {
             let client = try live.client()
             try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
             clients.append(client)
         }
         for client in clients { #expect(try client.readHead().0 == 200) }
-        waitUntil(#"live.application.streams.withLock { $0.count } == 1000"#) {
-            live.application.streams.withLock { $0.count } == 1000
+        waitUntil(#"live.application.streams.withLock { $0.count } == 200"#) {
+            live.application.streams.withLock { $0.count } == 200
         }
         for client in clients { client.reset() }
         waitUntil("every stream closed and every server socket released") {
             live.application.streams.withLock { $0.isEmpty } && live.server.limiter.openCount == 0
         }
-        #expect(live.application.closedStreams.withLock { $0.count } == 1000)
+        #expect(live.application.closedStreams.withLock { $0.count } == 200)
     }
 
     @Test("stop: a client that does not read is closed at the end of the grace period", arguments: [true, false])

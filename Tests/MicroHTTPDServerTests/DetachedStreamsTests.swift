@@ -71,7 +71,8 @@ import Testing
         #expect(streams.count == 1, "not stalled long enough")
         streams.closeStalled(at: .now + .seconds(121), limit: .seconds(120))
         #expect(ended.withLock { $0 } == [stream.key] && streams.count == 0)
-        #expect(fcntl(server, F_GETFD) == -1, "the engine's copy of the socket is closed")
+        // Closed (its number may already be another suite's socket: not looked at again).
+        #expect(stream.state.next() == .none)
     }
 
     @Test(
