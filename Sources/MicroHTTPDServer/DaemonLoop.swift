@@ -189,12 +189,11 @@ final class DaemonLoop: BatchWakeable {
             // writes the eventfd again.
             wakePending.withLock { $0 = false }
             // The loops whose connections the run resumes are woken when it returns.
-            // Then the detached streams (handed over in this run, woken, or writable again), in the
-            // same batch.
-            WakeBatch.run {
-                _ = MHD_run(daemon.pointer)
-                detached?.serve(writable: ready > 0 && fds[2].revents != 0)
-            }
+            WakeBatch.run { _ = MHD_run(daemon.pointer) }
+            // Then the detached streams (handed over in this run, woken, or writable again), after
+            // the batch: the other loops a publish in this run woke send to their streams while
+            // this one sends to its own (inside the batch, they waited for all of this loop's sends).
+            detached?.serve(writable: ready > 0 && fds[2].revents != 0)
             if madeProgress() { fruitlessRounds = 0 }
             let now = ContinuousClock.now
             if now >= nextTick {
