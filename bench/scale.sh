@@ -5,12 +5,12 @@
 #   bench/scale.sh [--binary PATH]      # default: builds the release binary
 #
 # Each repeat, alternated ours / floor, each on fresh servers:
-#   ours:  3 replicas of the server sharing one Redis (--redis-url), N subscribers spread evenly
+#   ours:  REPLICAS (3) replicas of the server sharing one Redis (--redis-url), N subscribers spread evenly
 #          over them by ceil(N / PER_PROCESS) client processes (the file limit is 20,000 per
 #          process), one publisher POSTing M tokens to replica A, INTERVAL_MS apart;
 #   floor: the C fan-out peer (../shared/bench/peers/fanout-c, copied; epoll and one write per
-#          subscriber, no HTTP parsing) run as 3 processes with the same subscribers each, as many
-#          threads each as a replica of ours; every publish is POSTed to all three (they share
+#          subscriber, no HTTP parsing) run as REPLICAS processes with the same subscribers each, as many
+#          threads each as a replica of ours; every publish is POSTed to all of them (they share
 #          nothing), the publish time taken before the first POST.
 # bench/scale/measure.py runs one measurement: the token carries its publish time (CLOCK_REALTIME
 # ns), and every client process (bench/sse_fanout/sse_fanout --listen-only, the one fan-out client
@@ -27,7 +27,7 @@
 # COUNTS="1000 10000 50000" runs the whole measurement at each count in turn (N is then unused),
 # and summary.md has a table per count plus the chart of subscribers against p99 delay
 # (scale.png / scale.svg, bench/charts.py --scale).
-# Env: N (50000), COUNTS (N), M (5), INTERVAL_MS (1000), REPEATS (3), PER_PROCESS (16000), THREADS
+# Env: N (50000), COUNTS (N), REPLICAS (3), M (5), INTERVAL_MS (1000), REPEATS (3), PER_PROCESS (16000), THREADS
 #      (as the server's default: nproc, at most 8), TRIES (3), MAX_FOREIGN (0.10), WAIT_QUIET (60).
 # Needs: redis-server, gcc, make, python3, curl (bench/README.md).
 set -euo pipefail
@@ -44,6 +44,8 @@ while (($#)); do
 done
 N="${N:-50000}" M="${M:-5}" INTERVAL_MS="${INTERVAL_MS:-1000}" REPEATS="${REPEATS:-3}"
 PER_PROCESS="${PER_PROCESS:-16000}" TRIES="${TRIES:-3}" MAX_FOREIGN="${MAX_FOREIGN:-0.10}"
+REPLICAS="${REPLICAS:-3}"
+[[ "$REPLICAS" =~ ^[1-9][0-9]*$ ]] || { echo "REPLICAS must be a positive whole number" >&2; exit 64; }
 WAIT_QUIET="${WAIT_QUIET:-60}" COUNTS="${COUNTS:-$N}"
 cores="$(nproc)"; THREADS="${THREADS:-$(( cores > 8 ? 8 : cores ))}"
 if [[ -z "$binary" ]]; then
@@ -79,7 +81,7 @@ stop_started() { local pid; for pid in "${started[@]}"; do kill -TERM "$pid" 2>/
   for pid in "${started[@]}"; do for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     kill -KILL "$pid" 2>/dev/null || true; done; started=(); }
 
-# start_ours: Redis and 3 replicas; sets URLS, PUBLISH, SERVER_PIDS, REDIS_PID.
+# start_ours: Redis and REPLICAS replicas; sets URLS, PUBLISH, SERVER_PIDS, REDIS_PID.
 start_ours() {
   local rp port i
   rp=$(free_port)
@@ -87,7 +89,7 @@ start_ours() {
   REDIS_PID=$!; pids+=($!); started+=($!); disown $!
   for _ in $(seq 1 100); do redis-cli -p "$rp" PING >/dev/null 2>&1 && break; sleep 0.02; done
   URLS=(); SERVER_PIDS=()
-  for i in 1 2 3; do
+  for i in $(seq 1 "$REPLICAS"); do
     port=$(free_port)
     "$binary" --port "$port" --access-log off --max-subscribers $((per_server + 100)) \
       --redis-url "redis://127.0.0.1:$rp/0" 2>>"$results/server.log" &
@@ -98,11 +100,11 @@ start_ours() {
   PUBLISH=("${URLS[0]}")
   seed_token "${URLS[0]}"; sleep 0.3
 }
-# start_floor: 3 fanout-c processes; sets URLS, PUBLISH (all three), SERVER_PIDS; no Redis.
+# start_floor: REPLICAS fanout-c processes; sets URLS, PUBLISH (all of them), SERVER_PIDS; no Redis.
 start_floor() {
   local port i
   URLS=(); SERVER_PIDS=(); REDIS_PID=""
-  for i in 1 2 3; do
+  for i in $(seq 1 "$REPLICAS"); do
     port=$(free_port)
     "$work/fanout-c/fanout_c" --host 127.0.0.1 --port "$port" --threads "$THREADS" >>"$results/floor.log" 2>&1 &
     SERVER_PIDS+=($!); pids+=($!); started+=($!); disown $!
@@ -146,7 +148,7 @@ open(sys.argv[4], "a").write(json.dumps(r) + "\n")' "$work/try.jsonl" "$disturbe
 }
 
 for N in $COUNTS; do
-  per_server=$(( (N + 2) / 3 ))
+  per_server=$(( (N + REPLICAS - 1) / REPLICAS ))
   for r in $(seq 1 "$REPEATS"); do
     echo "=== $N subscribers, repeat $r/$REPEATS"
     measure ours
@@ -154,9 +156,10 @@ for N in $COUNTS; do
   done
 done
 
-python3 - "$results" <<'PY'
+python3 - "$results" "$REPLICAS" <<'PY'
 import json, os, statistics, sys
 folder = sys.argv[1]
+replicas = int(sys.argv[2])
 def lines(name):
     path = os.path.join(folder, name)
     return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
@@ -170,8 +173,8 @@ for n in sorted({r["n"] for r in lines("scale.jsonl")}):
         return "*" if any(r["disturbed"] for r in runs if r["label"] == label) else ""
     ours = [r for r in runs if r["label"] == "ours"]
     floor = [r for r in runs if r["label"] == "floor"]
-    out += [f"# bench/scale.sh: {n} subscribers over 3 servers (medians of {len(ours)} runs each)", "",
-            "| figure | ours (3 replicas, one Redis) | floor (3 fanout-c processes) | ratio | target |",
+    out += [f"# bench/scale.sh: {n} subscribers over {replicas} servers (medians of {len(ours)} runs each)", "",
+            f"| figure | ours ({replicas} replicas, one Redis) | floor ({replicas} fanout-c processes) | ratio | target |",
             "|---|---|---|---|---|"]
     for key, name in (("read_p50_ms", "delay p50 (ms, client read)"), ("read_p99_ms", "delay p99 (ms, client read)"),
                       ("read_max_ms", "delay max (ms, client read)"), ("kern_p50_ms", "delay p50 (ms, kernel receive)"),
@@ -181,8 +184,8 @@ for n in sorted({r["n"] for r in lines("scale.jsonl")}):
         out.append(f"| {name} | {o:.2f}{star('ours')} | {f:.2f}{star('floor')} | {o / f:.2f}x | {target} |")
     out.append(f"| missed (all runs) | {sum(r['missed'] for r in ours)} | {sum(r['missed'] for r in floor)} | | 0 |")
     out.append(f"| time to connect everyone (s) | {med('ours', 'connect_s'):.2f} | {med('floor', 'connect_s'):.2f} | | |")
-    per_replica = [statistics.median(r["rss_per_subscriber_kb"][i] for r in ours) for i in range(3)] if ours else []
-    per_floor = [statistics.median(r["rss_per_subscriber_kb"][i] for r in floor) for i in range(3)] if floor else []
+    per_replica = [statistics.median(r["rss_per_subscriber_kb"][i] for r in ours) for i in range(replicas)] if ours else []
+    per_floor = [statistics.median(r["rss_per_subscriber_kb"][i] for r in floor) for i in range(replicas)] if floor else []
     out.append(f"| RSS per subscriber per server (kB) | {', '.join(f'{v:.2f}' for v in per_replica)} | "
                f"{', '.join(f'{v:.2f}' for v in per_floor)} | | |")
     out.append(f"| Redis CPU (s over the run; % of one CPU) | {med('ours', 'redis_cpu_s'):.2f} "

@@ -21,6 +21,7 @@ then parses /metrics with prometheus_client's text parser and checks:
 """
 import argparse
 import math
+import os
 import socket
 import struct
 import time
@@ -321,6 +322,24 @@ def exercise_and_check(server, before, after):
         wait_until(lambda: gauge_value() == 0, 2, interval=0.01,
                    what="50 departed subscribers (half closed, half reset) released within 2 s")
         log("round %d: 50 departed subscribers released in %.3f s" % (round_, time.monotonic() - started))
+
+    # Issue 44: 1,000 clients reset at once: every subscriber, and every descriptor of the server,
+    # back within 1 s (a detached stream's socket is the engine's own copy, closed by the engine).
+    def descriptors():
+        return len(os.listdir("/proc/%d/fd" % server.proc.pid))
+    wait_until(lambda: gauge_value() == 0, 10, interval=0.05, what="no subscriber before the resets")
+    baseline = descriptors()
+    subscribers = open_subscribers(server.port, 1000)
+    wait_until(lambda: gauge_value() == 1000, 20, interval=0.05, what="1,000 subscribers counted")
+    started = time.monotonic()
+    for sock in subscribers:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset
+        sock.close()
+    # The scrape's own connection may still be open on the server's side: one descriptor of slack.
+    wait_until(lambda: gauge_value() == 0 and descriptors() <= baseline + 1, 1, interval=0.01,
+               what="1,000 reset subscribers and their descriptors released within 1 s")
+    log("1,000 reset subscribers released, descriptors %d (baseline %d), in %.3f s"
+        % (descriptors(), baseline, time.monotonic() - started))
 
 
 if __name__ == "__main__":

@@ -70,6 +70,8 @@ func mhdConnectionNotify(
         guard let context = socketContext.pointee else { return }
         socketContext.pointee = nil
         daemon.deadlines.closed(connection, context: context)
+        // A handed-over connection's place is its detached stream's now (released when it ends).
+        if daemon.detached.releaseHandOver(connection) { return }
         daemon.limiter.release(fpt_connection_address(connection).flatMap(ClientAddress.init))
     default:
         return

@@ -23,11 +23,14 @@ class DaemonContext: @unchecked Sendable {
     let limiter: ConnectionLimiter
     /// `ServerConfiguration.maxURLBytes`.
     let maxURLBytes: Int
+    /// The event streams this daemon handed over (`DetachedStream`), written by its loop.
+    let detached: DetachedStreams
 
-    init(loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int) {
+    init(loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int, detached: DetachedStreams) {
         self.loop = loop
         self.limiter = limiter
         self.maxURLBytes = maxURLBytes
+        self.detached = detached
     }
 
     /// The access handler (`mhdAccessHandler`): see `Daemon.accessHandler`.
@@ -79,7 +82,8 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// (the engine's and the application's).
     let capture: HeadFieldCapture
 
-    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) {
+    /// - Throws: `ServerError.socket` when the detached streams' epoll set cannot be made.
+    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) throws(ServerError) {
         self.server = server
         self.application = server.application
         self.traits = server.traits
@@ -87,7 +91,9 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
         self.cachedReadPath = server.traits.cachedReadPath ?? ""
         self.capture = HeadFieldCapture(
             headerFields: server.traits.headerFieldsRead, queryParameters: server.traits.queryParametersRead)
-        super.init(loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes)
+        let detached = try DetachedStreams(loop: loop, ended: { [unowned server] in server.detachedStreamEnded($0) })
+        super.init(
+            loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes, detached: detached)
     }
 
     override func accessHandler(

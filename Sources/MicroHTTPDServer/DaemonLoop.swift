@@ -75,7 +75,8 @@ final class DaemonLoop: BatchWakeable {
     ///   be made.
     func start(
         daemon: DaemonHandle, madeProgress: @escaping @Sendable () -> Bool = { false },
-        tick: @escaping @Sendable (ContinuousClock.Instant) -> Void = { _ in }
+        tick: @escaping @Sendable (ContinuousClock.Instant) -> Void = { _ in },
+        detached: DetachedStreams? = nil
     ) throws(ServerError) {
         // In epoll mode, MHD_get_fdset2 reports the daemon's epoll fd, and only it.
         var readSet = fd_set()
@@ -91,7 +92,7 @@ final class DaemonLoop: BatchWakeable {
         // A thread of its own: the loop blocks in poll(2) for the daemon's lifetime, which a
         // Dispatch work item must not do (it would hold one of Dispatch's worker threads).
         try LoopThread.detach(name: "fpt-http") { [self] in
-            run(daemon, epollFD: epollFD, madeProgress: madeProgress, tick: tick)
+            run(daemon, epollFD: epollFD, madeProgress: madeProgress, tick: tick, detached: detached)
             finished.signal()
         }
     }
@@ -136,11 +137,13 @@ final class DaemonLoop: BatchWakeable {
 
     private func run(
         _ daemon: DaemonHandle, epollFD: Int32, madeProgress: () -> Bool,
-        tick: (ContinuousClock.Instant) -> Void
+        tick: (ContinuousClock.Instant) -> Void, detached: DetachedStreams?
     ) {
+        // The third: the detached streams' sockets that became writable (-1, ignored by poll, without).
         var fds = [
             pollfd(fd: epollFD, events: Int16(POLLIN), revents: 0),
             pollfd(fd: signal, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: detached?.epoll ?? -1, events: Int16(POLLIN), revents: 0),
         ]
         var fruitlessRounds = 0
         var nextTick = ContinuousClock.now + Self.tickInterval
@@ -168,7 +171,7 @@ final class DaemonLoop: BatchWakeable {
                 let doublings = min(fruitlessRounds - Self.fruitlessRoundsBeforeBackoff, 6)
                 wait = min(Self.maximumBackoff, Int32(1) << doublings)
             }
-            let ready = poll(&fds, 2, wait)
+            let ready = poll(&fds, 3, wait)
             if ready > 0 || timeout > 0 { fruitlessRounds = 0 } else { fruitlessRounds += 1 }
             if ready > 0, fds[1].revents != 0 {
                 var count: UInt64 = 0
@@ -188,6 +191,10 @@ final class DaemonLoop: BatchWakeable {
             wakePending.withLock { $0 = false }
             // The loops whose connections the run resumes are woken when it returns.
             WakeBatch.run { _ = MHD_run(daemon.pointer) }
+            // Then the detached streams (handed over in this run, woken, or writable again), after
+            // the batch: the other loops a publish in this run woke send to their streams while
+            // this one sends to its own (inside the batch, they waited for all of this loop's sends).
+            detached?.serve(writable: ready > 0 && fds[2].revents != 0)
             if madeProgress() { fruitlessRounds = 0 }
             let now = ContinuousClock.now
             if now >= nextTick {

@@ -118,6 +118,11 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         // No MHD_USE_INTERNAL_POLLING_THREAD: each daemon is driven by a DaemonLoop (see there why).
         var flags = MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
         if socket.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+        // Without it libmicrohttpd half-closes (`shutdown(SHUT_WR)`) every connection it closes,
+        // a handed-over stream's included: its client would see a FIN right after the head
+        // (libmicrohttpd 0.9.75, connection.c, `MHD_connection_mark_closed_`). Daemon-wide: no
+        // connection is half-closed before its close, and new ones are read at once.
+        if detachesStreams { flags |= MHD_USE_TURBO.rawValue }
         var options = [
             // The limiter (mhdAcceptPolicy) enforces the limit across all daemons; libmicrohttpd's
             // own per-daemon limit is set above it so that it never refuses first.
@@ -151,7 +156,7 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         var contexts: [Daemon<Application>] = []
         do throws(ServerError) {
             for _ in 0..<max(1, configuration.threads) {
-                let context = Daemon(server: self, loop: try DaemonLoop())
+                let context = try Daemon(server: self, loop: try DaemonLoop())
                 let cls = Unmanaged.passUnretained(context).toOpaque()
                 guard
                     let daemon = fpt_start_daemon(
@@ -166,7 +171,10 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
                 try context.loop.start(
                     daemon: daemons[daemons.count - 1],
                     madeProgress: { context.deadlines.takeProgress() },
-                    tick: { [self] now in enforce(context.deadlines, at: now) })
+                    tick: { [self] now in
+                        enforce(context.deadlines, at: now)
+                        context.detached.closeStalled(at: now, limit: .seconds(Int(eventStreamStallSeconds)))
+                    }, detached: context.detached)
                 contexts.append(context)  // only a started loop is stopped below
             }
             try watcher.start()
@@ -256,6 +264,10 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         _ = waitUntilIdle(seconds: Self.answerLeftSeconds)
         watcher.stop()
         for context in run.contexts { context.loop.stop() }
+        // Detached streams whose client did not take their last chunk within the grace period
+        // (the loops have ended: nothing else touches them now).
+        let cut = run.contexts.reduce(0) { $0 + $1.detached.closeAll() }
+        if cut > 0 { log.log(.warning, "\(cut) event streams did not take their end in time; closed") }
         for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }
         cachedReads.clear()
         run.logger.deallocate()
@@ -397,6 +409,8 @@ struct LineBudget: Sendable {
 /// Warnings are limited to `LogBox.warningsPerSecond` a second through `limiter` (when given).
 func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil) {
     // A client that leaves mid-response: routine for event streams (and not the service's fault).
+    // The line libmicrohttpd logs for each connection the engine hands over (`DetachedStream`).
+    if strncmp(message, "Application reported internal error", 35) == 0, takeExpectedHandOverLine() { return }
     let routine =
         strncmp(message, "Closing connection (application error generating response)", 58) == 0
         || strncmp(message, "Failed to send the", 18) == 0

@@ -52,6 +52,8 @@ class RequestContext {
     @exclusivity(unchecked) var parked: PendingResponse?
     /// The event stream opened for it, if any.
     @exclusivity(unchecked) var stream: StreamResponse?
+    /// Whether its event stream was handed over (`DetachedStream`, which records it when it ends).
+    @exclusivity(unchecked) var detached = false
     /// The request's `Origin` field value, kept from its head on so that every answer to it, the
     /// engine's own included, gets the same CORS fields (`ResponseHeaders.completing`).
     let origin: String?

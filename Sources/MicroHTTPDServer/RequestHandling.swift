@@ -272,7 +272,11 @@ extension Daemon {
             let reply = application.respond(to: admitted, body: body)
             return perform(context.machine.replied(reply), call, context)
         case .openStream:
-            return openStream(unsafeDowncast(context, to: Admitted.self).admitted, on: connection, context: context)
+            let admitted = unsafeDowncast(context, to: Admitted.self)
+            if detaches(context, version: call.version) {
+                return openDetachedStream(admitted, on: connection)
+            }
+            return openStream(admitted.admitted, on: connection, context: context)
         case .takeOrSuspend(let pending):
             return answer(pending, on: connection, context: context)
         }
@@ -332,6 +336,9 @@ extension Daemon {
                 context.parked = nil
                 server.parked.withLock { $0.unpark(parked) }
             }
+            // A handed-over stream ends libmicrohttpd's part with an error completion that is no
+            // error: the stream records itself when it ends (`detachedStreamEnded`).
+            if context.detached { return }
             let micros = (ContinuousClock.now - context.started).wholeMicroseconds
             let finished = FinishedRequest(
                 method: context.method, path: context.path, status: context.status,

@@ -91,6 +91,12 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// connection's memory pool gets libmicrohttpd's own 414 page.
     public var maxURLBytes: Int = 2048
 
+    /// Whether event streams over plain HTTP/1.1 are handed over from libmicrohttpd to the engine's
+    /// own writer once admitted (`DetachedStream`; docs/architecture.md, "Detached streams"), which
+    /// frees libmicrohttpd's pool for the stream's life. Default `true`; with `tls` set, streams
+    /// always stay in libmicrohttpd. `false` keeps every stream there (the tests run both paths).
+    public var detachesStreams = true
+
     /// The certificate and private key for HTTPS, or `nil` for plain HTTP (the default).
     public var tls: TLSCredentials?
 

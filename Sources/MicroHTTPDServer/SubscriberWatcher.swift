@@ -16,8 +16,9 @@ import ServerSupport
 /// has nothing to send. So each subscriber's socket is also registered, edge-triggered, for
 /// `EPOLLRDHUP` (peer closed), `EPOLLHUP` and `EPOLLERR` in an epoll set of our own; when one fires
 /// the application ends that stream (`HTTPTicks.clientLeft(stream:)`), which resumes its
-/// connection, and libmicrohttpd closes it. A departed client is thus released within
-/// milliseconds, heartbeat or not.
+/// connection, and libmicrohttpd closes it. A detached stream's socket (the engine's copy,
+/// `DetachedStream`) is watched the same way; its end wakes its daemon's loop, which closes it. A
+/// departed client is thus released within milliseconds, heartbeat or not, on both paths.
 ///
 /// The same thread calls the application's `heartbeat()` every `heartbeatSeconds`, and
 /// `tick()` (the streams' age limits, `--max-stream-age`) every `tickMilliseconds` when it wants

@@ -27,8 +27,8 @@ extension LiveServerTests {
 
         func hex(_ index: Int) -> String { String(repeating: "0", count: 56) + String(index + 0x1000_0000, radix: 16) }
 
-        @Test func firstEventThenEveryChange() throws {
-            let live = try LiveServer()
+        @Test(arguments: [true, false]) func firstEventThenEveryChange(detached: Bool) throws {
+            let live = try LiveServer { $0.detachesStreams = detached }
             let stream = try openStream(live)
             defer { stream.close() }
             #expect(try stream.readStream(until: "\n\n") == "id: 0\nevent: token\ndata: {\"token\":null}\n\n")
@@ -38,8 +38,11 @@ extension LiveServerTests {
             #expect(try stream.readStream(until: "\n\n") == "id: 2\nevent: token\ndata: {\"token\":null}\n\n")
         }
 
-        @Test func heartbeatWhileIdle() throws {
-            let live = try LiveServer { $0.heartbeatSeconds = 1 }
+        @Test(arguments: [true, false]) func heartbeatWhileIdle(detached: Bool) throws {
+            let live = try LiveServer {
+                $0.heartbeatSeconds = 1
+                $0.detachesStreams = detached
+            }
             let stream = try openStream(live)
             defer { stream.close() }
             _ = try stream.readStream(until: "\n\n")
@@ -49,8 +52,8 @@ extension LiveServerTests {
             #expect(try stream.readStream(until: ": keep-alive\n\n") == ": keep-alive\n\n")
         }
 
-        @Test func fiftySubscribersComeAndGo() throws {
-            let live = try LiveServer()
+        @Test(arguments: [true, false]) func fiftySubscribersComeAndGo(detached: Bool) throws {
+            let live = try LiveServer { $0.detachesStreams = detached }
             for round in 0..<2 {
                 let clients = try (0..<50).map { _ in try openStream(live) }
                 for client in clients { _ = try client.readStream(until: "\n\n") }
@@ -72,8 +75,11 @@ extension LiveServerTests {
             #expect(try live.request("GET", "/healthz").status == 200)
         }
 
-        @Test func subscriberLimitIs503AndPlainRequestsStillWork() throws {
-            let live = try LiveServer { $0.maxSubscribers = 2 }
+        @Test(arguments: [true, false]) func subscriberLimitIs503AndPlainRequestsStillWork(detached: Bool) throws {
+            let live = try LiveServer {
+                $0.maxSubscribers = 2
+                $0.detachesStreams = detached
+            }
             let first = try openStream(live)
             let second = try openStream(live)
             defer {
@@ -90,8 +96,8 @@ extension LiveServerTests {
 
         /// A subscriber that never reads: everyone else is served, and its memory stays bounded
         /// while 10,000 changes are posted (it holds at most the newest unsent event).
-        @Test func subscriberThatNeverReadsCostsBoundedMemory() throws {
-            let live = try LiveServer()
+        @Test(arguments: [true, false]) func subscriberThatNeverReadsCostsBoundedMemory(detached: Bool) throws {
+            let live = try LiveServer { $0.detachesStreams = detached }
             let stuck = try live.client()
             defer { stuck.close() }
             var small: Int32 = 4096
@@ -125,8 +131,9 @@ extension LiveServerTests {
             _ = try reader.readStream(until: hex(9999))
         }
 
-        @Test func gracefulShutdownEndsStreamsWithTheChunkedTerminator() throws {
-            let live = try LiveServer()
+        @Test(arguments: [true, false]) func gracefulShutdownEndsStreamsWithTheChunkedTerminator(detached: Bool) throws
+        {
+            let live = try LiveServer { $0.detachesStreams = detached }
             let stream = try openStream(live)
             defer { stream.close() }
             _ = try stream.readStream(until: "\n\n")
@@ -137,8 +144,8 @@ extension LiveServerTests {
             #expect(live.owner.subscriberCount == 0)
         }
 
-        @Test func departedSubscriberIsReleasedWhileSuspended() throws {
-            let live = try LiveServer()
+        @Test(arguments: [true, false]) func departedSubscriberIsReleasedWhileSuspended(detached: Bool) throws {
+            let live = try LiveServer { $0.detachesStreams = detached }
             let stream = try openStream(live)
             _ = try stream.readStream(until: "\n\n")
             // Waits for the suspension itself (the reader found nothing more to send), not for a
@@ -175,8 +182,9 @@ extension LiveServerTests.EventStreamTests {
     /// Regression: with another client's idle keep-alive connection open, departed subscribers'
     /// sockets must still be closed (libmicrohttpd 0.9.75's own epoll thread could wait forever
     /// before cleaning them up).
-    @Test func departedSubscribersAreClosedWhileAnotherConnectionIdles() throws {
-        let live = try LiveServer()
+    @Test(arguments: [true, false]) func departedSubscribersAreClosedWhileAnotherConnectionIdles(detached: Bool) throws
+    {
+        let live = try LiveServer { $0.detachesStreams = detached }
         let idle = try live.client()
         defer { idle.close() }
         #expect(try idle.request("GET", "/healthz").status == 200)

@@ -25,10 +25,12 @@ extension LiveServerTests {
         /// a slow (sanitized) run; what it guards against is the abort, or a wait on the store.
         static let shutdownBound = Duration.seconds(4.5)
 
-        @Test("writes the store never answers (a hung Redis) are answered 503 store_unavailable; the stop ends")
-        func hungStore() throws {
+        @Test(
+            "writes the store never answers (a hung Redis) are answered 503 store_unavailable; the stop ends",
+            arguments: [true, false])
+        func hungStore(detached: Bool) throws {
             let store = ScriptedStore(answering: .whenReleased)
-            let live = try LiveServer(store: store, accessLog: false)
+            let live = try LiveServer(store: store, accessLog: false) { $0.detachesStreams = detached }
             let writers = try (0..<3).map { _ in try live.client() }
             defer { for writer in writers { writer.close() } }
             for (index, writer) in writers.enumerated() {
@@ -51,11 +53,13 @@ extension LiveServerTests {
             #expect(store.release() && store.release() && store.release())
         }
 
-        @Test("a store slower than the grace period (a slow fsync), which does not stop in time either")
-        func slowStore() throws {
+        @Test(
+            "a store slower than the grace period (a slow fsync), which does not stop in time either",
+            arguments: [true, false])
+        func slowStore(detached: Bool) throws {
             let store = SlowStoppingStore(answering: .after(.seconds(30)))
             defer { store.finishStopping() }
-            let live = try LiveServer(store: store, accessLog: false)
+            let live = try LiveServer(store: store, accessLog: false) { $0.detachesStreams = detached }
             let writer = try live.client()
             defer { writer.close() }
             try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")

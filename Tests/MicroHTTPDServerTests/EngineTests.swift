@@ -154,9 +154,11 @@ import Testing
         #expect(live.application.admitted.value == 2, "only /nothing and the too-large write reach admit")
     }
 
-    @Test("an event stream: the source's bytes reach the client, suspended between; its departure ends it")
-    func eventStream() throws {
-        let live = try FakeServer()
+    @Test(
+        "an event stream: the source's bytes reach the client, suspended between; its departure ends it",
+        arguments: [true, false])
+    func eventStream(detached: Bool) throws {
+        let live = try FakeServer { $0.detachesStreams = detached }
         let client = try live.client()
         try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
         let (status, headers) = try client.readHead()
@@ -182,9 +184,15 @@ import Testing
         #expect(live.finished.first?.wasStream == true)
     }
 
-    @Test("after an event stream that ended cleanly, the connection's next head is bound by --header-timeout again")
+    @Test(
+        "after an event stream kept in libmicrohttpd ended cleanly, the connection's next head is bound by --header-timeout again"
+    )
     func streamThenSlowHead() throws {
-        let live = try FakeServer { $0.headerTimeoutSeconds = 1 }
+        // A detached stream's connection is closed after its clean end instead (DetachedStreamTests).
+        let live = try FakeServer {
+            $0.headerTimeoutSeconds = 1
+            $0.detachesStreams = false
+        }
         let client = try live.client()
         defer { client.close() }
         try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -224,9 +232,10 @@ import Testing
         }
     }
 
-    @Test("stop: once the application has ended its streams, the engine stops with none left")
-    func stopWithStreams() throws {
-        let live = try FakeServer()
+    @Test(
+        "stop: once the application has ended its streams, the engine stops with none left", arguments: [true, false])
+    func stopWithStreams(detached: Bool) throws {
+        let live = try FakeServer { $0.detachesStreams = detached }
         let client = try live.client()
         defer { client.close() }
         try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -1,0 +1,170 @@
+import ForgePushToken
+import ForgePushTokenTestSupport
+import HTTPServing
+import Testing
+
+@testable import MicroHTTPDServer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Streams handed over from libmicrohttpd to the engine's own writer (issue 44; `DetachedStream`)
+/// against the fake application, over real sockets; where a behaviour holds on both paths, the
+/// test runs on both (`detachesStreams` true and false). One at a time: they block their thread
+/// on sockets.
+@Suite(.serialized) struct DetachedStreamTests {
+    /// Opens a stream and waits for the application to hold it.
+    private func openStream(_ live: FakeServer, _ client: TestClient, version: String = "HTTP/1.1") throws
+        -> (Int, [String: String], FakeStream)
+    {
+        try client.send("GET /token/stream \(version)\r\nHost: x\r\n\r\n")
+        let (status, headers) = try client.readHead()
+        waitUntil(#"live.application.streams.withLock { $0.count } == 1"#) {
+            live.application.streams.withLock { $0.count } == 1
+        }
+        return (status, headers, try #require(live.application.streams.withLock { $0.values.first }))
+    }
+
+    @Test("the detached head: today's fields, Connection: close, chunked; no FIN from libmicrohttpd at the detach")
+    func headAndNoFIN() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        defer { client.close() }
+        let (status, headers, stream) = try openStream(live, client)
+        #expect(status == 200 && headers["content-type"] == "text/event-stream")
+        #expect(headers["connection"] == "close" && headers["transfer-encoding"] == "chunked")
+        #expect(headers["date"] != nil && headers["x-content-type-options"] == "nosniff")
+        // libmicrohttpd closes its copy of the socket before the engine writes the head, so a FIN
+        // from it (a half-close: `MHD_USE_TURBO` not covering it any more) is already here: a
+        // peek would read end-of-file instead of finding nothing yet.
+        var byte: UInt8 = 0
+        let peeked = recv(client.fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        #expect(peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), "a FIN (or bytes) after the head")
+        stream.push("data: one\n\n")
+        #expect(try client.readStream(until: "data: one").contains("one"))
+        #expect(!live.lines.withLock { $0.contains { $0.contains("Application reported internal error") } })
+    }
+
+    @Test("a clean end: the zero-size chunk, then the engine closes the connection and records the stream once")
+    func cleanEndCloses() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        defer { client.close() }
+        let (_, _, stream) = try openStream(live, client)
+        stream.push("data: one\n\n")
+        _ = try client.readStream(until: "data: one")
+        live.application.endAll()
+        #expect(try client.readChunk() == nil)
+        var byte: UInt8 = 0
+        #expect(recv(client.fd, &byte, 1, 0) == 0, "the connection is closed after the clean end")
+        waitUntil(#"live.finished.count == 1"#) { live.finished.count == 1 }
+        let record = try #require(live.finished.first)
+        #expect(record.wasStream && record.status == 200 && record.bytes == 11)
+        #expect(live.labels == [.stream], "recorded with the label admit gave it")
+        #expect(live.application.closedStreams.withLock { $0 } == [stream.id])
+    }
+
+    @Test("HTTP/1.0 streams stay in libmicrohttpd: a close-delimited body, no chunks")
+    func http10StaysKept() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        defer { client.close() }
+        let (status, headers, stream) = try openStream(live, client, version: "HTTP/1.0")
+        #expect(status == 200 && headers["transfer-encoding"] == nil)
+        stream.push("data: old\n\n")
+        #expect(try client.readLine() == "data: old")
+    }
+
+    @Test("a detached stream keeps its place under --max-connections until it ends", arguments: [true, false])
+    func countsAgainstConnectionLimit(detached: Bool) throws {
+        let live = try FakeServer {
+            $0.maxConnections = 1
+            $0.detachesStreams = detached
+        }
+        let client = try live.client()
+        defer { client.close() }
+        let (_, _, stream) = try openStream(live, client)
+        let second = try live.client()
+        defer { second.close() }
+        waitUntil(#"live.application.events.withLock { $0 } == [.connectionRefusedTotalLimit]"#) {
+            live.application.events.withLock { $0 } == [.connectionRefusedTotalLimit]
+        }
+        stream.end(abort: true)
+        waitUntil(#"live.application.closedStreams.withLock { $0 } == [stream.id]"#) {
+            live.application.closedStreams.withLock { $0 } == [stream.id]
+        }
+        client.close()
+        waitUntil(#"live.server.limiter.openCount == 0"#) { live.server.limiter.openCount == 0 }
+        let third = try live.client()
+        defer { third.close() }
+        #expect(try third.request("GET", "/token").status == 200)
+    }
+
+    /// Waits for the release itself, not for a time: the 1-second contract for 1,000 resets (issue
+    /// 44) is checked against the release binary by e2e/metrics_test.py, where timing can be
+    /// trusted, and the process's descriptors there too (suites running beside this one open their
+    /// own here). 200, not 1,000: every suite shares this process's descriptors, and a daemon
+    /// whose epoll set gets a number over `FD_SETSIZE` (1,024) cannot be started
+    /// (`MHD_get_fdset2` in `DaemonLoop.start`), which 1,000 streams held here made other suites'
+    /// servers fail.
+    @Test(
+        "200 clients reset their streams: every stream and every server socket is released", arguments: [true, false])
+    func departedClients(detached: Bool) throws {
+        let live = try FakeServer { $0.detachesStreams = detached }
+        var clients: [TestClient] = []
+        for _ in 0..<200 {
+            let client = try live.client()
+            try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            clients.append(client)
+        }
+        for client in clients { #expect(try client.readHead().0 == 200) }
+        waitUntil(#"live.application.streams.withLock { $0.count } == 200"#) {
+            live.application.streams.withLock { $0.count } == 200
+        }
+        for client in clients { client.reset() }
+        waitUntil("every stream closed and every server socket released") {
+            live.application.streams.withLock { $0.isEmpty } && live.server.limiter.openCount == 0
+        }
+        #expect(live.application.closedStreams.withLock { $0.count } == 200)
+    }
+
+    @Test("stop: a client that does not read is closed at the end of the grace period", arguments: [true, false])
+    func stopClosesNonReader(detached: Bool) throws {
+        let live = try FakeServer { $0.detachesStreams = detached }
+        let client = try live.client()
+        defer { client.close() }
+        let (_, _, stream) = try openStream(live, client)
+        var size: Int32 = 4096
+        setsockopt(client.fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        // Far more than the socket buffers hold; the client reads none of it.
+        stream.push(
+            String(repeating: "data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n\n", count: 200_000))
+        live.stop()
+        #expect(live.application.closedStreams.withLock { $0 } == [stream.id])
+        if detached {
+            #expect(
+                live.lines.withLock { $0.contains { $0.contains("1 event streams did not take their end in time") } })
+        }
+        #expect(live.lines.withLock { $0.contains { $0.contains("stopped") } })
+    }
+
+    @Test("MHD_USE_TURBO: a 64 KiB body over a 4 KiB limit gets its whole 413, 1,000 times of 1,000")
+    func turboKeepsRefusalsWhole() throws {
+        let live = try FakeServer()
+        let body = [UInt8](repeating: 0x61, count: 64 * 1024)
+        var whole = 0
+        for _ in 0..<1000 {
+            let client = try live.client()
+            defer { client.close() }
+            try? client.send(
+                Array("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+            if let response = try? client.readResponse(), response.status == 413,
+                response.text.contains("payload_too_large")
+            {
+                whole += 1
+            }
+        }
+        #expect(whole == 1000)
+    }
+}
