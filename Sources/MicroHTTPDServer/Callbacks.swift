@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
 import HTTPServing
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -39,7 +40,7 @@ func mhdRequestCompleted(
 ) {
     guard let cls else { return }
     let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
-    if let connection { daemon.deadlines.completed(connection, at: .now) }
+    if let connection { daemon.deadlines.completed(connection, at: daemon.clock.now) }
     guard let contextSlot else { return }
     daemon.requestCompleted(RequestSlot.take(from: contextSlot), connection: connection)
 }
@@ -65,7 +66,7 @@ func mhdConnectionNotify(
     switch code.rawValue {
     case ConnectionNotification.started:
         // Non-nil: also marks a connection that holds a place in the `ConnectionLimiter`.
-        socketContext.pointee = daemon.deadlines.connected(connection, at: .now)
+        socketContext.pointee = daemon.deadlines.connected(connection, at: daemon.clock.now)
     case ConnectionNotification.closed:
         guard let context = socketContext.pointee else { return }
         socketContext.pointee = nil

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import ForgePushToken
 import HTTPServing
+import ServerSupport
 
 /// What one daemon's callbacks receive as their `cls`: the loop that runs that daemon (which a
 /// resumed connection must wake), its connections' deadlines, and the server's limits; the
@@ -25,9 +26,14 @@ class DaemonContext: @unchecked Sendable {
     let maxURLBytes: Int
     /// The event streams this daemon handed over (`DetachedStream`), written by its loop.
     let detached: DetachedStreams
+    /// `ServerConfiguration.clock`: what the callbacks read the time on.
+    let clock: ServerClock
 
-    init(loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int, detached: DetachedStreams) {
+    init(
+        loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int, detached: DetachedStreams, clock: ServerClock
+    ) {
         self.loop = loop
+        self.clock = clock
         self.limiter = limiter
         self.maxURLBytes = maxURLBytes
         self.detached = detached
@@ -91,9 +97,12 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
         self.cachedReadPath = server.traits.cachedReadPath ?? ""
         self.capture = HeadFieldCapture(
             headerFields: server.traits.headerFieldsRead, queryParameters: server.traits.queryParametersRead)
-        let detached = try DetachedStreams(loop: loop, ended: { [unowned server] in server.detachedStreamEnded($0) })
+        let clock = server.configuration.clock
+        let detached = try DetachedStreams(
+            loop: loop, clock: clock, ended: { [unowned server] in server.detachedStreamEnded($0) })
         super.init(
-            loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes, detached: detached)
+            loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes, detached: detached,
+            clock: clock)
     }
 
     override func accessHandler(

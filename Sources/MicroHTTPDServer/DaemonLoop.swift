@@ -70,13 +70,13 @@ final class DaemonLoop: BatchWakeable {
     /// Starts the thread that runs `daemon` (started without an internal polling thread).
     /// `madeProgress` says, after each daemon run, whether a request began or ended in it (see
     /// `run`: such a run is never fruitless). `tick` runs on the loop's thread, between two daemon
-    /// runs, about every `tickInterval`.
+    /// runs, about every `tickInterval` on `clock` (which it is given the time on).
     /// - Throws: `ServerError.socket` when the daemon reports no epoll set, or the thread cannot
     ///   be made.
     func start(
         daemon: DaemonHandle, madeProgress: @escaping @Sendable () -> Bool = { false },
         tick: @escaping @Sendable (ContinuousClock.Instant) -> Void = { _ in },
-        detached: DetachedStreams? = nil
+        detached: DetachedStreams? = nil, clock: ServerClock = .monotonic
     ) throws(ServerError) {
         // In epoll mode, MHD_get_fdset2 reports the daemon's epoll fd, and only it.
         var readSet = fd_set()
@@ -92,7 +92,7 @@ final class DaemonLoop: BatchWakeable {
         // A thread of its own: the loop blocks in poll(2) for the daemon's lifetime, which a
         // Dispatch work item must not do (it would hold one of Dispatch's worker threads).
         try LoopThread.detach(name: "fpt-http") { [self] in
-            run(daemon, epollFD: epollFD, madeProgress: madeProgress, tick: tick, detached: detached)
+            run(daemon, epollFD: epollFD, madeProgress: madeProgress, tick: tick, detached: detached, clock: clock)
             finished.signal()
         }
     }
@@ -137,7 +137,7 @@ final class DaemonLoop: BatchWakeable {
 
     private func run(
         _ daemon: DaemonHandle, epollFD: Int32, madeProgress: () -> Bool,
-        tick: (ContinuousClock.Instant) -> Void, detached: DetachedStreams?
+        tick: (ContinuousClock.Instant) -> Void, detached: DetachedStreams?, clock: ServerClock
     ) {
         // The third: the detached streams' sockets that became writable (-1, ignored by poll, without).
         var fds = [
@@ -146,7 +146,7 @@ final class DaemonLoop: BatchWakeable {
             pollfd(fd: detached?.epoll ?? -1, events: Int16(POLLIN), revents: 0),
         ]
         var fruitlessRounds = 0
-        var nextTick = ContinuousClock.now + Self.tickInterval
+        var nextTick = clock.now + Self.tickInterval
         while true {
             // Never wait more than `maximumWait`, as a backstop: work that libmicrohttpd leaves for
             // a later round (such as freeing a closed connection) must not wait for an unrelated
@@ -171,6 +171,9 @@ final class DaemonLoop: BatchWakeable {
                 let doublings = min(fruitlessRounds - Self.fruitlessRoundsBeforeBackoff, 6)
                 wait = min(Self.maximumBackoff, Int32(1) << doublings)
             }
+            // On a manual clock, the loop looks at the time at least every
+            // `ServerClock.manualLookInterval` (its `maximumWait` is longer).
+            if !clock.isMonotonic { wait = min(wait, clock.realTimeout(for: .seconds(1)).timeoutMilliseconds) }
             let ready = poll(&fds, 3, wait)
             if ready > 0 || timeout > 0 { fruitlessRounds = 0 } else { fruitlessRounds += 1 }
             if ready > 0, fds[1].revents != 0 {
@@ -196,7 +199,7 @@ final class DaemonLoop: BatchWakeable {
             // this one sends to its own (inside the batch, they waited for all of this loop's sends).
             detached?.serve(writable: ready > 0 && fds[2].revents != 0)
             if madeProgress() { fruitlessRounds = 0 }
-            let now = ContinuousClock.now
+            let now = clock.now
             if now >= nextTick {
                 tick(now)
                 nextTick = now + Self.tickInterval

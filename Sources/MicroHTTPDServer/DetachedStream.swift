@@ -82,6 +82,8 @@ final class DetachedStreams: @unchecked Sendable {
     /// The epoll set of the streams' sockets, for `EPOLLOUT` (edge-triggered): polled by the loop.
     let epoll: Int32
     private let loop: DaemonLoop
+    /// `ServerConfiguration.clock`: when a stream began to stall.
+    private let clock: ServerClock
     /// What the server does when a stream ends (`MicroHTTPDServer.detachedStreamEnded`), before
     /// its socket is closed.
     private let ended: (DetachedStream) -> Void
@@ -107,10 +109,11 @@ final class DetachedStreams: @unchecked Sendable {
     static let stepsPerTurn = 64
 
     /// - Throws: `ServerError.socket` when the epoll set cannot be made.
-    init(loop: DaemonLoop, ended: @escaping (DetachedStream) -> Void) throws(ServerError) {
+    init(loop: DaemonLoop, clock: ServerClock, ended: @escaping (DetachedStream) -> Void) throws(ServerError) {
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else { throw .socket(call: "epoll_create1", address: "detached streams", errno: errno) }
         self.loop = loop
+        self.clock = clock
         self.ended = ended
         scratch = .allocate(byteCount: Self.scratchBytes, alignment: 16)
     }
@@ -263,7 +266,7 @@ final class DetachedStreams: @unchecked Sendable {
     private func noteStall(_ stream: DetachedStream) {
         if stream.state.isStalled {
             if stream.stalledSince == nil {
-                stream.stalledSince = .now
+                stream.stalledSince = clock.now
                 stalled.insert(stream.key)
             }
         } else if stream.stalledSince != nil {
@@ -388,7 +391,7 @@ extension MicroHTTPDServer {
         stream.record(
             FinishedRequest(
                 method: stream.method, path: stream.path, status: stream.status, bytes: stream.bytesWritten,
-                microseconds: (ContinuousClock.now - stream.started).wholeMicroseconds, wasStream: true,
+                microseconds: (configuration.clock.now - stream.started).wholeMicroseconds, wasStream: true,
                 remote: stream.remote))
     }
 }

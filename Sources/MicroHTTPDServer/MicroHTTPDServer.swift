@@ -79,7 +79,7 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         self.cachedReader = traits.cachedReadPath == nil ? nil : application as? any HTTPCachedReads
         self.watcher = try SubscriberWatcher(
             ticks: application as? any HTTPTicks, heartbeatSeconds: configuration.heartbeatSeconds,
-            wantsTicks: traits.wantsTicks)
+            wantsTicks: traits.wantsTicks, clock: configuration.clock)
         let files = Self.raiseFileLimit(log: log)
         // Each connection holds a descriptor; some are the service's own (listening socket, epoll
         // sets, eventfds, the state file, standard streams). Over the file limit, libmicrohttpd
@@ -99,7 +99,7 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     /// Logs that connections are being refused because `reason`, at most once per 10 seconds
     /// (`LogRateLimiter`), with how many such lines were left out.
     func warnOfRefusals(_ reason: String) {
-        let now = ContinuousClock.now
+        let now = configuration.clock.now
         guard let leftOut = refusalWarnings.withLock({ $0.admit("refused", at: now) }) else { return }
         log.log(.warning, LogRateLimiter.annotate("refusing new connections: \(reason)", leftOut: leftOut))
     }
@@ -174,7 +174,7 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
                     tick: { [self] now in
                         enforce(context.deadlines, at: now)
                         context.detached.closeStalled(at: now, limit: .seconds(Int(eventStreamStallSeconds)))
-                    }, detached: context.detached)
+                    }, detached: context.detached, clock: configuration.clock)
                 contexts.append(context)  // only a started loop is stopped below
             }
             try watcher.start()

@@ -38,7 +38,8 @@ class RequestContext {
     let kind: Kind
     let method: String
     let path: String
-    let started = ContinuousClock.now
+    /// When the head was admitted (`ServerConfiguration.clock`): its record's duration runs from here.
+    let started: ContinuousClock.Instant
     /// Where the request stands, and the body bytes received.
     @exclusivity(unchecked) var machine: RequestStateMachine
     /// The body bytes kept (`RequestStateMachine.BodyVerdict.keep`).
@@ -68,9 +69,10 @@ class RequestContext {
 
     init(
         kind: Kind = .engine, method: String, path: String, chunked: Bool, origin: String?,
-        crossOrigin: CrossOriginPolicy, limit: Int
+        crossOrigin: CrossOriginPolicy, limit: Int, started: ContinuousClock.Instant
     ) {
         self.kind = kind
+        self.started = started
         self.machine = RequestStateMachine(limit: limit)
         self.method = method
         self.path = path
@@ -88,12 +90,12 @@ final class LabelledRequestContext<Label: HTTPRequestLabel & Sendable>: RequestC
 
     init(
         label: Label, method: String, path: String, chunked: Bool, origin: String?, crossOrigin: CrossOriginPolicy,
-        limit: Int
+        limit: Int, started: ContinuousClock.Instant
     ) {
         self.label = label
         super.init(
             kind: .labelled, method: method, path: path, chunked: chunked, origin: origin, crossOrigin: crossOrigin,
-            limit: limit)
+            limit: limit, started: started)
     }
 }
 
@@ -107,12 +109,12 @@ final class AdmittedRequestContext<Admitted: Sendable, Label: HTTPRequestLabel &
 
     init(
         admitted: Admitted, label: Label, method: String, path: String, chunked: Bool, origin: String?,
-        crossOrigin: CrossOriginPolicy, limit: Int
+        crossOrigin: CrossOriginPolicy, limit: Int, started: ContinuousClock.Instant
     ) {
         self.admitted = admitted
         self.label = label
         super.init(
             kind: .admitted, method: method, path: path, chunked: chunked, origin: origin, crossOrigin: crossOrigin,
-            limit: limit)
+            limit: limit, started: started)
     }
 }

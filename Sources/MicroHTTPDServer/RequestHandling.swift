@@ -85,7 +85,7 @@ extension Daemon {
         let crossOrigin = traits.crossOrigin
         guard
             deadlines.headReceived(
-                connection, at: .now, bodyExpected: facts.expectsBody,
+                connection, at: clock.now, bodyExpected: facts.expectsBody,
                 origin: facts.expectsBody && crossOrigin.isEnabled
                     ? facts.scan.fields.string(capture.origin, name: "Origin", on: connection) : nil)
         else { return .NO }
@@ -151,19 +151,19 @@ extension Daemon {
             // Not admitted: no label (the application may go by the path).
             context = RequestContext(
                 method: method, path: path, chunked: facts.chunked, origin: origin, crossOrigin: traits.crossOrigin,
-                limit: limit)
+                limit: limit, started: clock.now)
             decided = .refused(refusal)
         } else {
             switch application.admit(head) {
             case .answer(let response, let label):
                 context = labelledType.init(
                     label: label, method: method, path: path, chunked: facts.chunked, origin: origin,
-                    crossOrigin: traits.crossOrigin, limit: limit)
+                    crossOrigin: traits.crossOrigin, limit: limit, started: clock.now)
                 decided = .refused(response)
             case .proceed(let admitted, let label):
                 context = admittedType.init(
                     admitted: admitted, label: label, method: method, path: path, chunked: facts.chunked,
-                    origin: origin, crossOrigin: traits.crossOrigin, limit: limit)
+                    origin: origin, crossOrigin: traits.crossOrigin, limit: limit, started: clock.now)
                 decided = cachedRead ? .cachedRead : .admitted
             }
         }
@@ -339,7 +339,7 @@ extension Daemon {
             // A handed-over stream ends libmicrohttpd's part with an error completion that is no
             // error: the stream records itself when it ends (`detachedStreamEnded`).
             if context.detached { return }
-            let micros = (ContinuousClock.now - context.started).wholeMicroseconds
+            let micros = (clock.now - context.started).wholeMicroseconds
             let finished = FinishedRequest(
                 method: context.method, path: context.path, status: context.status,
                 bytes: context.stream?.bytesWritten ?? context.bytes, microseconds: micros,

@@ -1,4 +1,5 @@
 import HTTPServing
+import ServerSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -26,6 +27,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `MicroHTTPDServer.finalStepsSeconds` of it to finish; then what is left is answered or
     /// closed and the store closed (`MicroHTTPDServer.stop()`, `Service.close()`). Default 3.
     public var shutdownGraceSeconds: Double = 3
+    /// The clock every time decision of the engine reads (`ServerClock`: request deadlines,
+    /// durations in records, ticks, heartbeats, stalled streams). Default `.monotonic`; tests give
+    /// a manual one (Tests/TestSupport's `ManualServerClock`).
+    public var clock: ServerClock = .monotonic
 
     /// The most bytes a request head may cost (`--max-header-bytes`; `RequestHeadBudget`): its
     /// line, header fields and blank line as sent, plus 48 bytes per field, query argument and

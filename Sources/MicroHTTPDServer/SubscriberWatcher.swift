@@ -35,13 +35,18 @@ final class SubscriberWatcher: Sendable {
     private let application: (any HTTPTicks)?
     private let heartbeatSeconds: Int
     private let ticks: Bool
+    /// `ServerConfiguration.clock`: when heartbeats and ticks are due.
+    private let clock: ServerClock
     private let finished = DispatchSemaphore(value: 0)
     private var stopID: UInt64 { UInt64.max }
 
     /// - Throws: `ServerError.socket` when the epoll set or the eventfd cannot be made.
     /// A watcher that tells `ticks` of the heartbeat every `heartbeatSeconds`, of its ticks (when
     /// `wantsTicks`) and of departed stream clients.
-    init(ticks: (any HTTPTicks)?, heartbeatSeconds: Int, wantsTicks: Bool) throws(ServerError) {
+    init(ticks: (any HTTPTicks)?, heartbeatSeconds: Int, wantsTicks: Bool, clock: ServerClock = .monotonic)
+        throws(ServerError)
+    {
+        self.clock = clock
         precondition(heartbeatSeconds >= 1, "heartbeat must be at least 1 second")
         self.application = ticks
         self.heartbeatSeconds = heartbeatSeconds
@@ -95,8 +100,6 @@ final class SubscriberWatcher: Sendable {
 
     private func loop() {
         var events = [epoll_event](repeating: epoll_event(), count: 256)
-        // The service's one clock (ContinuousClock), as every deadline of the engine.
-        let clock = ContinuousClock()
         let period = Duration.seconds(heartbeatSeconds)
         var nextTick = clock.now + period
         var nextTickOfAge = ticks ? clock.now + .milliseconds(tickMilliseconds) : nil
@@ -111,7 +114,7 @@ final class SubscriberWatcher: Sendable {
                 nextTickOfAge = now + .milliseconds(tickMilliseconds)
             }
             let wait = (nextTickOfAge.map { min(nextTick, $0) } ?? nextTick) - now
-            let timeout = wait.timeoutMilliseconds
+            let timeout = clock.realTimeout(for: wait).timeoutMilliseconds
             let count = epoll_wait(epoll, &events, Int32(events.count), timeout)
             if count < 0 { continue }  // EINTR
             for event in events.prefix(Int(count)) {

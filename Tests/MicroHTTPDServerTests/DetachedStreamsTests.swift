@@ -1,6 +1,7 @@
 import ForgePushToken
 import ForgePushTokenTestSupport
 import HTTPServing
+import ServerSupport
 import Testing
 
 @testable import MicroHTTPDServer
@@ -47,7 +48,7 @@ import Testing
     private func makeStream(fd: Int32, source: BulkSource, key: UInt64) -> DetachedStream {
         let context = RequestContext(
             method: "GET", path: "/token/stream", chunked: false, origin: nil, crossOrigin: CrossOriginPolicy(),
-            limit: 4096)
+            limit: 4096, started: .now)
         context.status = 200
         return DetachedStream(
             key: key, fd: fd, source: source, context: context, client: nil, remote: nil,
@@ -60,7 +61,7 @@ import Testing
         defer { close(client) }
         let ended = Locked<[UInt64]>([])
         let streams = try DetachedStreams(
-            loop: try DaemonLoop(), ended: { stream in ended.withLock { $0.append(stream.key) } })
+            loop: try DaemonLoop(), clock: .monotonic, ended: { stream in ended.withLock { $0.append(stream.key) } })
         let source = BulkSource(total: 1 << 20)
         let stream = makeStream(fd: server, source: source, key: streams.newKey())
         streams.add(stream, from: OpaquePointer(bitPattern: 0x10)!)
@@ -83,7 +84,7 @@ import Testing
         defer { close(client) }
         let ended = Locked<[UInt64]>([])
         let streams = try DetachedStreams(
-            loop: try DaemonLoop(), ended: { stream in ended.withLock { $0.append(stream.key) } })
+            loop: try DaemonLoop(), clock: .monotonic, ended: { stream in ended.withLock { $0.append(stream.key) } })
         let total = 200_000
         let source = BulkSource(total: total)
         let stream = makeStream(fd: server, source: source, key: streams.newKey())

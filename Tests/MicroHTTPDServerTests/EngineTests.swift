@@ -52,22 +52,20 @@ import Testing
 
     @Test("a request is recorded with its duration in microseconds, from its head to its answer")
     func durationInMicroseconds() throws {
-        let live = try FakeServer()
+        // On a manual clock: the request's duration is exactly the time the test moved the clock
+        // between its admission and its body.
+        let clock = ManualServerClock()
+        let live = try FakeServer { $0.clock = .manual(clock) }
         let client = try live.client()
         defer { client.close() }
-        let started = ContinuousClock.now
         try client.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
-        // The request's clock starts when the engine opens it, which admits it: once admitted, a
-        // body sent 0.3 s later makes its duration at least that (a lower bound, not a wait).
+        // The request's clock starts when the engine opens it, which admits it.
         waitUntil(#"live.application.admitted.value == 1"#) { live.application.admitted.value == 1 }
-        usleep(300_000)
+        clock.advance(by: .milliseconds(300))
         try client.send("ab")
         #expect(try client.readResponse().status == 200)
         waitUntil(#"live.finished.count == 1"#) { live.finished.count == 1 }
-        let elapsed = ContinuousClock.now - started  // after the record: it spans the server's own
-        let microseconds = try #require(live.finished.first?.microseconds)
-        let bound = elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000
-        #expect(microseconds >= 300_000 && Int64(microseconds) <= bound, "\(microseconds) µs, \(bound) µs seen here")
+        #expect(live.finished.first?.microseconds == 300_000)
     }
 
     @Test("the head handed over: the header fields and query parameters the application reads, no others")
@@ -189,9 +187,11 @@ import Testing
     )
     func streamThenSlowHead() throws {
         // A detached stream's connection is closed after its clean end instead (DetachedStreamTests).
+        let clock = ManualServerClock()
         let live = try FakeServer {
             $0.headerTimeoutSeconds = 1
             $0.detachesStreams = false
+            $0.clock = .manual(clock)
         }
         let client = try live.client()
         defer { client.close() }
@@ -203,11 +203,19 @@ import Testing
         live.application.endAll()
         try waitUntil("the ended stream's last chunk") { try client.readChunk() == nil }
         // The stream's request is over and the connection kept alive: a head that never ends
-        // gets the 408, not the idle timeout's silent close (issue 32's attack, sixth stop). Sent
-        // past the first 100 ms after the answer, which an idle connection's look at its socket
-        // leaves out (`RequestDeadline.receiveClockSlack`); a slower run only widens the gap.
-        usleep(300_000)
+        // gets the 408, not the idle timeout's silent close (issue 32's attack, sixth stop).
         try client.send("GET /token HTTP/1.1\r\nHost: x\r\n")
+        // The idle connection's look asks the kernel how long its socket has been silent
+        // (TCP_INFO's `tcpi_last_data_recv`, real milliseconds: that reading is not injected) and
+        // counts the head as the next request's when that is less than the clock's time since
+        // the answer less `RequestDeadline.receiveClockSlack`. Moving the clock 200 ms per look
+        // of this wait (a millisecond of real time) puts the head seconds of the clock after the
+        // answer while the kernel counts milliseconds; then the header timeout (1 s of the clock)
+        // passes and the engine answers 408, recorded before it is sent.
+        waitUntil("the engine to time the slow head out") {
+            clock.advance(by: .milliseconds(200))
+            return live.application.events.withLock { $0 }.contains(.requestTimedOut(body: false))
+        }
         #expect(try client.readResponse().status == 408)
     }
 

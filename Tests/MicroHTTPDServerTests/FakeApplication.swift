@@ -263,3 +263,6 @@ final class FakeServer {
     /// The labels the finished requests were recorded with, in the same order.
     var labels: [FakeRoute?] { application.finished.withLock { $0.map(\.label) } }
 }
+
+/// The project's manual clock, read by the engine through `ServerClock.manual(_:)`.
+extension ManualServerClock: ServerTimeSource {}

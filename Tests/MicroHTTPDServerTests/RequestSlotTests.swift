@@ -42,7 +42,7 @@ import Testing
         do {
             let context = RequestContext(
                 method: "POST", path: "/register", chunked: false, origin: nil, crossOrigin: CrossOriginPolicy(),
-                limit: 16)
+                limit: 16, started: .now)
             watched = context
             RequestSlot.context(context).store(in: slot)
         }
