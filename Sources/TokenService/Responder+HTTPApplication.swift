@@ -59,7 +59,7 @@ extension Responder: HTTPApplication, HTTPCachedReads, HTTPTicks {
         owner.heartbeat()
     }
 
-    /// `StreamGate.endStreamsPastTheirAge(at:)` now.
+    /// `StreamGate.endStreamsPastTheirAge()`.
     public func tick() {
         streams.endStreamsPastTheirAge()
     }

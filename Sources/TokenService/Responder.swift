@@ -55,10 +55,11 @@ public final class Responder: Sendable {
     ///   - replica: the replica mode, when the token is shared with other replicas (default none).
     ///   - maxStreamAge: `--max-stream-age` in seconds: 0 (off, the default), or 60 to 86,400
     ///     (`StreamAgeLimits.range`); each stream draws its own limit from [A/2, A].
+    ///   - clock: when streams open and reach their age (`ServerClock`; default `.monotonic`).
     public init(
         owner: TokenOwner<TokenSnapshot>, authentication: BearerAuthentication? = nil,
         crossOrigin: CrossOriginPolicy = CrossOriginPolicy(), log: ServerLog? = nil, accessLog: Bool = false,
-        replica: ReplicaMode? = nil, maxStreamAge: Int = 0
+        replica: ReplicaMode? = nil, maxStreamAge: Int = 0, clock: ServerClock = .monotonic
     ) {
         self.owner = owner
         self.replica = replica
@@ -67,7 +68,7 @@ public final class Responder: Sendable {
         self.access = access
         self.streams = StreamGate(
             owner: owner, deliveries: deliveries, replica: replica, access: access, metrics: metrics,
-            maxStreamAge: maxStreamAge)
+            maxStreamAge: maxStreamAge, clock: clock)
         self.records = RequestRecords(metrics: metrics, log: log, accessLog: accessLog)
     }
 

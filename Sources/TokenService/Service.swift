@@ -32,12 +32,18 @@ public final class Service: Sendable {
         public var drainSeconds: Int
         /// Each stream's age limit A in seconds (`--max-stream-age`: 0 for none, or 60 to 86,400).
         public var maxStreamAge: Int
+        /// The clock of the service's time decisions: the drain's pace, the streams' ages
+        /// (`ServerClock`). Default `.monotonic`; tests give a manual one. The engine has its own
+        /// setting (`ServerConfiguration.clock`), given the same clock by whoever wires the two.
+        public var clock: ServerClock
 
         /// Settings with the given values; each has the default of its flag.
         public init(
             authentication: BearerAuthentication? = nil, crossOrigin: CrossOriginPolicy = CrossOriginPolicy(),
-            accessLog: Bool = false, maxSubscribers: Int = 10_000, drainSeconds: Int = 0, maxStreamAge: Int = 0
+            accessLog: Bool = false, maxSubscribers: Int = 10_000, drainSeconds: Int = 0, maxStreamAge: Int = 0,
+            clock: ServerClock = .monotonic
         ) {
+            self.clock = clock
             self.authentication = authentication
             self.crossOrigin = crossOrigin
             self.accessLog = accessLog
@@ -56,6 +62,8 @@ public final class Service: Sendable {
     public let responder: Responder
     /// The drain window, in seconds (`Settings.drainSeconds`).
     public let drainSeconds: Int
+    /// The drain's clock (`Settings.clock`).
+    private let clock: ServerClock
     private let log: ServerLog?
     /// Whether `shutdown(engine:)` has begun, and whether a second signal came (`hurry()`).
     private let phase = Locked(Phase())
@@ -85,8 +93,10 @@ public final class Service: Sendable {
         owner.start()
         responder = Responder(
             owner: owner, authentication: settings.authentication, crossOrigin: settings.crossOrigin, log: log,
-            accessLog: settings.accessLog, replica: ReplicaMode(store: store), maxStreamAge: settings.maxStreamAge)
+            accessLog: settings.accessLog, replica: ReplicaMode(store: store), maxStreamAge: settings.maxStreamAge,
+            clock: settings.clock)
         drainSeconds = settings.drainSeconds
+        clock = settings.clock
         self.log = log
     }
 
@@ -143,19 +153,19 @@ public final class Service: Sendable {
         var generator = SystemRandomNumberGenerator()
         var schedule = DrainSchedule(streams: streams, seconds: Double(drainSeconds), using: &generator)
         log?.log(.info, "draining \(streams.count) event streams over \(drainSeconds) s")
-        let start = ContinuousClock.now
+        let start = clock.now
         var step = phase.withLock { $0.hurried } ? schedule.secondSignal() : schedule.advance(toSeconds: 0)
         while true {
             for id in step.end { owner.finish(id, reason: .drain) }
             guard case .wake(let seconds) = step.next else { break }
             let moment = start + .milliseconds(Int64((seconds * 1000).rounded(.up)))
-            let wait = moment - ContinuousClock.now
-            if hurried.wait(timeout: .now() + .nanoseconds(wait.nonNegativeNanoseconds)) == .success {
+            // Ends at the moment, at `hurry()`, or early (a manual clock moved): the flag decides.
+            clock.wait(on: hurried, for: moment - clock.now)
+            if phase.withLock({ $0.hurried }) {
                 step = schedule.secondSignal()
                 log?.log(.info, "second signal: ending the \(schedule.remaining.count) remaining event streams at once")
             } else {
-                let elapsed = ContinuousClock.now - start
-                step = schedule.advance(toSeconds: elapsed.inSeconds)
+                step = schedule.advance(toSeconds: (clock.now - start).inSeconds)
             }
         }
     }

@@ -39,12 +39,15 @@ public final class StreamGate: Sendable {
     private let draining = Locked(false)
     /// The open streams' age limits and tokens.
     private let streams: Locked<OpenStreams>
+    /// When a stream opened and when its age limit has passed (`Service.Settings.clock`).
+    private let clock: ServerClock
 
     init(
         owner: TokenOwner<TokenSnapshot>, deliveries: DeliveryTally, replica: ReplicaMode?, access: RouteAccess,
-        metrics: ServiceMetrics, maxStreamAge: Int
+        metrics: ServiceMetrics, maxStreamAge: Int, clock: ServerClock
     ) {
         self.owner = owner
+        self.clock = clock
         self.deliveries = deliveries
         self.replica = replica
         self.access = access
@@ -87,7 +90,7 @@ public final class StreamGate: Sendable {
                 if let grant { streams.tokens[id] = grant.token }
                 guard !draining, streams.ageLimits.isEnabled else { return }
                 var generator = SystemRandomNumberGenerator()
-                streams.ageLimits.opened(id, at: .now, limit: streams.ageLimits.drawLimit(using: &generator))
+                streams.ageLimits.opened(id, at: clock.now, limit: streams.ageLimits.drawLimit(using: &generator))
             }
             if let grant, !access.admits(grant) {
                 // Its token was revoked by a reload between the check and the subscription, after
@@ -146,11 +149,13 @@ public final class StreamGate: Sendable {
         draining.withLock { $0 = true }
     }
 
-    /// Ends, cleanly, the streams that have reached their age limit by `now` (`--max-stream-age`;
+    /// Ends, cleanly, the streams that have reached their age limit by now on the service's clock
+    /// (`--max-stream-age`;
     /// `StreamEndReason.age`), paced by `StreamAgeLimits.due(at:)` (at most
     /// `StreamAgeLimits.maxEndsPer100ms` in any 100 ms). The engine's tick calls it every 50 ms;
     /// nothing happens while limits are off, or once a drain has begun (`beginDraining()`).
-    public func endStreamsPastTheirAge(at now: ContinuousClock.Instant = .now) {
+    public func endStreamsPastTheirAge() {
+        let now = clock.now
         for id in streams.withLock({ $0.ageLimits.due(at: now) }) {
             owner.finish(id, reason: .age)
         }

@@ -251,8 +251,8 @@ final class RecordingEngine: ServiceEngine {
 /// `Service.shutdown(engine:)`: the one shutdown order (issue 31) with the drain of
 /// ../shared/spec/deploy.md.
 @Suite struct ServiceShutdownTests {
-    func service(drainSeconds: Int) -> Service {
-        Service(store: MemoryTokenStore(), settings: .init(maxSubscribers: 64, drainSeconds: drainSeconds))
+    func service(drainSeconds: Int, clock: ServerClock = .monotonic) -> Service {
+        Service(store: MemoryTokenStore(), settings: .init(maxSubscribers: 64, drainSeconds: drainSeconds, clock: clock))
     }
 
     @Test("without a drain: streams end (shutdown), then quiesce, the grace period, stop; readiness says shutting_down")
@@ -274,7 +274,8 @@ final class RecordingEngine: ServiceEngine {
 
     @Test("with a drain: readiness off, every open stream ended by the drain before the engine stops accepting")
     func drainEndsEveryStream() throws {
-        let service = service(drainSeconds: 1)
+        let clock = ManualServerClock()
+        let service = service(drainSeconds: 1, clock: .manual(clock))
         let engine = RecordingEngine()
         engine.service.withLock { $0 = service }
         let wakes = Counter()
@@ -285,7 +286,11 @@ final class RecordingEngine: ServiceEngine {
             service.shutdown(engine: engine)
             done.signal()
         }
-        done.wait()
+        // The drain's window passes on the clock, 100 ms at a time.
+        waitUntil("the drain to end every stream and the shutdown to finish") {
+            clock.advance(by: .milliseconds(100))
+            return done.wait(timeout: .now()) == .success
+        }
         #expect(engine.steps.withLock { $0 } == ["quiesce", "awaitIdle", "stop"])
         #expect(engine.atQuiesce.withLock { $0 }.map { $0.draining && $0.stopping } == true)
         #expect(streams.allSatisfy { $0.endReason == .drain })
@@ -294,11 +299,23 @@ final class RecordingEngine: ServiceEngine {
 
     @Test("with a drain and no streams: the whole window (issue 42 finding 6); a second signal cuts it short")
     func drainWithoutStreams() throws {
-        let quiet = service(drainSeconds: 1)
+        // On a manual clock: the window lasts until the clock has moved its whole second.
+        let clock = ManualServerClock()
+        let quiet = service(drainSeconds: 1, clock: .manual(clock))
         let engine = RecordingEngine()
-        let start = ContinuousClock.now
-        quiet.shutdown(engine: engine)
-        #expect(ContinuousClock.now - start >= .seconds(1), "the window collapsed with no streams")
+        let ended = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            quiet.shutdown(engine: engine)
+            ended.signal()
+        }
+        waitUntil("the drain to wait on the clock") { clock.isWaiting(after: 0) }
+        clock.advance(by: .milliseconds(999))
+        // The drain looked at the clock again, and waits again: the window is not over.
+        waitUntil("the drain to wait again at 999 ms") { clock.isWaiting(after: 1) }
+        #expect(ended.wait(timeout: .now()) == .timedOut, "the window collapsed with no streams")
+        #expect(engine.steps.withLock { $0 }.isEmpty)
+        clock.advance(by: .milliseconds(1))
+        #expect(ended.wait(timeout: .now() + waitBoundSeconds) == .success, "the drain outlived its window")
         #expect(engine.steps.withLock { $0 } == ["quiesce", "awaitIdle", "stop"])
 
         let waiting = service(drainSeconds: 600)
@@ -400,15 +417,19 @@ final class RecordingEngine: ServiceEngine {
 
     @Test("a stream past its age ends cleanly after its event (reason age); one closed before is forgotten")
     func streamAge() throws {
-        let service = Service(store: MemoryTokenStore(), settings: .init(maxStreamAge: 60))
+        let clock = ManualServerClock()
+        let service = Service(store: MemoryTokenStore(), settings: .init(maxStreamAge: 60, clock: .manual(clock)))
         let responder = service.responder
         #expect(responder.streams.limitsStreamAge)
         let old = try #require(responder.openEventStream {}.1)
         let gone = try #require(responder.openEventStream {}.1)
         responder.streams.ended(gone)
-        responder.streams.endStreamsPastTheirAge(at: .now + .seconds(29))
+        // Its limit is drawn from [30 s, 60 s].
+        clock.advance(by: .milliseconds(29_999))
+        responder.streams.endStreamsPastTheirAge()
         #expect(old.endReason == nil)
-        responder.streams.endStreamsPastTheirAge(at: .now + .seconds(61))
+        clock.advance(by: .milliseconds(30_001))
+        responder.streams.endStreamsPastTheirAge()
         #expect(old.endReason == .age)
         #expect(gone.endReason == nil)
         let read = drain(old)
@@ -418,7 +439,9 @@ final class RecordingEngine: ServiceEngine {
 
     @Test("once the drain begins, no stream ends by age: the drain ends every one (issue 42 finding 5)")
     func drainTakesOverFromAge() throws {
-        let service = Service(store: MemoryTokenStore(), settings: .init(drainSeconds: 1, maxStreamAge: 60))
+        let clock = ManualServerClock()
+        let service = Service(
+            store: MemoryTokenStore(), settings: .init(drainSeconds: 1, maxStreamAge: 60, clock: .manual(clock)))
         let responder = service.responder
         let streams = try (0..<5).map { _ in try #require(responder.openEventStream {}.1) }
         let done = DispatchSemaphore(value: 0)
@@ -427,8 +450,15 @@ final class RecordingEngine: ServiceEngine {
             done.signal()
         }
         waitUntil(#"responder.streams.isDraining"#) { responder.streams.isDraining }
-        responder.streams.endStreamsPastTheirAge(at: .now + .seconds(61))  // every limit has passed
-        #expect(done.wait(timeout: .now() + waitBoundSeconds) == .success)
+        waitUntil("the drain to wait on the clock") { clock.isWaiting(after: 0) }
+        clock.advance(by: .seconds(61))  // every age limit has passed, and the drain's window
+        responder.streams.endStreamsPastTheirAge()
+        // The drain, woken late, paces what is due (`DrainSchedule`): the clock moves on 100 ms
+        // at a time until it is over.
+        waitUntil("the drain to end every stream and the shutdown to finish") {
+            clock.advance(by: .milliseconds(100))
+            return done.wait(timeout: .now()) == .success
+        }
         #expect(streams.allSatisfy { $0.endReason == .drain }, "\(streams.map(\.endReason))")
     }
 }

@@ -288,3 +288,6 @@ func expectedEvent(_ version: UInt64, _ token: String?) -> String {
     let data = token.map { #"{"token":"\#($0)"}"# } ?? #"{"token":null}"#
     return "id: \(version)\nevent: token\ndata: \(data)\n\n"
 }
+
+/// The project's manual clock, read by the service through `ServerClock.manual(_:)`.
+extension ManualServerClock: ServerTimeSource {}
