@@ -91,6 +91,13 @@ func monotonicSeconds() -> Double {
     clockOrigin.duration(to: .now).inSeconds
 }
 
+/// `monotonicSeconds()` read on `clock` (`RedisTokenStore.Configuration.clock`): the same origin,
+/// so that the monotonic clock gives `monotonicSeconds()` and a test's manual clock, made at some
+/// real instant, gives seconds on the same base that move only when the test says.
+func monotonicSeconds(on clock: ServerClock) -> Double {
+    clockOrigin.duration(to: clock.now).inSeconds
+}
+
 /// The origin of `monotonicSeconds()`, fixed on its first reading.
 private let clockOrigin = ContinuousClock.now.advanced(by: .seconds(-1_000_000))
 
@@ -283,14 +290,19 @@ final class RedisConnection {
         }
     }
 
-    /// The next reply, waiting until `deadline` (monotonic seconds).
+    /// The next reply, waiting until `deadline` (`monotonicSeconds(on: clock)`; the monotonic
+    /// clock by default). On a manual clock each poll(2) lasts at most
+    /// `ServerClock.manualLookInterval` of real time, and the deadline is the clock's.
     /// - Throws: `.timedOut` at the deadline, `.unreachable` when the connection breaks.
-    func readReply(deadline: Double) throws(RedisConnectionError) -> RedisReply {
+    func readReply(deadline: Double, on clock: ServerClock = .monotonic) throws(RedisConnectionError) -> RedisReply {
         while true {
             if let reply = try takeBufferedReply() { return reply }
-            let remaining = deadline - monotonicSeconds()
+            let remaining = deadline - monotonicSeconds(on: clock)
             guard remaining > 0 else { throw .timedOut }
-            try waitAndRead(milliseconds: Int32(min(remaining * 1000, 60_000).rounded(.up)))
+            let milliseconds = min(remaining * 1000, 60_000).rounded(.up)
+            try waitAndRead(
+                milliseconds: clock.isMonotonic
+                    ? Int32(milliseconds) : min(Int32(milliseconds), clock.realTimeout(for: .seconds(1)).timeoutMilliseconds))
         }
     }
 

@@ -25,7 +25,7 @@ final class RedisLink: Sendable {
     /// The work queue of the writer.
     let queue: RedisJobQueue
     /// The writes' deadlines: each write is answered within the write timeout of being queued.
-    let deadlines = RedisWriteDeadlines()
+    let deadlines: RedisWriteDeadlines
     /// The way to the owner, and the queue of reports and log lines the machine decided.
     private let reports: RedisOwnerReports
     /// Makes every connection to Redis and the sentinels, with the TLS credentials.
@@ -40,6 +40,7 @@ final class RedisLink: Sendable {
         log: @escaping @Sendable (ServerLogLevel, String) -> Void
     ) {
         self.configuration = configuration
+        self.deadlines = RedisWriteDeadlines(clock: configuration.clock)
         self.telemetry = RedisTelemetry(log: log)
         self.reports = RedisOwnerReports(log: log)
         self.queue = RedisJobQueue(capacity: configuration.queueCapacity)
@@ -66,7 +67,7 @@ final class RedisLink: Sendable {
     /// stops; a write answered at its deadline asks for a check of `PREFIX:state` (it may still be
     /// applied, and this replica skips its own change messages).
     func runDeadlines() {
-        deadlines.run { [self] in handle { $0.refreshRequested(at: monotonicSeconds()) } }
+        deadlines.run { [self] in handle { $0.refreshRequested(at: now()) } }
     }
 
     /// Marks the store as stopping and wakes the writer.
@@ -137,6 +138,10 @@ final class RedisLink: Sendable {
         }
     }
 
+    /// Now on the link's clock (`Configuration.clock`), in `monotonicSeconds()`'s seconds: the time
+    /// every event of the machine and every write's deadline is given.
+    func now() -> Double { monotonicSeconds(on: configuration.clock) }
+
     /// Runs `event`, which returns nothing, through the machine.
     func note(_ event: (inout RedisLinkStateMachine) -> Void) {
         machine.withLock { event(&$0) }
@@ -146,7 +151,7 @@ final class RedisLink: Sendable {
     /// whole milliseconds: 1 to `longest` (`RedisLinkStateMachine.secondsUntilProbeDue`, rounded
     /// up and one past, since the probe's timeout is a strict "more than").
     func pollMilliseconds(longest: Int) -> Int {
-        guard let due = machine.withLock({ $0.secondsUntilProbeDue(at: monotonicSeconds()) }) else { return longest }
+        guard let due = machine.withLock({ $0.secondsUntilProbeDue(at: now()) }) else { return longest }
         let seconds = min(max(due, 0), Double(longest) / 1000)
         return min(longest, Int((seconds * 1000).rounded(.up)) + 1)
     }
@@ -201,7 +206,7 @@ final class RedisLink: Sendable {
     func probeHeard(sequence: UInt64) {
         var seconds: Double?
         handle { machine in
-            let heard = machine.probeHeard(sequence: sequence, at: monotonicSeconds())
+            let heard = machine.probeHeard(sequence: sequence, at: now())
             seconds = heard.seconds
             return heard.actions
         }

@@ -50,18 +50,18 @@ final class RedisSubscription: Sendable {
             } catch {
                 link.telemetry.countError()
                 let health = RedisLinkStateMachine.Health(error)
-                link.handle { $0.subscriptionFailed(health, detail: error.description, at: monotonicSeconds()) }
+                link.handle { $0.subscriptionFailed(health, detail: error.description, at: link.now()) }
                 sleep(seconds: backoff.next())
                 continue
             }
             backoff.reset()
             if !first { link.telemetry.countReconnect() }
             first = false
-            link.handle { $0.subscribed(at: monotonicSeconds()) }
+            link.handle { $0.subscribed(at: link.now()) }
             switch listen(on: connection, channel: channel, probeChannel: probeChannel) {
             case .failed(let why):
                 link.telemetry.countError()
-                link.handle { $0.subscriptionFailed(.unreachable, detail: why, at: monotonicSeconds()) }
+                link.handle { $0.subscriptionFailed(.unreachable, detail: why, at: link.now()) }
                 sleep(seconds: backoff.next())
             case .resubscribe:
                 // Heard nothing: subscribe again at once (the link says `not_delivering`).
@@ -145,7 +145,7 @@ final class RedisSubscription: Sendable {
                     break
                 }
             }
-            for action in link.handle({ $0.tick(at: monotonicSeconds()) }) {
+            for action in link.handle({ $0.tick(at: link.now()) }) {
                 switch action {
                 case .ping:
                     connection.append(["PING"])

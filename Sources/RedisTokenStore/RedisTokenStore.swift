@@ -92,6 +92,13 @@ public final class RedisTokenStore: TokenStore {
         /// What a `rediss://` endpoint trusts and presents (unused by other endpoints): the system's
         /// trust store and no client certificate by default.
         public var tls = RedisTLSSettings()
+        /// The clock of the link's decisions (`ServerClock`): each write's deadline
+        /// (`RedisWriteDeadlines`), the pace of refreshes and checks, the heartbeat's and the
+        /// delivery probe's timeouts (`RedisLinkStateMachine`'s times). Default `.monotonic`; tests
+        /// give a manual one. The bounds of each socket read and connect, and the sentinels' and
+        /// reconnection's pauses, stay on real time (`monotonicSeconds()`): they bound a wait in
+        /// poll(2), not a decision.
+        public var clock: ServerClock = .monotonic
 
         /// Creates a configuration with the contract's timings.
         public init(endpoint: RedisEndpoint, prefix: RedisKeyPrefix = .standard) {
@@ -142,7 +149,7 @@ public final class RedisTokenStore: TokenStore {
             return .unavailable(reason: health.unavailableReason)
         }
         let answer = RedisWriteAnswer(
-            enqueued: monotonicSeconds(), timeout: configuration.writeTimeout, completion: completion)
+            enqueued: link.now(), timeout: configuration.writeTimeout, completion: completion)
         if !link.queue.push(.change(token: token, answer: answer)) {
             // Not queued, so nothing else gives this answer.
             let health = link.health
@@ -201,7 +208,7 @@ public final class RedisTokenStore: TokenStore {
     /// version. Coalesced: at most one check in flight, and at most one such check per
     /// `refreshInterval` (`RedisLinkStateMachine.refreshRequested`).
     public func refresh() {
-        link.request { $0.refreshRequested(at: monotonicSeconds()) }
+        link.request { [link] in $0.refreshRequested(at: link.now()) }
     }
 
     /// Shared as `redis` (the HTTP layer's replica mode names the link's state so, docs/replicas.md),

@@ -1,6 +1,7 @@
 import Dispatch
 import ForgePushToken
 import ForgePushTokenOwner
+import ServerSupport
 import Synchronization
 
 /// One write's answer, given once: by the writer when Redis answers or fails, or by
@@ -51,9 +52,9 @@ final class RedisWriteAnswer: Sendable {
 /// Writes are tracked in the order queued, so their deadlines are in order too (to within the
 /// microseconds two request threads race by): the thread sleeps until the oldest unanswered one.
 ///
-/// Its time comes from a `RedisDeadlineClock`: the store's (`SystemDeadlineClock`: monotonic
-/// seconds and Dispatch's timed waits), or a test's, which moves only when the test says, so that
-/// no test sleeps for a deadline to pass (WriterBatchTests).
+/// Its time comes from a `ServerClock` (`RedisTokenStore.Configuration.clock`): the monotonic
+/// clock and Dispatch's timed waits, or a test's manual clock, which moves only when the test says,
+/// so that no test sleeps for a deadline to pass (WriterBatchTests).
 ///
 /// Thread-safety: `track` and `stop` may be called from any thread; `run` once, on the thread
 /// it owns. One lock, `state` (a leaf: nothing is called under it; the answers are given after it
@@ -65,10 +66,10 @@ final class RedisWriteDeadlines: Sendable {
     private let signal = DispatchSemaphore(value: 0)
 
     /// The time the deadlines are measured and waited on.
-    let clock: any RedisDeadlineClock
+    let clock: ServerClock
 
     /// Deadlines for a store, on `clock`; nothing runs until `run()`.
-    init(clock: any RedisDeadlineClock = SystemDeadlineClock()) {
+    init(clock: ServerClock = .monotonic) {
         self.clock = clock
     }
 
@@ -112,14 +113,14 @@ final class RedisWriteDeadlines: Sendable {
     /// be applied: the store reads the state again soon).
     func run(expired: () -> Void = {}) {
         while true {
-            let (due, sleep, stopped) = due(at: clock.now())
+            let (due, sleep, stopped) = due(at: monotonicSeconds(on: clock))
             var answered = false
             for answer in due where answer.give(.unknown(reason: "Redis did not answer the write in time")) {
                 answered = true
             }
             if answered { expired() }
             if sleep == nil, stopped { return }
-            clock.wait(on: signal, seconds: min(max(sleep ?? 0.5, 0.001), 0.5))
+            clock.wait(on: signal, for: .seconds(min(max(sleep ?? 0.5, 0.001), 0.5)))
         }
     }
 
@@ -127,31 +128,5 @@ final class RedisWriteDeadlines: Sendable {
     func stop() {
         state.withLock { $0.stopped = true }
         signal.signal()
-    }
-}
-
-/// The time `RedisWriteDeadlines` runs on: what time it is, and a wait for a signal that ends when
-/// that time has passed. The store's is `SystemDeadlineClock`; a test gives one that moves only
-/// when it says (as swift-async-algorithms' manual clock and swift-nio's `EmbeddedEventLoop` do).
-///
-/// Thread-safety: implementations are `Sendable`; `now` and `wait` may be called from any thread.
-protocol RedisDeadlineClock: Sendable {
-    /// Now, in seconds on the store's time base (`monotonicSeconds()`'s for the system clock).
-    func now() -> Double
-    /// Waits until `signal` is signalled or `seconds` have passed on this clock, whichever comes
-    /// first. A wait may end early (an extra signal): its caller checks the time again.
-    func wait(on signal: DispatchSemaphore, seconds: Double)
-}
-
-/// The store's clock: `monotonicSeconds()`, and Dispatch's timed wait.
-///
-/// Thread-safety: stateless.
-struct SystemDeadlineClock: RedisDeadlineClock {
-    /// `monotonicSeconds()`.
-    func now() -> Double { monotonicSeconds() }
-
-    /// `signal.wait(timeout:)`, `seconds` from now.
-    func wait(on signal: DispatchSemaphore, seconds: Double) {
-        _ = signal.wait(timeout: .now() + seconds)
     }
 }

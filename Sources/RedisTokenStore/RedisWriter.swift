@@ -154,9 +154,11 @@ final class RedisWriter: Sendable {
             for job in round { connection.append(arguments(for: job, scripts: scripts, source: source)) }
             do throws(RedisConnectionError) {
                 try connection.flush()
-                let deadline = monotonicSeconds() + configuration.writeTimeout
+                // The batch's read ends at the write timeout on the link's clock (a test's manual
+                // clock decides when the writer gives up, as it decides the write's own deadline).
+                let deadline = link.now() + configuration.writeTimeout
                 while !machine.roundDone {
-                    let reply = try connection.readReply(deadline: deadline)
+                    let reply = try connection.readReply(deadline: deadline, on: configuration.clock)
                     perform(machine.replied(reply, at: monotonicSeconds()))
                 }
             } catch {
@@ -178,7 +180,7 @@ final class RedisWriter: Sendable {
             case .countError: link.telemetry.countError()
             case .log(let key, let level, let line): link.telemetry.logLimited(key, level, line)
             case .oversized(let detail): link.telemetry.ignored(.oversized, detail)
-            case .link(let event): link.handle { Self.run(event, on: &$0) }
+            case .link(let event): link.handle { [link] in Self.run(event, at: link.now(), on: &$0) }
             case .replied: link.note { $0.writerReplied() }
             case .probeNotSent(let sequence): link.note { $0.probeNotSent(sequence: sequence) }
             case .recordWrite(let seconds): link.telemetry.recordWrite(seconds: seconds)
@@ -197,11 +199,10 @@ final class RedisWriter: Sendable {
         }
     }
 
-    /// Runs `event` through the link's machine at the time now.
+    /// Runs `event` through the link's machine at `now` (the link's clock).
     private static func run(
-        _ event: Machine.LinkEvent, on machine: inout RedisLinkStateMachine
+        _ event: Machine.LinkEvent, at now: Double, on machine: inout RedisLinkStateMachine
     ) -> [RedisLinkStateMachine.Action] {
-        let now = monotonicSeconds()
         switch event {
         case .writerFailed(let health, let detail): return machine.writerFailed(health, detail: detail, at: now)
         case .invalidState(let detail): return machine.invalidState(detail: detail, at: now)

@@ -157,7 +157,7 @@ final class ReplicaModel: Sendable {
     init(
         port: Int, password: String? = nil, user: String? = nil, prefix: String = "test", queueCapacity: Int = 4096,
         checkInterval: Double = 0.5, host: String = "127.0.0.1", tls: RedisTLSSettings? = nil, url: String? = nil,
-        log: @escaping @Sendable (ServerLogLevel, String) -> Void = { _, _ in }
+        clock: ServerClock = .monotonic, log: @escaping @Sendable (ServerLogLevel, String) -> Void = { _, _ in }
     ) {
         var endpoint = RedisEndpoint(address: .tcp(host: host, port: port), tls: tls != nil)
         if let url { endpoint = try! RedisEndpoint.parse(url) }
@@ -167,6 +167,7 @@ final class ReplicaModel: Sendable {
         configuration.checkInterval = checkInterval
         configuration.queueCapacity = queueCapacity
         configuration.tls = tls ?? RedisTLSSettings()
+        configuration.clock = clock
         store = RedisTokenStore(configuration: configuration, log: log)
         recorder = RecordingStore(store)
         owner = TokenOwner(
@@ -247,13 +248,15 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
 
     @Test func aHungRedisGivesUnknownInTwoSecondsAndAFullQueueRefusesAtOnce() throws {
         let redis = try RedisServerProcess()
-        let a = ReplicaModel(port: redis.port, queueCapacity: 2)
+        // On a manual clock: the write's deadline, the writer's read of its batch and the
+        // heartbeat's timeout pass when the test moves the time, not after real seconds.
+        let clock = ManualServerClock()
+        let a = ReplicaModel(port: redis.port, queueCapacity: 2, clock: .manual(clock))
         waitUntil(#"a.link == "connected" && a.owner.health == .ok"#) { a.link == "connected" && a.owner.health == .ok }
         kill(redis.pid, SIGSTOP)
         defer { kill(redis.pid, SIGCONT) }
         let outcomes = Locked<[CommitOutcome]>([])
         let done = DispatchSemaphore(value: 0)
-        let started = monotonicSeconds()
         // The first batch blocks the writer on the hung Redis (the test waits for the writer to
         // take it from the queue, not for a time); 2 more fill the queue; the rest are refused at
         // once.
@@ -269,16 +272,27 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         }
         let refusedAtOnce = outcomes.withLock { $0.filter { $0 == .unavailable(reason: "Redis: unreachable") }.count }
         #expect(refusedAtOnce >= 2)
-        for _ in 0..<6 { done.wait() }
-        let elapsed = monotonicSeconds() - started
-        // The batch in flight timed out: its outcome is unknown, and not before the 2 s (slowness
-        // can only lengthen `elapsed`). How soon after, a timing contract, is the release
-        // binary's to show: e2e/replicas_test.py (e), a write to a hung Redis answered in 2.8 s.
-        #expect(outcomes.withLock { $0.contains { if case .unknown = $0 { true } else { false } } })
-        #expect(elapsed >= 1.9, "the write timed out after \(elapsed) s, before its 2 s")
-        // The unanswered PING: the owner hears that the state it serves may be stale.
+        func unknowns() -> Int { outcomes.withLock { $0.filter { if case .unknown = $0 { true } else { false } }.count } }
+        // 1.9 s of the clock: the deadline thread has looked at the time and sleeps again, and no
+        // write is answered yet.
+        clock.advance(by: .milliseconds(1900))
+        let early = clock.waitsBegun
+        clock.advance(by: .zero)
+        waitUntil("the deadline thread to sleep again at 1.9 s") { clock.isWaiting(after: early) }
+        #expect(unknowns() == 0, "a write timed out before its 2 s")
+        #expect(outcomes.withLock { $0.count } == refusedAtOnce)
+        // Past the 2 s: the batch in flight and the queued ones are answered `.unknown` (by the
+        // deadline thread or the writer, whichever looks first). How soon after in real time, a
+        // timing contract, is the release binary's to show: e2e/replicas_test.py (e), a write to
+        // a hung Redis answered in 2.8 s.
+        clock.advance(by: .milliseconds(101))
+        waitUntil("every write answered") { outcomes.withLock { $0.count } == 6 }
+        #expect(unknowns() == 6 - refusedAtOnce)
+        // The unanswered PING: the owner hears that the state it serves may be stale, once the
+        // heartbeat's timeout has passed on the clock (moved 100 ms per look of this wait).
         waitUntil(#"a.owner.health == .degraded(reason: HealthReason(rawValue: "unreachable"))"#) {
-            a.owner.health == .degraded(reason: HealthReason(rawValue: "unreachable"))
+            clock.advance(by: .milliseconds(100))
+            return a.owner.health == .degraded(reason: HealthReason(rawValue: "unreachable"))
         }
         kill(redis.pid, SIGCONT)
         waitUntil(#"a.link == "connected" && a.owner.health == .ok"#) { a.link == "connected" && a.owner.health == .ok }
@@ -505,19 +519,20 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
     /// Redis a bounded number of checks (at most one in flight, one per 100 ms), not one each.
     @Test func refreshesAreCoalesced() throws {
         let redis = try RedisServerProcess()
-        let a = ReplicaModel(port: redis.port, checkInterval: 3600)
+        let clock = ManualServerClock()
+        let a = ReplicaModel(port: redis.port, checkInterval: 3600, clock: .manual(clock))
         waitUntil(#"a.link == "connected""#) { a.link == "connected" }
         let client = try redis.client()
         let before = try scriptCalls(client)
-        let started = monotonicSeconds()
         for _ in 0..<1000 { a.store.refresh() }
-        let elapsed = monotonicSeconds() - started
         // A write goes through the same queue as the checks the refreshes asked for, after them.
         #expect(a.commit("ab") == .applied(TokenState(version: 1, token: "ab")))
-        let checks = try scriptCalls(client) - before - 1
-        // One at once, one each 100 ms the loop took, one kept for later: never one per call.
-        let bound = 2 + Int(elapsed / 0.1)
-        #expect(checks >= 1 && checks <= bound, "\(checks) checks for 1000 refreshes in \(elapsed) s")
+        // On a frozen clock the bound is exact: one check at once, the rest kept for later.
+        #expect(try scriptCalls(client) - before - 1 == 1, "1000 refreshes on a frozen clock: one check, not one per call")
+        // 100 ms later on the clock (and a microsecond: the link's seconds are `Double`s near
+        // 10^6, rounded), the one kept for later, at the subscription's next tick.
+        clock.advance(by: .microseconds(100_001))
+        try waitUntil("the check kept for later") { try scriptCalls(client) - before - 1 == 2 }
     }
 }
 

@@ -1,4 +1,5 @@
 import ForgePushTokenOwner
+import ForgePushTokenTestSupport
 import ServerSupport
 
 @testable import RedisTokenStore
@@ -39,3 +40,6 @@ func sampleLines(_ series: [StoreMetric]) -> String {
         }
     }.joined()
 }
+
+/// The project's manual clock, read by the store through `ServerClock.manual(_:)`.
+extension ManualServerClock: ServerTimeSource {}

@@ -120,8 +120,8 @@ import Testing
     /// the thread ends after `stop()` once every tracked write has its answer. On a manual clock:
     /// the deadline passes when the test moves the time, and nothing here sleeps.
     @Test func unansweredWritesAreAnsweredAtTheirDeadline() {
-        let clock = ManualDeadlineClock(at: 100)
-        let deadlines = RedisWriteDeadlines(clock: clock)
+        let clock = ManualServerClock()
+        let deadlines = RedisWriteDeadlines(clock: .manual(clock))
         let ended = DispatchSemaphore(value: 0)
         let expiries = Locked(0)
         DispatchQueue(label: "deadlines-test").async {
@@ -130,7 +130,7 @@ import Testing
         }
         let outcomes = Locked<[String: CommitOutcome]>([:])
         func answer(_ name: String, timeout: Double) -> RedisWriteAnswer {
-            RedisWriteAnswer(enqueued: clock.now(), timeout: timeout) { outcome in
+            RedisWriteAnswer(enqueued: monotonicSeconds(on: .manual(clock)), timeout: timeout) { outcome in
                 outcomes.withLock { $0[name] = outcome }
             }
         }
@@ -142,15 +142,16 @@ import Testing
         // The thread has seen the writes and sleeps; their deadline has not come: none is answered.
         // (`advance(by: 0)` ends its wait: the wait after it is one decided after the writes.)
         let tracked = clock.waitsBegun
-        clock.advance(by: 0)
+        clock.advance(by: .zero)
         waitUntil("the deadline thread to sleep after the writes were tracked") { clock.isWaiting(after: tracked) }
         #expect(!silent.isGiven && !later.isGiven && expiries.withLock { $0 } == 0)
-        clock.advance(by: 1.9)
+        clock.advance(by: .milliseconds(1900))
         let early = clock.waitsBegun
-        clock.advance(by: 0)
-        waitUntil("the deadline thread to sleep again at 101.9") { clock.isWaiting(after: early) }
+        clock.advance(by: .zero)
+        waitUntil("the deadline thread to sleep again at 1.9 s") { clock.isWaiting(after: early) }
         #expect(!silent.isGiven, "a write was answered before its deadline")
-        clock.advance(by: 0.1)
+        // The deadline, and a microsecond: the seconds are `Double`s near 10^6, rounded.
+        clock.advance(by: .microseconds(100_001))
         waitUntil(#"outcomes.withLock { $0["silent"] } != nil"#) { outcomes.withLock { $0["silent"] } != nil }
         #expect(outcomes.withLock { $0["silent"] } == .unknown(reason: "Redis did not answer the write in time"))
         #expect(outcomes.withLock { $0["answered"] } == .applied(TokenState(version: 1, token: "aa")))
@@ -160,12 +161,12 @@ import Testing
         deadlines.stop()
         // Still one write to answer: the thread, having seen the stop, sleeps instead of ending.
         let stopped = clock.waitsBegun
-        clock.advance(by: 0)
+        clock.advance(by: .zero)
         waitUntil("the deadline thread to sleep after stop()") { clock.isWaiting(after: stopped) }
         #expect(ended.wait(timeout: .now()) == .timedOut, "the deadline thread ended with a write unanswered")
         #expect(later.give(.unavailable(reason: "Redis: unreachable")))
         // Its next look (every 0.5 s of its clock) finds nothing left.
-        clock.advance(by: 0.5)
+        clock.advance(by: .milliseconds(500))
         #expect(
             ended.wait(timeout: .now() + waitBoundSeconds) == .success, "the deadline thread did not end after stop()")
         // `later` was answered by its writer, not at its deadline: no second check.
