@@ -74,7 +74,8 @@ extension LiveServerTests {
             for piece in stride(from: 0, to: token.utf8.count, by: 7) {
                 let end = min(piece + 7, token.utf8.count)
                 try client.send(Array(Array(token.utf8)[piece..<end]))
-                usleep(20_000)
+                // Each piece is read by the server before the next is sent: a read of its own.
+                waitUntil("the server to read the body's piece at \(piece)") { client.serverHasReadAll }
             }
             let response = try client.readResponse()
             #expect(response.status == 200)
@@ -106,7 +107,8 @@ extension LiveServerTests {
             try client.send(
                 "POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
             try client.send("\(String(half, radix: 16))\r\n\(first)\r\n")
-            usleep(20_000)
+            // The first chunk is read by the server before the second is sent.
+            waitUntil("the server to read the first chunk") { client.serverHasReadAll }
             try client.send("\(String(half, radix: 16))\r\n\(second)\r\n0\r\n\r\n")
             let response = try client.readResponse()
             #expect(response.status == 200)

@@ -88,7 +88,90 @@
                 }
                 guard sent > 0 else { throw TestError(description: "send failed: \(errno)") }
                 offset += sent
+                bytesSent += sent
             }
+        }
+
+        /// Bytes this client has sent on the connection so far (`send`).
+        public private(set) var bytesSent = 0
+
+        /// Whether the server has read everything this client sent: the server's socket of this
+        /// connection has received `bytesSent` bytes (`tcpi_bytes_received`) and holds none
+        /// unread (its receive queue), as the kernel's socket diagnostics (sock_diag(7),
+        /// `NETLINK_SOCK_DIAG`) report them for that one socket. `false` while they cannot be read.
+        ///
+        /// A test that sends a request in pieces waits for it after each piece
+        /// (``waitUntil(_:within:sourceLocation:_:)``), so that each piece is a read of its own.
+        public var serverHasReadAll: Bool {
+            guard let (received, unread) = serverSocketQueues() else { return false }
+            return received == UInt64(bytesSent) && unread == 0
+        }
+
+        /// The server's socket of this connection: bytes received, and bytes received but not yet
+        /// read. One `SOCK_DIAG_BY_FAMILY` request for the exact socket (its four-tuple), with
+        /// `INET_DIAG_INFO` (its `tcp_info`).
+        private func serverSocketQueues() -> (received: UInt64, unread: UInt32)? {
+            var local = sockaddr_in()
+            var peer = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let named = withUnsafeMutablePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            }
+            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let peered = withUnsafeMutablePointer(to: &peer) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
+            }
+            guard named == 0, peered == 0 else { return nil }
+            let diag = socket(AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 4)  // NETLINK_SOCK_DIAG
+            guard diag >= 0 else { return nil }
+            defer { Glibc.close(diag) }
+            // struct nlmsghdr (16 bytes) + struct inet_diag_req_v2 (56 bytes), native byte order
+            // but for the ports and addresses (network order, as in sockaddr_in).
+            var request = [UInt8](repeating: 0, count: 72)
+            func put32(_ value: UInt32, at offset: Int) {
+                withUnsafeBytes(of: value) { request.replaceSubrange(offset..<offset + 4, with: $0) }
+            }
+            func put16(_ value: UInt16, at offset: Int) {
+                withUnsafeBytes(of: value) { request.replaceSubrange(offset..<offset + 2, with: $0) }
+            }
+            put32(72, at: 0)  // nlmsg_len
+            put16(20, at: 4)  // SOCK_DIAG_BY_FAMILY
+            put16(1, at: 6)  // NLM_F_REQUEST
+            request[16] = UInt8(AF_INET)  // sdiag_family
+            request[17] = UInt8(IPPROTO_TCP)  // sdiag_protocol
+            request[18] = 1 << (2 - 1)  // idiag_ext: INET_DIAG_INFO
+            put32(UInt32.max, at: 20)  // idiag_states: any
+            // The server's socket: its source is this client's peer, its destination this client.
+            put16(peer.sin_port, at: 24)
+            put16(local.sin_port, at: 26)
+            put32(peer.sin_addr.s_addr, at: 28)
+            put32(local.sin_addr.s_addr, at: 44)
+            put32(UInt32.max, at: 64)  // idiag_cookie: INET_DIAG_NOCOOKIE
+            put32(UInt32.max, at: 68)
+            guard (request.withUnsafeBytes { Glibc.send(diag, $0.baseAddress, $0.count, 0) }) == 72 else { return nil }
+            var reply = [UInt8](repeating: 0, count: 8192)
+            let count = reply.withUnsafeMutableBytes { recv(diag, $0.baseAddress, $0.count, 0) }
+            func get32(_ offset: Int) -> UInt32 {
+                reply[offset..<offset + 4].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }
+            }
+            // nlmsghdr, then struct inet_diag_msg (72 bytes: idiag_rqueue at 16 + 56), then rtattrs.
+            guard count >= 88, reply[4] == 20 else { return nil }
+            let unread = get32(16 + 56)
+            var offset = 16 + 72
+            while offset + 4 <= count {
+                let attributeLength = Int(reply[offset..<offset + 2].withUnsafeBytes { $0.loadUnaligned(as: UInt16.self) })
+                let type = reply[offset + 2..<offset + 4].withUnsafeBytes { $0.loadUnaligned(as: UInt16.self) }
+                guard attributeLength >= 4 else { return nil }
+                // INET_DIAG_INFO: struct tcp_info, whose tcpi_bytes_received is at byte 128.
+                if type == 2, attributeLength >= 4 + 136 {
+                    let received = reply[offset + 4 + 128..<offset + 4 + 136].withUnsafeBytes {
+                        $0.loadUnaligned(as: UInt64.self)
+                    }
+                    return (received, unread)
+                }
+                offset += (attributeLength + 3) & ~3
+            }
+            return nil
         }
 
         /// Sends one request and reads its response (keep-alive unless `Connection: close` is given).
