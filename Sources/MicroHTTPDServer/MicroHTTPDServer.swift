@@ -1,4 +1,5 @@
 import CMicroHTTPD
+import Dispatch
 import ForgePushToken
 import HTTPServing
 import ServerSupport
@@ -279,11 +280,17 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         waitUntil(seconds: seconds) { inFlight.load(ordering: .acquiring) == 0 && openStreams.withLock { $0 } == 0 }
     }
 
+    /// Whether `condition` held within `seconds` of `configuration.clock`, looking every 10 ms (a
+    /// timed wait on the clock for a signal nobody sends: a manual clock's test moves the time, and
+    /// sees the wait begun, between two looks).
     private func waitUntil(seconds: Double, _ condition: () -> Bool) -> Bool {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        let clock = configuration.clock
+        let deadline = clock.now + .milliseconds(Int(seconds * 1000))
+        let never = DispatchSemaphore(value: 0)
         while !condition() {
-            if ContinuousClock.now >= deadline { return false }
-            usleep(10_000)
+            let left = deadline - clock.now
+            if left <= .zero { return false }
+            clock.wait(on: never, for: min(left, .milliseconds(10)))
         }
         return true
     }

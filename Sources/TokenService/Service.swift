@@ -185,11 +185,18 @@ public final class Service: Sendable {
             })
         else { return }
         let closed = DispatchSemaphore(value: 0)
+        let finished = Locked(false)
         DispatchQueue.global().async { [owner] in
             owner.close()
+            finished.withLock { $0 = true }
             closed.signal()
         }
-        if closed.wait(timeout: .now() + .milliseconds(Int(Self.storeCloseSeconds * 1000))) == .timedOut {
+        // On the service's clock (a manual one's wait may end early: the flag and the time decide).
+        let deadline = clock.now + .milliseconds(Int(Self.storeCloseSeconds * 1000))
+        while !finished.withLock({ $0 }), deadline > clock.now {
+            clock.wait(on: closed, for: deadline - clock.now)
+        }
+        if !finished.withLock({ $0 }) {
             log?.log(.warning, "the token's store did not stop within \(Self.storeCloseSeconds) s; stopping without it")
         }
     }

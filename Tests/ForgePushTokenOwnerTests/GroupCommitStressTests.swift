@@ -71,6 +71,9 @@ import Testing
         DispatchQueue.concurrentPerform(iterations: threads) { thread in
             var generator = SeededGenerator(state: seed &+ UInt64(thread))
             for index in 0..<perThread {
+                // Load shaping, not a wait for an event: a seeded pause of 150 to 300 µs now and
+                // then spreads the writes over gatherings; nothing here expects it to let anything
+                // happen (issue 47 keeps it).
                 let pause = UInt32.random(in: 0..<300, using: &generator)
                 if pause > 150 { usleep(pause) }
                 // One write in eight proposes a token that is probably the current one.
@@ -174,6 +177,8 @@ import Testing
             let stopped = DispatchSemaphore(value: 0)
             let stopPause = UInt32.random(in: 0..<3000, using: &stopGenerator)
             DispatchQueue.global().async {
+                // Load shaping: the stop lands at a seeded moment among the writes, wherever
+                // that is; the test asserts every write's answer whatever the moment.
                 usleep(stopPause)
                 store.stop()
                 stopped.signal()

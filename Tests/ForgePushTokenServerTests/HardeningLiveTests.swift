@@ -187,12 +187,15 @@ extension LiveServerTests {
                 #expect(try client.readResponse().status == 431)
             }
             // Waits for the events, not for a time: the server closed the clients above, accepted
-            // this one (its partial head is in the socket before the reset), and closed it after it.
+            // this one and read its partial head (its marked request line, which libmicrohttpd
+            // hands to the URI callback in the run that reads it) before the reset, and closed it
+            // after it. Without the read, the test could pass with the reset racing the head.
             let limiter = live.server.limiter
             waitUntil("the clients above closed (\(limiter.openCount) open)") { limiter.openCount == 0 }
             let reset = try live.client()
             try reset.send("GET /a%2Fb HTTP/1.1\r\n")
             waitUntil("the connection to reset accepted") { limiter.openCount == 1 }
+            waitUntil("the server to read the partial head") { reset.serverHasReadAll }
             reset.reset()
             waitUntil("the reset connection closed by the server") { limiter.openCount == 0 }
             #expect(try live.request("GET", "/token").status == 200)

@@ -38,7 +38,7 @@ final class LiveServer {
             store: store,
             settings: Service.Settings(
                 authentication: authentication, crossOrigin: crossOrigin, accessLog: accessLog,
-                maxSubscribers: configuration.maxSubscribers),
+                maxSubscribers: configuration.maxSubscribers, clock: configuration.clock),
             log: log)
         self.service = service
         owner = service.owner
@@ -68,3 +68,6 @@ final class LiveServer {
         return try client.request(method, target, body: body, headers: headers)
     }
 }
+
+/// The project's manual clock, read by the engine and the service through `ServerClock.manual(_:)`.
+extension ManualServerClock: ServerTimeSource {}

@@ -21,26 +21,56 @@ extension LiveServerTests {
     /// hold the shutdown.
     @Suite("A stop with writes in flight")
     struct StopTests {
-        /// The most the shutdown may take after the drain: the engine's grace period, with room for
-        /// a slow (sanitized) run; what it guards against is the abort, or a wait on the store.
-        static let shutdownBound = Duration.seconds(4.5)
+        /// Runs the shutdown of `live` on another thread with the service's and the engine's clock
+        /// `clock`, moving the clock 100 ms at a time, each time once the shutdown waits on it again
+        /// (or has ended): returns how far the clock moved, to within the last 100 ms step. No
+        /// wall time is read: the whole shutdown after the drain takes at most the grace period
+        /// (3 s) of the clock, whatever the store is doing, and that is exact here.
+        static func shutdown(_ live: LiveServer, on clock: ManualServerClock) -> Duration {
+            let ended = Locked(false)
+            let (service, server) = (live.service, live.server)
+            DispatchQueue.global().async {
+                service.shutdown(engine: server)
+                ended.withLock { $0 = true }
+            }
+            let start = clock.elapsed
+            var mark = 0
+            while true {
+                var over = false
+                // A wait begun after the last advance is asleep: the shutdown has looked at the
+                // time since, and needs more of it.
+                guard
+                    waitUntil("the shutdown to wait on the clock, or end", {
+                        over = ended.withLock { $0 }
+                        return over || clock.isWaiting(after: mark)
+                    })
+                else { break }
+                if over { break }
+                mark = clock.waitsBegun
+                clock.advance(by: .milliseconds(100))
+            }
+            return clock.elapsed - start
+        }
 
         @Test(
             "writes the store never answers (a hung Redis) are answered 503 store_unavailable; the stop ends",
             arguments: [true, false])
         func hungStore(detached: Bool) throws {
             let store = ScriptedStore(answering: .whenReleased)
-            let live = try LiveServer(store: store, accessLog: false) { $0.detachesStreams = detached }
+            let clock = ManualServerClock()
+            let live = try LiveServer(store: store, accessLog: false) {
+                $0.detachesStreams = detached
+                $0.clock = .manual(clock)
+            }
             let writers = try (0..<3).map { _ in try live.client() }
             defer { for writer in writers { writer.close() } }
             for (index, writer) in writers.enumerated() {
                 try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabc\(index)")
             }
             waitUntil("the writes to reach the store") { store.heldCount == 3 }
-            let start = ContinuousClock.now
-            live.service.shutdown(engine: live.server)
-            let took = ContinuousClock.now - start
-            #expect(took < Self.shutdownBound, "the shutdown took \(took)")
+            // The grace period less its last second for the writes, then their answers and the store.
+            let took = Self.shutdown(live, on: clock)
+            #expect(took >= .seconds(2) && took <= .seconds(3), "the shutdown took \(took) of the clock")
             for writer in writers {
                 let answer = try writer.readResponse(method: "POST")
                 #expect(answer.status == 503)
@@ -59,15 +89,18 @@ extension LiveServerTests {
         func slowStore(detached: Bool) throws {
             let store = SlowStoppingStore(answering: .after(.seconds(30)))
             defer { store.finishStopping() }
-            let live = try LiveServer(store: store, accessLog: false) { $0.detachesStreams = detached }
+            let clock = ManualServerClock()
+            let live = try LiveServer(store: store, accessLog: false) {
+                $0.detachesStreams = detached
+                $0.clock = .manual(clock)
+            }
             let writer = try live.client()
             defer { writer.close() }
             try writer.send("POST /register HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")
             waitUntil("the write to reach the store") { store.scripted.proposed.count == 1 }
-            let start = ContinuousClock.now
-            live.service.shutdown(engine: live.server)
-            let took = ContinuousClock.now - start
-            #expect(took < Self.shutdownBound, "the shutdown took \(took)")
+            // The grace period less its last second, the answer, then the store's 0.5 s in vain.
+            let took = Self.shutdown(live, on: clock)
+            #expect(took >= .milliseconds(2500) && took <= .seconds(3), "the shutdown took \(took) of the clock")
             let answer = try writer.readResponse(method: "POST")
             #expect(answer.status == 503 && answer.text.contains(#""error":"store_unavailable""#))
             #expect(store.stopCalls.withLock { $0 } == 1)
