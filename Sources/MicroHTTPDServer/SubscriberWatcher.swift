@@ -72,8 +72,11 @@ final class SubscriberWatcher: Sendable {
     /// server's lifetime, which a Dispatch work item must not do).
     /// - Throws: `ServerError.socket` when the thread cannot be made.
     func start() throws(ServerError) {
+        // The periods run from the start (read here, not on the new thread, so that a manual
+        // clock's test that moves the time after `start()` moves it past the first period's start).
+        let started = clock.now
         try LoopThread.detach(name: "fpt-watcher") { [self] in
-            loop()
+            loop(from: started)
             finished.signal()
         }
     }
@@ -98,11 +101,11 @@ final class SubscriberWatcher: Sendable {
         finished.wait()
     }
 
-    private func loop() {
+    private func loop(from started: ContinuousClock.Instant) {
         var events = [epoll_event](repeating: epoll_event(), count: 256)
         let period = Duration.seconds(heartbeatSeconds)
-        var nextTick = clock.now + period
-        var nextTickOfAge = ticks ? clock.now + .milliseconds(tickMilliseconds) : nil
+        var nextTick = started + period
+        var nextTickOfAge = ticks ? started + .milliseconds(tickMilliseconds) : nil
         while true {
             let now = clock.now
             if now >= nextTick {

@@ -79,7 +79,7 @@ extension LiveServerTests {
                 request: "GET /token HTTP/1.1\r\n{ORIGIN}\r\n", status: 400),
         ]
 
-        static func live(crossOrigin: Bool) throws -> LiveServer {
+        static func live(crossOrigin: Bool, clock: ServerClock = .monotonic) throws -> LiveServer {
             try LiveServer(
                 crossOrigin: crossOrigin ? try CrossOriginPolicy(origins: [origin]) : CrossOriginPolicy(),
                 accessLog: false
@@ -87,6 +87,7 @@ extension LiveServerTests {
                 $0.maxBodyBytes = maxBodyBytes
                 $0.maxURLBytes = maxURLBytes
                 $0.headerTimeoutSeconds = 1
+                $0.clock = clock
             }
         }
 
@@ -143,12 +144,18 @@ extension LiveServerTests {
 
         @Test("a body that misses --header-timeout: its 408 carries them; a head that does: Vary alone (no Origin yet)")
         func requestTimeout() throws {
-            let live = try Self.live(crossOrigin: true)
+            // On a manual clock, moved 250 ms (a deadline tick) per look until the answer is there.
+            let clock = ManualServerClock()
+            let live = try Self.live(crossOrigin: true, clock: .manual(clock))
             let body = try live.client()
             defer { body.close() }
             try body.send(
                 "POST /register HTTP/1.1\r\nHost: x\r\nOrigin: \(Self.origin)\r\nContent-Type: text/plain\r\n"
                     + "Content-Length: 10\r\n\r\nab")
+            waitUntil("the 408 for the late body") {
+                clock.advance(by: .milliseconds(250))
+                return body.hasBytesToRead
+            }
             let late = try body.readResponse()
             #expect(late.status == 408 && late.text.contains("request_timeout"), "\(late.text)")
             #expect(late.headers["access-control-allow-origin"] == Self.origin && late.headers["vary"] == "Origin")
@@ -156,6 +163,10 @@ extension LiveServerTests {
             let head = try live.client()
             defer { head.close() }
             try head.send("GET /token HTTP/1.1\r\nHost: x\r\nOrigin: \(Self.origin)\r\n")
+            waitUntil("the 408 for the unfinished head") {
+                clock.advance(by: .milliseconds(250))
+                return head.hasBytesToRead
+            }
             let unfinished = try head.readResponse()
             #expect(unfinished.status == 408)
             #expect(unfinished.headers["access-control-allow-origin"] == nil && unfinished.headers["vary"] == "Origin")

@@ -39,16 +39,19 @@ extension LiveServerTests {
         }
 
         @Test(arguments: [true, false]) func heartbeatWhileIdle(detached: Bool) throws {
+            let clock = ManualServerClock()
             let live = try LiveServer {
                 $0.heartbeatSeconds = 1
                 $0.detachesStreams = detached
+                $0.clock = .manual(clock)
             }
             let stream = try openStream(live)
             defer { stream.close() }
             _ = try stream.readStream(until: "\n\n")
-            // A keep-alive comes next, with no change posted. Its period is checked against the
-            // release binary (e2e/hardening_test.py counts heartbeats per second), not here, where
-            // the sanitizers and parallel suites stretch any timing.
+            // A keep-alive comes next, with no change posted, once a period has passed on the
+            // clock. Its real period is checked against the release binary (e2e/hardening_test.py
+            // counts heartbeats per second).
+            clock.advance(by: .seconds(1))
             #expect(try stream.readStream(until: ": keep-alive\n\n") == ": keep-alive\n\n")
         }
 

@@ -221,10 +221,16 @@ import Testing
 
     @Test("the heartbeat: the engine ticks the application every heartbeat period")
     func heartbeat() throws {
-        let live = try FakeServer(application: FakeApplication(ticks: true))
-        waitUntil(#"live.application.heartbeats.value >= 1 && live.application.seconds.value >= 1"#) {
-            live.application.heartbeats.value >= 1 && live.application.seconds.value >= 1
+        // On a manual clock: one heartbeat per second of it (the period here), no more.
+        let clock = ManualServerClock()
+        let live = try FakeServer(application: FakeApplication(ticks: true)) { $0.clock = .manual(clock) }
+        clock.advance(by: .seconds(1))
+        waitUntil(#"live.application.heartbeats.value == 1 && live.application.seconds.value >= 1"#) {
+            live.application.heartbeats.value == 1 && live.application.seconds.value >= 1
         }
+        clock.advance(by: .seconds(1))
+        waitUntil(#"live.application.heartbeats.value == 2"#) { live.application.heartbeats.value == 2 }
+        #expect(live.application.heartbeats.value == 2)
     }
 
     @Test("a connection over --max-connections is refused and recorded as the engine's event")

@@ -174,6 +174,13 @@
             return nil
         }
 
+        /// Whether bytes are there to read (buffered, or in the socket: poll(2) without waiting).
+        public var hasBytesToRead: Bool {
+            if !buffer.isEmpty { return true }
+            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            return poll(&descriptor, 1, 0) > 0
+        }
+
         /// Sends one request and reads its response (keep-alive unless `Connection: close` is given).
         public func request(_ method: String, _ target: String, body: [UInt8] = [], headers: [String: String] = [:])
             throws
