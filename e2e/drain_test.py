@@ -144,6 +144,7 @@ def during_the_window(binary, port, pid, pipe):
     the parent, which timestamps every stream's end, is never held up by it)."""
     results = {}
     try:
+        # A second into the window (10 s; real clock), not at its edge: what a draining service answers.
         time.sleep(1.0)
         status, _, body = request(port, "GET", "/readyz")
         results["readyz"] = (status, body)
@@ -163,6 +164,7 @@ def during_the_window(binary, port, pid, pipe):
         text = body.decode()
         results["metrics"] = (status, metric_value(text, "forge_push_token_draining"),
                               metric_value(text, 'forge_push_token_streams_ended_total{reason="drain"}'))
+        # Some 3 s into the window, while streams are still being ended: the SIGHUP must change nothing.
         time.sleep(2.0)
         os.kill(pid, signal.SIGHUP)  # changes nothing about the drain
         results["sighup_at"] = time.monotonic()
@@ -279,10 +281,12 @@ def nothing_to_drain(binary):
     try:
         signalled = time.monotonic()
         os.kill(server.pid, signal.SIGTERM)
+        # The SIGTERM handled (a real-clock gap: the drain has begun, well before its end).
         time.sleep(0.25)
         early = request(server.port, "POST", "/register", body=token_hex(6, 1).encode(),
                         headers={"Content-Type": "application/x-www-form-urlencoded"})[0]
         ready = request(server.port, "GET", "/readyz")[0]
+        # Until 0.5 s before the window ends: writes are still served at its end (real-clock contract).
         time.sleep(max(0, signalled + seconds - 0.5 - time.monotonic()))
         late = request(server.port, "POST", "/register", body=token_hex(6, 2).encode(),
                        headers={"Content-Type": "application/x-www-form-urlencoded"})[0]

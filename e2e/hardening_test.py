@@ -642,7 +642,7 @@ def auth_non_loopback_warning():
     for host in ("0.0.0.0", "::"):
         s = FIX.start(["--host", host, "--port", "0"])
         try:
-            time.sleep(0.1)
+            # No wait: the startup warnings are written before the `listening` line start() waited for.
             lines = [line for line in s.stderr().splitlines() if " warning " in line and "auth" in line]
             check(lines, "--host %s without --auth-token logged no warning; stderr %r" % (host, s.stderr()))
             note("%s: %s" % (host, lines[0]))
@@ -650,14 +650,13 @@ def auth_non_loopback_warning():
             s.stop()
     s = FIX.start(["--host", "0.0.0.0", "--port", "0", "--auth-token", TOKEN])
     try:
-        time.sleep(0.1)
+        # No wait: the startup warnings are written before the `listening` line start() waited for.
         check("without --auth-token" not in s.stderr(), "warning about a missing token although one is set: %r"
               % s.stderr())
     finally:
         s.stop()
     s = FIX.start(["--host", HOST, "--port", "0"])
     try:
-        time.sleep(0.1)
         check(" warning " not in s.stderr(), "loopback without a token logged a warning: %r" % s.stderr())
     finally:
         s.stop()
@@ -1129,6 +1128,7 @@ def limit_idle_stream_exempt():
     stream = Stream(s)
     try:
         version, _ = stream.next_event()
+        # A stream silent for 4 s, past --idle-timeout 2 and before --heartbeat 5: the idle-timeout contract.
         time.sleep(4)
         hex_text = token_hex(0x1D1F)
         check(s.register(hex_text)[0] == 200, "register")
@@ -1187,6 +1187,7 @@ def limit_slowloris():
             check(r.status == 200, "GET /token during the attack answered %r" % r)
             times.append(elapsed)
             check(elapsed < 1, "GET /token during the attack took %.2f s (try %d)" % (elapsed, len(times)))
+            # Pacing: a GET every 200 ms during the attack.
             time.sleep(0.2)
         stop.set()
         thread.join(3)

@@ -369,6 +369,7 @@ def deadline_keep_alive():
             sock.sendall(request)
             status, data = read_one(sock)
             check(status == 200, "first request answered %r" % data[:200])
+        # The real-clock contract above: idle past --header-timeout and a look, under --idle-timeout.
         time.sleep(4.5)
         for number, sock in enumerate(socks):
             sock.sendall(request)
@@ -403,6 +404,7 @@ def deadline_stream_exempt():
     try:
         check(stream.status == 200, "stream answered %s" % stream.status)
         stream.next_event()
+        # Open 4 s, twice --header-timeout (real clock): the deadline does not apply to an answered stream.
         time.sleep(4)
         hex_text = "%08x" % 0x40000408
         status, data = register(s.port, hex_text)

@@ -215,6 +215,7 @@ class Run:
     def client_loop(self, replica):
         while not self.stop_clients[replica].is_set() and not self.done.is_set():
             self.write(replica, self.new_token())
+            # Pacing: about ten writes a second per client, for the whole scenario.
             time.sleep(0.1)
 
     def stream_loop(self, replica):
@@ -227,6 +228,7 @@ class Run:
                     if event_id is not None and data:
                         self.saw(int(event_id), json.loads(data)["token"])
             except (Failure, OSError, ValueError):
+                # Pacing a reconnection after a broken stream (the replica may be restarting).
                 time.sleep(0.1)
 
     def saw(self, version, token):
@@ -270,6 +272,7 @@ class Run:
                 if newer and not self.allowed(asked):
                     self.stale.append("%.2f s: A served version %d while Redis held %d 0.5 s before"
                                       % (asked - self.t0, tokens[served], max(newer)))
+            # Pacing: the sampler compares a read with Redis every 100 ms.
             time.sleep(0.1)
 
     def allowed(self, at):
@@ -296,6 +299,7 @@ class Run:
             for _ in range(2):
                 self.spawn(self.client_loop, replica)
         self.spawn(self.sampler)
+        # Load before the fault: the scenario's writes and streams run for 1.5 s first.
         time.sleep(1.5)
         if self.name == "noscript-batch":
             self.noscript_batch()
@@ -373,6 +377,7 @@ class Run:
         self.window_start = time.monotonic()
         self.stop_clients["A"].set()
         self.stop_clients["B"].set()
+        # The clients' last writes (0.1 s apart) end before the fault is armed.
         time.sleep(0.5)
         a = self.proxies["A"]
         a.arm("EVALSHA", "slow", slow_seconds=1.2)
@@ -415,6 +420,7 @@ class Run:
         is answered within 2 s of being sent."""
         self.stop_clients["A"].set()
         self.stop_clients["B"].set()
+        # The clients' last writes (0.1 s apart) end before Redis is stopped.
         time.sleep(0.5)
         self.window_start = time.monotonic()
         self.redis.signal(signal.SIGSTOP)
@@ -422,6 +428,7 @@ class Run:
             writers = []
             for n in range(6):
                 writers.append(self.spawn(self.write, "A", self.new_token()))
+                # The writes are queued 0.2 s apart (the scenario: each answered within 2 s of its own send).
                 time.sleep(0.2)
             for thread in writers:
                 thread.join(12)

@@ -377,6 +377,7 @@ def concurrent_writes(cluster, per_thread=230, threads_per_replica=3):
     final_id = final[0]
     check(final_id - start_version == changed[0],
           "%d changed:true answers but the version went from %d to %d" % (changed[0], start_version, final_id))
+    # Streams and reads go on for 0.5 s after the replicas agree (a late change would show there).
     time.sleep(0.5)
     stop.set()
     for t in readers:

@@ -239,11 +239,13 @@ class _Link:
                     if entry[1] == "truncated":
                         with self.lock:
                             self._send_client(frame[:max(1, len(frame) // 2)])
+                        # The half frame reaches the client before the reset (the fault: a reply cut mid-way).
                         time.sleep(0.05)
                         self.reset()
                         self.proxy.ended()
                         return
                     if entry[1] == "slow":
+                        # The fault itself: the reply held for the scenario's slow_seconds.
                         time.sleep(self.proxy.slow_seconds)
                         self.proxy.ended()
                     with self.lock:
@@ -325,6 +327,7 @@ class FaultProxy:
                 if self.listener is not None:
                     self.listener.close()
                     self.listener = None
+                # Pacing: refusing connections until _refused_until, looking every 20 ms.
                 time.sleep(0.02)
                 continue
             if self.listener is None:

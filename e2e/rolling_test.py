@@ -102,6 +102,7 @@ class DocsNginx:
         os.kill(self.proc.pid, signal.SIGHUP)
         # The master re-reads the file and starts new workers; old workers keep their connections
         # (the streams of the replica leaving) until those end.
+        # nginx's master starts new workers after SIGHUP; no event to wait for from outside.
         time.sleep(0.3)
 
     def take_out(self, port):

@@ -53,6 +53,7 @@ class Client(threading.Thread):
             if status != 200:
                 self.refused.append((status, answer[:200], token == self.token()))
             n += 1
+            # Pacing: about a hundred writes a second during the rotation.
             time.sleep(0.01)
 
 

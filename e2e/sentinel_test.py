@@ -213,6 +213,7 @@ def failover(binary, certificates=None):
             n = 0
             while not stop.is_set():
                 if paused.is_set():
+                    # Pausing while the test holds the writers (paused), looking every 5 ms.
                     time.sleep(0.005)
                     continue
                 n += 1
@@ -222,11 +223,13 @@ def failover(binary, certificates=None):
                 except OSError as error:
                     status, body = None, {"error": str(error)}
                 results[index].append((started, time.monotonic(), status, body))
+                # Pacing: about fifty writes a second per writer.
                 time.sleep(0.02)
 
         writers = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(3)]
         for thread in writers:
             thread.start()
+        # Load before the failover: the writers run for a second first.
         time.sleep(1)
         listener = SwitchListener(sentinels[0].port, certificates)
         listener.start()

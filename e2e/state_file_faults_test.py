@@ -277,6 +277,7 @@ def one_run(name, binary, faultfs, workdir, report):
                     (status, _, _), took = timed(server.request, "GET", "/healthz", None, None, 5)
                     reads["worst"] = max(reads["worst"], took)
                     check(status == 200, "GET /healthz answered %s" % status)
+                    # Pacing: the reader looks every 50 ms during the fault.
                     time.sleep(0.05)
             except BaseException as error:  # reported by the run
                 reads["error"] = error
@@ -322,6 +323,7 @@ def one_run(name, binary, faultfs, workdir, report):
 
         writer = threading.Thread(target=last_write, daemon=True)
         writer.start()
+        # The last write reaches the server (it hangs in the fsync) before the SIGTERM.
         time.sleep(0.2)
         signalled = time.monotonic()
         os.kill(server.pid, signal.SIGTERM)

@@ -352,6 +352,7 @@ def crash_iterations(binary, workdir, iterations, rng, threads):
             for poster in posters:
                 poster.start()
             delay = rng.uniform(0.050, 0.400)
+            # The kill's moment, random among the writes (the crash test's point; its rng is seeded).
             time.sleep(delay)
             server.kill()
             killed = time.monotonic()

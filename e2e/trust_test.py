@@ -194,6 +194,7 @@ def huge_replies(binary, redis):
             def sample():
                 while not stop.is_set():
                     peak[0] = max(peak[0], rss_kb(server.pid))
+                    # Pacing: the RSS sampler reads /proc every 5 ms.
                     time.sleep(0.005)
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
@@ -370,6 +371,7 @@ def rogue_sentinel(binary):
                 rogue.subscribers[0].sendall(frame)
             status, _, _ = write(server.port, token_hex(0x5F, index + 1))
             refused += status != 200
+            # Pacing: a hundred writes, 10 ms apart, among the rogue frames.
             time.sleep(0.01)
         wait_until(lambda: ignored(server.port, "unvouched") >= before + 20, 15,
                    what="20 switches to a replica that is not a master counted")
