@@ -43,7 +43,8 @@ let package = Package(
 
         // What the server's modules share and an app never needs (the app library stays free of
         // it): the per-thread locks (`PerThreadLocked`), the engine's wake batching (`WakeBatch`),
-        // the one server log value (`ServerLog`, its level and its JSON lines), the Prometheus
+        // the server's one clock (`ServerClock`), the one server log value (`ServerLog`, its level
+        // and its JSON lines), the Prometheus
         // text format, the JSON body encoder and string escaper, time helpers (`Duration`
         // conversions, `httpDate`), `writeAll` and the system error text. swift-system's and
         // swift-log's role; pure Swift over ForgePushToken (for `Locked`).
