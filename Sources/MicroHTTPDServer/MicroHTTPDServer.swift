@@ -115,7 +115,7 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     @discardableResult
     public func start() throws(ServerError) -> String {
         let socket = try ListeningSocket.bind(host: configuration.host, port: configuration.port)
-        let logger = LoggerHandle(log: log)
+        let logger = LoggerHandle(log: log, clock: configuration.clock)
         // No MHD_USE_INTERNAL_POLLING_THREAD: each daemon is driven by a DaemonLoop (see there why).
         var flags = MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
         if socket.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
@@ -355,9 +355,9 @@ struct TLSMemory: @unchecked Sendable {
 struct LoggerHandle: @unchecked Sendable {
     let pointer: UnsafeMutablePointer<fpt_logger>
 
-    init(log: ServerLog) {
+    init(log: ServerLog, clock: ServerClock) {
         pointer = .allocate(capacity: 1)
-        let box = Unmanaged.passRetained(LogBox(log: log)).toOpaque()
+        let box = Unmanaged.passRetained(LogBox(log: log, clock: clock)).toOpaque()
         pointer.initialize(to: fpt_logger(callback: mhdLog, cls: box))
     }
 
@@ -373,7 +373,12 @@ final class LogBox: Sendable {
     /// pool): at most `warningsPerSecond` a second reach the log, then one line says how many were
     /// left out (attack finding: 2,000 broken requests wrote 2,000 lines in 0.3 s).
     let limiter = Locked(LineBudget())
-    init(log: ServerLog) { self.log = log }
+    /// `ServerConfiguration.clock`: when a second of warnings begins.
+    let clock: ServerClock
+    init(log: ServerLog, clock: ServerClock) {
+        self.log = log
+        self.clock = clock
+    }
 
     /// The most libmicrohttpd warnings written in one second.
     static let warningsPerSecond = 10
@@ -413,8 +418,12 @@ struct LineBudget: Sendable {
 /// response whose client left before it was sent ("Failed to send the ...") at debug level, as
 /// they are routine, not faults (10,000 departing subscribers made 10,000 warnings).
 ///
-/// Warnings are limited to `LogBox.warningsPerSecond` a second through `limiter` (when given).
-func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil) {
+/// Warnings are limited to `LogBox.warningsPerSecond` a second of `clock` through `limiter` (when
+/// given).
+func logLibraryMessage(
+    _ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil,
+    clock: ServerClock = .monotonic
+) {
     // A client that leaves mid-response: routine for event streams (and not the service's fault).
     // The line libmicrohttpd logs for each connection the engine hands over (`DetachedStream`).
     if strncmp(message, "Application reported internal error", 35) == 0, takeExpectedHandOverLine() { return }
@@ -426,7 +435,7 @@ func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog, limit
     var text = String(cString: message)
     while let last = text.last, last.isWhitespace { text.removeLast() }
     if let limiter, level >= .warning {
-        let now = ContinuousClock.now
+        let now = clock.now
         guard let leftOut = limiter.withLock({ $0.admit(at: now, perSecond: LogBox.warningsPerSecond) })
         else { return }
         if leftOut > 0 { text += " (\(leftOut) more libmicrohttpd warnings left out before this one)" }

@@ -37,7 +37,7 @@ public struct ServerClock: Sendable, Equatable {
     }
 
     /// Whether this is `monotonic`.
-    public var isMonotonic: Bool { source == nil }
+    @inlinable public var isMonotonic: Bool { source == nil }
 
     /// Now on this clock.
     @inlinable public var now: ContinuousClock.Instant {
