@@ -145,25 +145,28 @@ extension Daemon {
         // application reads it.
         let origin = facts.scan.fields.string(capture.origin, name: "Origin", on: call.connection)
         let limit = server.configuration.maxBodyBytes
+        // The request's duration runs from here (read before the admission: read between the
+        // admission's payload and the context made from it, the time cost a copy of the payload).
+        let started = clock.now
         let context: RequestContext
         let decided: RequestStateMachine.Head
         if let refusal = flaw.flatMap({ targetRefusal($0, limit: maxURLBytes) }) ?? facts.framingRefusal {
             // Not admitted: no label (the application may go by the path).
             context = RequestContext(
                 method: method, path: path, chunked: facts.chunked, origin: origin, crossOrigin: traits.crossOrigin,
-                limit: limit, started: clock.now)
+                limit: limit, started: started)
             decided = .refused(refusal)
         } else {
             switch application.admit(head) {
             case .answer(let response, let label):
                 context = labelledType.init(
                     label: label, method: method, path: path, chunked: facts.chunked, origin: origin,
-                    crossOrigin: traits.crossOrigin, limit: limit, started: clock.now)
+                    crossOrigin: traits.crossOrigin, limit: limit, started: started)
                 decided = .refused(response)
             case .proceed(let admitted, let label):
                 context = admittedType.init(
                     admitted: admitted, label: label, method: method, path: path, chunked: facts.chunked,
-                    origin: origin, crossOrigin: traits.crossOrigin, limit: limit, started: clock.now)
+                    origin: origin, crossOrigin: traits.crossOrigin, limit: limit, started: started)
                 decided = cachedRead ? .cachedRead : .admitted
             }
         }

@@ -1,4 +1,5 @@
 import Dispatch
+import ForgePushToken
 
 /// The server's one clock: every decision of the engine, the token service and the Redis store
 /// that depends on time (a request deadline passed, a tick or heartbeat due, a stream too old or
@@ -16,33 +17,51 @@ import Dispatch
 /// (`RequestDeadline`, `DrainSchedule`, the detached streams) need no generic parameter; a manual
 /// source starts at some real instant and moves from there.
 ///
-/// Cost: `now` is one test of an optional reference before `ContinuousClock.now` (inlinable; no
-/// existential call with the monotonic clock).
+/// Cost: a `ServerClock` is a plain value, one integer (0 for `monotonic`, else the number of its
+/// manual source in a process-wide list that keeps each source for the process's life: tests make
+/// a few dozen), so that copying it retains nothing; `now` is one test of that integer before
+/// `ContinuousClock.now` (inlinable; no existential call with the monotonic clock).
 ///
-/// Thread-safety: a value of `Sendable` parts; `now` and `wait` may be called from any thread.
+/// Thread-safety: a plain `Sendable` value; `now` and `wait` may be called from any thread (the
+/// list of manual sources is behind its own lock, taken only by manual clocks).
 public struct ServerClock: Sendable, Equatable {
-    /// The manual source; `nil` for the monotonic clock.
-    @usableFromInline let source: (any ServerTimeSource)?
+    /// 0 for the monotonic clock, else the manual source's place in `manualSources` plus one.
+    @usableFromInline let number: Int
 
     /// `ContinuousClock` and Dispatch's timed waits: the server's clock outside tests.
-    public static let monotonic = ServerClock(source: nil)
+    public static let monotonic = ServerClock(number: 0)
 
-    /// A clock that reads `source` and waits on it (tests).
+    /// A clock that reads `source` and waits on it (tests). Each call makes a new clock (equal to
+    /// no other), and keeps `source` for the process's life.
     public static func manual(_ source: any ServerTimeSource) -> ServerClock {
-        ServerClock(source: source)
+        ServerClock(
+            number: manualSources.withLock { sources in
+                sources.append(source)
+                return sources.count
+            })
     }
 
-    private init(source: (any ServerTimeSource)?) {
-        self.source = source
+    private init(number: Int) {
+        self.number = number
     }
 
     /// Whether this is `monotonic`.
-    @inlinable public var isMonotonic: Bool { source == nil }
+    @inlinable public var isMonotonic: Bool { number == 0 }
 
     /// Now on this clock.
     @inlinable public var now: ContinuousClock.Instant {
-        if let source { return source.now }
-        return .now
+        if number == 0 { return .now }
+        return manualNow()
+    }
+
+    /// The manual source's time (not inlined: tests only).
+    @usableFromInline func manualNow() -> ContinuousClock.Instant {
+        source.map(\.now) ?? .now
+    }
+
+    /// The manual source, or `nil` for the monotonic clock.
+    private var source: (any ServerTimeSource)? {
+        number == 0 ? nil : manualSources.withLock { $0[number - 1] }
     }
 
     /// Waits until `signal` is signalled or `duration` has passed on this clock, whichever comes
@@ -60,21 +79,15 @@ public struct ServerClock: Sendable, Equatable {
     /// `duration` away on this clock: `duration` itself on the monotonic clock, at most
     /// `manualLookInterval` on a manual one (whose time moves without waking the loop).
     @inlinable public func realTimeout(for duration: Duration) -> Duration {
-        source == nil ? duration : min(duration, Self.manualLookInterval)
+        number == 0 ? duration : min(duration, Self.manualLookInterval)
     }
 
     /// How often, in real time, a loop on a manual clock looks at the time again: 10 ms.
     public static let manualLookInterval: Duration = .milliseconds(10)
-
-    /// Equal when both are `monotonic`, or both read the same source object.
-    public static func == (lhs: ServerClock, rhs: ServerClock) -> Bool {
-        switch (lhs.source, rhs.source) {
-        case (nil, nil): return true
-        case (let left?, let right?): return left === right
-        default: return false
-        }
-    }
 }
+
+/// The sources of the manual clocks made so far (`ServerClock.manual(_:)`), in order.
+private let manualSources = Locked<[any ServerTimeSource]>([])
 
 /// What a manual `ServerClock` reads: a time that moves only when its owner (a test) says. The
 /// project's is Tests/TestSupport's `ManualServerClock`.
