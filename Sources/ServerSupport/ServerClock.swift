@@ -50,7 +50,7 @@ public struct ServerClock: Sendable, Equatable {
 
     /// Now on this clock.
     @inlinable public var now: ContinuousClock.Instant {
-        if number == 0 { return .now }
+        if number == 0 { return ContinuousClock.now }
         return manualNow()
     }
 
