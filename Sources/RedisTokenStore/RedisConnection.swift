@@ -82,19 +82,16 @@ public enum RedisConnectionError: Error, Sendable, Equatable, CustomStringConver
     }
 }
 
-/// The Redis store's time in seconds, on the service's one clock (`ContinuousClock`): the store's
+/// The Redis store's time in seconds, on the server's one clock (`ServerClock`): the store's
 /// state machine (`RedisLinkStateMachine`) is a plain value that is handed the time, in seconds,
 /// with every event. Counted from an origin 10^6 s before the first reading, so that a mark the
 /// machine starts at 0 ("never") is long past, as it was with the system's uptime. Only compared
 /// within this process (deadlines, intervals), never sent anywhere.
-func monotonicSeconds() -> Double {
-    clockOrigin.duration(to: .now).inSeconds
-}
-
-/// `monotonicSeconds()` read on `clock` (`RedisTokenStore.Configuration.clock`): the same origin,
-/// so that the monotonic clock gives `monotonicSeconds()` and a test's manual clock, made at some
-/// real instant, gives seconds on the same base that move only when the test says.
-func monotonicSeconds(on clock: ServerClock) -> Double {
+///
+/// Read on `clock` (`RedisTokenStore.Configuration.clock`; the monotonic clock by default): a
+/// test's manual clock, made at some real instant, gives seconds on the same base that move only
+/// when the test says.
+func monotonicSeconds(on clock: ServerClock = .monotonic) -> Double {
     clockOrigin.duration(to: clock.now).inSeconds
 }
 
@@ -302,7 +299,8 @@ final class RedisConnection {
             let milliseconds = min(remaining * 1000, 60_000).rounded(.up)
             try waitAndRead(
                 milliseconds: clock.isMonotonic
-                    ? Int32(milliseconds) : min(Int32(milliseconds), clock.realTimeout(for: .seconds(1)).timeoutMilliseconds))
+                    ? Int32(milliseconds)
+                    : min(Int32(milliseconds), clock.realTimeout(for: .seconds(1)).timeoutMilliseconds))
         }
     }
 

@@ -35,7 +35,7 @@ public struct ServerClock: Sendable, Equatable {
     /// no other), and keeps `source` for the process's life.
     public static func manual(_ source: any ServerTimeSource) -> ServerClock {
         ServerClock(
-            number: manualSources.withLock { sources in
+            number: Self.manualSources.withLock { sources in
                 sources.append(source)
                 return sources.count
             })
@@ -61,7 +61,7 @@ public struct ServerClock: Sendable, Equatable {
 
     /// The manual source, or `nil` for the monotonic clock.
     private var source: (any ServerTimeSource)? {
-        number == 0 ? nil : manualSources.withLock { $0[number - 1] }
+        number == 0 ? nil : Self.manualSources.withLock { $0[number - 1] }
     }
 
     /// Waits until `signal` is signalled or `duration` has passed on this clock, whichever comes
@@ -84,10 +84,11 @@ public struct ServerClock: Sendable, Equatable {
 
     /// How often, in real time, a loop on a manual clock looks at the time again: 10 ms.
     public static let manualLookInterval: Duration = .milliseconds(10)
-}
 
-/// The sources of the manual clocks made so far (`ServerClock.manual(_:)`), in order.
-private let manualSources = Locked<[any ServerTimeSource]>([])
+    /// The sources of the manual clocks made so far (`manual(_:)`), in order. A leaf lock: a
+    /// source is read after it is released.
+    private static let manualSources = Locked<[any ServerTimeSource]>([])
+}
 
 /// What a manual `ServerClock` reads: a time that moves only when its owner (a test) says. The
 /// project's is Tests/TestSupport's `ManualServerClock`.

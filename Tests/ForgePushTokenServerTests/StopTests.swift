@@ -39,12 +39,11 @@ extension LiveServerTests {
                 var over = false
                 // A wait begun after the last advance is asleep: the shutdown has looked at the
                 // time since, and needs more of it.
-                guard
-                    waitUntil("the shutdown to wait on the clock, or end", {
-                        over = ended.withLock { $0 }
-                        return over || clock.isWaiting(after: mark)
-                    })
-                else { break }
+                let looked = waitUntil("the shutdown to wait on the clock, or end") {
+                    over = ended.withLock { $0 }
+                    return over || clock.isWaiting(after: mark)
+                }
+                guard looked else { break }
                 if over { break }
                 mark = clock.waitsBegun
                 clock.advance(by: .milliseconds(100))

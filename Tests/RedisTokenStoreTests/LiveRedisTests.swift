@@ -272,7 +272,9 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         }
         let refusedAtOnce = outcomes.withLock { $0.filter { $0 == .unavailable(reason: "Redis: unreachable") }.count }
         #expect(refusedAtOnce >= 2)
-        func unknowns() -> Int { outcomes.withLock { $0.filter { if case .unknown = $0 { true } else { false } }.count } }
+        func unknowns() -> Int {
+            outcomes.withLock { $0.filter { if case .unknown = $0 { true } else { false } }.count }
+        }
         // 1.9 s of the clock: the deadline thread has looked at the time and sleeps again, and no
         // write is answered yet.
         clock.advance(by: .milliseconds(1900))
@@ -528,7 +530,8 @@ func hash(_ connection: RedisConnection, _ key: String) throws -> [String: Strin
         // A write goes through the same queue as the checks the refreshes asked for, after them.
         #expect(a.commit("ab") == .applied(TokenState(version: 1, token: "ab")))
         // On a frozen clock the bound is exact: one check at once, the rest kept for later.
-        #expect(try scriptCalls(client) - before - 1 == 1, "1000 refreshes on a frozen clock: one check, not one per call")
+        #expect(
+            try scriptCalls(client) - before - 1 == 1, "1000 refreshes on a frozen clock: one check, not one per call")
         // 100 ms later on the clock (and a microsecond: the link's seconds are `Double`s near
         // 10^6, rounded), the one kept for later, at the subscription's next tick.
         clock.advance(by: .microseconds(100_001))

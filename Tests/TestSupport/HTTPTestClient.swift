@@ -122,7 +122,8 @@
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
             }
             guard named == 0, peered == 0 else { return nil }
-            let diag = socket(AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 4)  // NETLINK_SOCK_DIAG
+            // Protocol 4: NETLINK_SOCK_DIAG.
+            let diag = socket(AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 4)
             guard diag >= 0 else { return nil }
             defer { Glibc.close(diag) }
             // struct nlmsghdr (16 bytes) + struct inet_diag_req_v2 (56 bytes), native byte order
@@ -159,7 +160,8 @@
             let unread = get32(16 + 56)
             var offset = 16 + 72
             while offset + 4 <= count {
-                let attributeLength = Int(reply[offset..<offset + 2].withUnsafeBytes { $0.loadUnaligned(as: UInt16.self) })
+                let attributeLength = Int(
+                    reply[offset..<offset + 2].withUnsafeBytes { $0.loadUnaligned(as: UInt16.self) })
                 let type = reply[offset + 2..<offset + 4].withUnsafeBytes { $0.loadUnaligned(as: UInt16.self) }
                 guard attributeLength >= 4 else { return nil }
                 // INET_DIAG_INFO: struct tcp_info, whose tcpi_bytes_received is at byte 128.

@@ -252,7 +252,8 @@ final class RecordingEngine: ServiceEngine {
 /// ../shared/spec/deploy.md.
 @Suite struct ServiceShutdownTests {
     func service(drainSeconds: Int, clock: ServerClock = .monotonic) -> Service {
-        Service(store: MemoryTokenStore(), settings: .init(maxSubscribers: 64, drainSeconds: drainSeconds, clock: clock))
+        Service(
+            store: MemoryTokenStore(), settings: .init(maxSubscribers: 64, drainSeconds: drainSeconds, clock: clock))
     }
 
     @Test("without a drain: streams end (shutdown), then quiesce, the grace period, stop; readiness says shutting_down")
