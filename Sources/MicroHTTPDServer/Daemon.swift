@@ -23,14 +23,21 @@ class DaemonContext: @unchecked Sendable {
     let limiter: ConnectionLimiter
     /// `ServerConfiguration.maxURLBytes`.
     let maxURLBytes: Int
-    /// The event streams this daemon handed over (`DetachedStream`), written by its loop.
+    /// The event streams this daemon's loop serves (`DetachedStream`), written by its loop.
     let detached: DetachedStreams
+    /// Every daemon loop's detached streams (this one's among them): a stream handed over here is
+    /// served by the least loaded.
+    let detachedLoops: [DetachedStreams]
 
-    init(loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int, detached: DetachedStreams) {
+    init(
+        loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int, detached: DetachedStreams,
+        detachedLoops: [DetachedStreams]
+    ) {
         self.loop = loop
         self.limiter = limiter
         self.maxURLBytes = maxURLBytes
         self.detached = detached
+        self.detachedLoops = detachedLoops
     }
 
     /// The access handler (`mhdAccessHandler`): see `Daemon.accessHandler`.
@@ -82,8 +89,8 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// (the engine's and the application's).
     let capture: HeadFieldCapture
 
-    /// - Throws: `ServerError.socket` when the detached streams' epoll set cannot be made.
-    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) throws(ServerError) {
+    /// A daemon run by `loop`, whose detached streams are `detachedLoops[index]`.
+    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop, index: Int, detachedLoops: [DetachedStreams]) {
         self.server = server
         self.application = server.application
         self.traits = server.traits
@@ -91,9 +98,9 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
         self.cachedReadPath = server.traits.cachedReadPath ?? ""
         self.capture = HeadFieldCapture(
             headerFields: server.traits.headerFieldsRead, queryParameters: server.traits.queryParametersRead)
-        let detached = try DetachedStreams(loop: loop, ended: { [unowned server] in server.detachedStreamEnded($0) })
         super.init(
-            loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes, detached: detached)
+            loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes,
+            detached: detachedLoops[index], detachedLoops: detachedLoops)
     }
 
     override func accessHandler(

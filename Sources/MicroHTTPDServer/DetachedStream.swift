@@ -21,9 +21,13 @@ import Synchronization
 /// One detached event stream: its socket (the engine's copy), the application's source, where it
 /// stands (`DetachedStreamState`) and what its record needs.
 ///
-/// Only its daemon's loop thread touches it, and `MicroHTTPDServer.stop()` after that loop has
-/// ended.
-final class DetachedStream {
+/// Made on the thread of the daemon that handed its connection over, and passed once to the loop
+/// that serves it (`DetachedStreams.adopt(_:)`, which may be another daemon's: the least loaded).
+///
+/// `@unchecked Sendable` is sound because it crosses threads only that once, through the serving
+/// loop's `incoming` list behind its lock (the maker never touches it after `adopt`); from then
+/// on only that loop's thread touches it, and `MicroHTTPDServer.stop()` after that loop has ended.
+final class DetachedStream: @unchecked Sendable {
     /// Its key in `DetachedStreams` (the engine's own, unique per daemon).
     let key: UInt64
     /// The engine's copy of the socket.
@@ -69,12 +73,19 @@ final class DetachedStream {
     }
 }
 
-/// The detached streams of one daemon, and the loop work that writes them: woken sources (from
-/// any thread) and sockets that became writable (its own epoll set, which the `DaemonLoop` polls
-/// beside the daemon's).
+/// The detached streams one daemon loop serves, and the loop work that writes them: streams
+/// adopted (from any daemon's thread), woken sources (from any thread) and sockets that became
+/// writable (its own epoll set, which the `DaemonLoop` polls beside the daemon's).
 ///
-/// `@unchecked Sendable` is sound because only `wake(_:)` and `newKey()` are called from other
-/// threads, and they touch only `woken` (behind its lock), `hasWoken` and `nextKey` (atomics);
+/// A stream is served by the loop with the fewest streams when it is handed over
+/// (`Daemon.openDetachedStream`), not by the daemon that accepted it: the daemons share one
+/// listening socket, and whichever loop wakes first accepts, so the accepting split is uneven (56
+/// to 44 % of 10,000 subscribers over two loops in one run), and a publish's last event waits
+/// for the busiest loop.
+///
+/// `@unchecked Sendable` is sound because only `adopt(_:)`, `wake(_:)`, `newKey()` and `load`
+/// are called from other threads, and they touch only `incoming` and `woken` (behind their
+/// locks), `hasWoken`, `nextKey` and `adopted` (atomics);
 /// every other member runs on the daemon's loop thread, or in `MicroHTTPDServer.stop()` after that
 /// thread has ended (`DaemonLoop.stop()` waits for it), so the stored dictionaries are never
 /// shared.
@@ -86,10 +97,15 @@ final class DetachedStreams: @unchecked Sendable {
     /// its socket is closed.
     private let ended: (DetachedStream) -> Void
     private let woken = Locked<[UInt64]>([])
-    /// Whether `woken` may hold keys: set after each append, so that the loop's turn after a
-    /// daemon run with no stream woken (every ordinary request) costs one atomic load, not a lock.
+    /// Streams handed over to this loop and not yet taken in (`adopt(_:)`).
+    private let incoming = Locked<[DetachedStream]>([])
+    /// Whether `woken` or `incoming` may hold something: set after each append, so that the
+    /// loop's turn after a daemon run with nothing woken (every ordinary request) costs one atomic
+    /// load, not a lock.
     private let hasWoken = Atomic<Bool>(false)
     private let nextKey = Atomic<UInt64>(1)
+    /// Streams adopted and not yet ended: what the hand-over balances on.
+    private let adopted = Atomic<Int>(0)
     private var spare: [UInt64] = []
     private var streams: [UInt64: DetachedStream] = [:]
     private var stalled: Set<UInt64> = []
@@ -123,29 +139,57 @@ final class DetachedStreams: @unchecked Sendable {
     /// The number of streams open (loop thread, or after the loop ended).
     var count: Int { streams.count }
 
+    /// The streams adopted and not yet ended (any thread; a relaxed reading).
+    var load: Int { adopted.load(ordering: .relaxed) }
+
     /// A key for a stream about to be opened (any thread).
     func newKey() -> UInt64 {
         nextKey.wrappingAdd(1, ordering: .relaxed).oldValue
     }
 
     /// The source of stream `key` asks to be read again (any thread; its `wake`): the loop reads
-    /// it after its current turn, or when the batch in progress ends (`WakeBatch`).
+    /// it after its current turn.
+    ///
+    /// The loop is woken at once, not when a `WakeBatch` in progress ends: a publish offers every
+    /// subscriber on the publishing thread, and the other loops send to theirs meanwhile (their
+    /// streams are not libmicrohttpd's, so an early wake costs them no walk of its suspended
+    /// list; `DaemonLoop.wake()` coalesces the wake-ups to one per daemon run).
     func wake(_ key: UInt64) {
         woken.withLock { $0.append(key) }
+        hasWoken.store(true, ordering: .releasing)
+        loop.wake()
+    }
+
+    /// Takes `stream` over (any thread: the thread of the daemon that handed its connection over):
+    /// the loop takes it in and sends its head on its next turn.
+    func adopt(_ stream: DetachedStream) {
+        adopted.add(1, ordering: .relaxed)
+        incoming.withLock { $0.append(stream) }
         hasWoken.store(true, ordering: .releasing)
         if !WakeBatch.wakeLater(loop) { loop.wake() }
     }
 
-    /// Takes `stream` in (loop thread), handed over from `connection`: its head is sent when the
-    /// loop serves the streams next (after the daemon's run in progress).
-    func add(_ stream: DetachedStream, from connection: OpaquePointer) {
-        streams[stream.key] = stream
+    /// Notes that this daemon handed `connection` over (this daemon's loop thread): its place in
+    /// the limiter is the stream's now (`releaseHandOver(_:)`).
+    func noteHandOver(_ connection: OpaquePointer) {
         handedOver.insert(connection)
-        var event = epoll_event(
-            events: EPOLLOUT.rawValue | EPOLLET.rawValue, data: epoll_data_t(u64: stream.key))
-        epoll_ctl(epoll, EPOLL_CTL_ADD, stream.fd, &event)
-        woken.withLock { $0.append(stream.key) }
-        hasWoken.store(true, ordering: .releasing)
+    }
+
+    /// Takes in the streams adopted since the last turn (loop thread, or after the loop ended):
+    /// registers each socket for `EPOLLOUT` and sends what it can of each head.
+    private func takeIncoming() {
+        let arrived = incoming.withLock { list in
+            defer { list.removeAll() }
+            return list
+        }
+        for stream in arrived {
+            streams[stream.key] = stream
+            var event = epoll_event(
+                events: EPOLLOUT.rawValue | EPOLLET.rawValue, data: epoll_data_t(u64: stream.key))
+            epoll_ctl(epoll, EPOLL_CTL_ADD, stream.fd, &event)
+            stream.state.woken()
+            pump(stream)
+        }
     }
 
     /// Whether `connection` was handed over (and forgets it): libmicrohttpd reports it closed,
@@ -155,7 +199,7 @@ final class DetachedStreams: @unchecked Sendable {
     }
 
     /// The loop's turn (after each daemon run): the sockets that became writable (`writable`:
-    /// the epoll set is readable), then the woken sources.
+    /// the epoll set is readable), then the streams adopted, then the woken sources.
     func serve(writable: Bool) {
         if writable {
             while true {
@@ -172,6 +216,7 @@ final class DetachedStreams: @unchecked Sendable {
         // A key appended after the exchange sets the flag again after its append: seen next turn.
         guard hasWoken.load(ordering: .acquiring), hasWoken.exchange(false, ordering: .acquiringAndReleasing)
         else { return }
+        takeIncoming()
         woken.withLock { swap(&$0, &spare) }
         guard !spare.isEmpty else { return }
         for key in spare {
@@ -197,6 +242,7 @@ final class DetachedStreams: @unchecked Sendable {
     /// has ended: the grace period is over, and these clients did not take their last chunk).
     /// - Returns: how many were closed.
     func closeAll() -> Int {
+        takeIncoming()
         let left = Array(streams.values)
         for stream in left {
             stream.state.abort()
@@ -276,6 +322,7 @@ final class DetachedStreams: @unchecked Sendable {
     /// when `clean`).
     private func finish(_ stream: DetachedStream, clean: Bool) {
         streams[stream.key] = nil
+        adopted.subtract(1, ordering: .relaxed)
         stalled.remove(stream.key)
         ended(stream)
         epoll_ctl(epoll, EPOLL_CTL_DEL, stream.fd, nil)
@@ -322,8 +369,9 @@ extension Daemon {
     /// part. A refusal is answered by libmicrohttpd as before; a copy that cannot be made (no
     /// descriptor left) gets `503 too_many_subscribers`.
     func openDetachedStream(_ context: Admitted, on connection: OpaquePointer) -> MHD_Result {
-        let key = detached.newKey()
-        let streams = detached
+        // The loop with the fewest streams serves it (`DetachedStreams`: the accepting split is uneven).
+        let streams = detachedLoops.count == 1 ? detached : detachedLoops.min { $0.load < $1.load } ?? detached
+        let key = streams.newKey()
         let (head, source) = application.openStream(for: context.admitted, wake: { streams.wake(key) })
         guard let source else { return respond(head, on: connection, context: context) }
         let fd = fpt_connection_fd(connection)
@@ -348,7 +396,8 @@ extension Daemon {
         server.openStreams.withLock { $0 += 1 }
         deadlines.forget(connection)
         server.watcher.watch(fd: copy, id: source.id)
-        detached.add(stream, from: connection)
+        detached.noteHandOver(connection)
+        streams.adopt(stream)
         expectedHandOverLines.add(1, ordering: .relaxed)
         return .NO
     }

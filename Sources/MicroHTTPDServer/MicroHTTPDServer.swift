@@ -155,8 +155,17 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         var daemons: [DaemonHandle] = []
         var contexts: [Daemon<Application>] = []
         do throws(ServerError) {
+            // Every loop and its detached streams first: a daemon hands a stream to any loop.
+            var loops: [DaemonLoop] = []
+            var detachedLoops: [DetachedStreams] = []
             for _ in 0..<max(1, configuration.threads) {
-                let context = try Daemon(server: self, loop: try DaemonLoop())
+                let loop = try DaemonLoop()
+                loops.append(loop)
+                detachedLoops.append(
+                    try DetachedStreams(loop: loop, ended: { [unowned self] in detachedStreamEnded($0) }))
+            }
+            for (index, loop) in loops.enumerated() {
+                let context = Daemon(server: self, loop: loop, index: index, detachedLoops: detachedLoops)
                 let cls = Unmanaged.passUnretained(context).toOpaque()
                 guard
                     let daemon = fpt_start_daemon(
@@ -273,6 +282,13 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         run.logger.deallocate()
         run.credentials?.deallocate()
         log.log(.info, "stopped")
+    }
+
+    /// How many detached streams each daemon loop serves (adopted and not yet ended), in loop
+    /// order; empty when the server is not running. The hand-over keeps them within one of each
+    /// other while streams only open (`DetachedStreams`).
+    var detachedStreamLoads: [Int] {
+        running.withLock { $0?.contexts.map(\.detached.load) ?? [] }
     }
 
     private func waitUntilIdle(seconds: Double) -> Bool {

@@ -65,6 +65,28 @@ import Testing
         #expect(live.application.closedStreams.withLock { $0 } == [stream.id])
     }
 
+    @Test("streams are served by the least loaded loop, whichever daemon accepted them; each gets its events")
+    func balancedOverLoops() throws {
+        let live = try FakeServer { $0.threads = 2 }
+        var clients: [TestClient] = []
+        defer { for client in clients { client.close() } }
+        for opened in 1...20 {
+            let client = try live.client()
+            clients.append(client)
+            try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try client.readHead().0 == 200)
+            waitUntil("stream \(opened) held") { live.application.streams.withLock { $0.count } == opened }
+            // Adopted before the hand-over returns: the loads are exact after each.
+            let loads = live.server.detachedStreamLoads
+            #expect(loads.count == 2 && loads.reduce(0, +) == opened && abs(loads[0] - loads[1]) <= 1, "\(loads)")
+        }
+        for stream in live.application.streams.withLock({ Array($0.values) }) { stream.push("data: both\n\n") }
+        for client in clients { _ = try client.readStream(until: "data: both") }
+        live.application.endAll()
+        for client in clients { #expect(try client.readChunk() == nil) }
+        waitUntil(#"live.server.detachedStreamLoads == [0, 0]"#) { live.server.detachedStreamLoads == [0, 0] }
+    }
+
     @Test("HTTP/1.0 streams stay in libmicrohttpd: a close-delimited body, no chunks")
     func http10StaysKept() throws {
         let live = try FakeServer()

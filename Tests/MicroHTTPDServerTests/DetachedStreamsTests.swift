@@ -63,7 +63,7 @@ import Testing
             loop: try DaemonLoop(), ended: { stream in ended.withLock { $0.append(stream.key) } })
         let source = BulkSource(total: 1 << 20)
         let stream = makeStream(fd: server, source: source, key: streams.newKey())
-        streams.add(stream, from: OpaquePointer(bitPattern: 0x10)!)
+        streams.adopt(stream)
         streams.serve(writable: false)
         #expect(ended.withLock { $0 }.isEmpty && streams.count == 1)
         #expect(stream.state.isStalled && !stream.state.backlog.isEmpty && stream.stalledSince != nil)
@@ -87,7 +87,7 @@ import Testing
         let total = 200_000
         let source = BulkSource(total: total)
         let stream = makeStream(fd: server, source: source, key: streams.newKey())
-        streams.add(stream, from: OpaquePointer(bitPattern: 0x10)!)
+        streams.adopt(stream)
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         var writable = false
