@@ -121,6 +121,19 @@ final class DetachedStreams: @unchecked Sendable {
     static let scratchBytes = 16 * 1024
     /// The most steps one stream takes per turn before the others get theirs.
     static let stepsPerTurn = 64
+    /// The send buffer asked for each detached socket (`SO_SNDBUF`; Linux doubles it, socket(7)).
+    ///
+    /// Without it the kernel grows a stream's send buffer toward `tcp_wmem`'s maximum (4 MiB here)
+    /// as long as its client acknowledges, and a client that reads nothing still acknowledges
+    /// until its receive window is full: every send then succeeds, the stream never waits, and the
+    /// stall limit (`closeStalled`) never starts counting while events keep coming, while the
+    /// kernel holds up to 4 MiB for it. With 16 KiB asked (32 KiB given), a client that takes
+    /// nothing stalls once that and its own receive window are full, and is closed 120 s later.
+    /// An event is a few hundred bytes: a reading client never comes near it.
+    static let sendBufferBytes = 16 * 1024
+    /// The most bytes a clean end reads and discards from a client before closing its socket
+    /// (`finish`): four reads of the loop's buffer.
+    static let discardBytesAtEnd = 4 * scratchBytes
 
     /// - Throws: `ServerError.socket` when the epoll set cannot be made.
     init(loop: DaemonLoop, ended: @escaping (DetachedStream) -> Void) throws(ServerError) {
@@ -156,7 +169,10 @@ final class DetachedStreams: @unchecked Sendable {
     /// list; `DaemonLoop.wake()` coalesces the wake-ups to one per daemon run).
     func wake(_ key: UInt64) {
         woken.withLock { $0.append(key) }
-        hasWoken.store(true, ordering: .releasing)
+        // Read before written: a publish wakes every stream of this loop in a row. Seen false
+        // whenever the loop's turn has taken the flag after this key's append could be in its
+        // swap (that exchange comes before the swap's lock, which this append's lock follows).
+        if !hasWoken.load(ordering: .acquiring) { hasWoken.store(true, ordering: .releasing) }
         loop.wake()
     }
 
@@ -184,6 +200,8 @@ final class DetachedStreams: @unchecked Sendable {
         }
         for stream in arrived {
             streams[stream.key] = stream
+            var size = Int32(Self.sendBufferBytes)
+            setsockopt(stream.fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
             var event = epoll_event(
                 events: EPOLLOUT.rawValue | EPOLLET.rawValue, data: epoll_data_t(u64: stream.key))
             epoll_ctl(epoll, EPOLL_CTL_ADD, stream.fd, &event)
@@ -320,14 +338,32 @@ final class DetachedStreams: @unchecked Sendable {
 
     /// Ends the stream: the server's records first, then the socket closed (after its last chunk
     /// when `clean`).
+    ///
+    /// Before a clean end's close, what the client sent after its request (a pipelined request,
+    /// a stray CRLF: the engine never reads a detached socket) is read and discarded: closing a
+    /// TCP socket with unread bytes sends a reset instead of a FIN (RFC 9293 §3.6.1; Linux's
+    /// `tcp_close`), and the reset throws away what the kernel has not sent yet, the zero-size
+    /// chunk included. At most `discardBytesAtEnd` are read; a client still sending past that gets
+    /// the reset.
     private func finish(_ stream: DetachedStream, clean: Bool) {
         streams[stream.key] = nil
-        adopted.subtract(1, ordering: .relaxed)
         stalled.remove(stream.key)
         ended(stream)
         epoll_ctl(epoll, EPOLL_CTL_DEL, stream.fd, nil)
+        if clean { discardInput(stream.fd) }
         close(stream.fd)
         stream.state.closed()
+        adopted.subtract(1, ordering: .relaxed)
+    }
+
+    /// Reads and drops what is waiting on `fd`, up to `discardBytesAtEnd` (non-blocking).
+    private func discardInput(_ fd: Int32) {
+        var left = Self.discardBytesAtEnd
+        while left > 0 {
+            let count = recv(fd, scratch.baseAddress, min(left, scratch.count), Int32(MSG_DONTWAIT))
+            if count <= 0 { return }
+            left -= count
+        }
     }
 }
 

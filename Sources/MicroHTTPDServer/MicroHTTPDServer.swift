@@ -234,10 +234,11 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         guard running.withLock({ $0 != nil }) else { return }
         let wait = max(0, configuration.shutdownGraceSeconds - Self.finalStepsSeconds)
         if !waitUntilIdle(seconds: wait) {
+            // Detached streams are no longer libmicrohttpd's requests: counted beside them.
+            let open = inFlight.load(ordering: .acquiring) + detachedStreamLoads.reduce(0, +)
             log.log(
                 .warning,
-                "\(inFlight.load(ordering: .acquiring)) requests still open \(wait) s after the service stopped"
-                    + " accepting; answering them")
+                "\(open) requests still open \(wait) s after the service stopped accepting; answering them")
         }
     }
 

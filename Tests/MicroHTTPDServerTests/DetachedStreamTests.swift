@@ -87,6 +87,30 @@ import Testing
         waitUntil(#"live.server.detachedStreamLoads == [0, 0]"#) { live.server.detachedStreamLoads == [0, 0] }
     }
 
+    @Test("bytes the client sends during the stream (a pipelined request) leave the clean end a FIN after the last chunk, not a reset")
+    func bytesAfterTheRequestAreDiscardedAtTheEnd() throws {
+        let live = try FakeServer()
+        let client = try live.client()
+        defer { client.close() }
+        let (status, headers, stream) = try openStream(live, client)
+        #expect(status == 200 && headers["connection"] == "close")
+        // Sent once the stream is the engine's (libmicrohttpd read, and dropped, what came with
+        // the head): a request the stream's Connection: close leaves unanswered. On loopback the
+        // bytes are in the server's receive queue when `send` returns.
+        try client.send("GET /token HTTP/1.1\r\nHost: x\r\n\r\n")
+        stream.push("data: one\n\n")
+        live.application.endAll()
+        // The engine has closed its socket; only then does the client read.
+        waitUntil(#"live.server.detachedStreamLoads.allSatisfy { $0 == 0 }"#) {
+            live.server.detachedStreamLoads.allSatisfy { $0 == 0 }
+        }
+        _ = try client.readStream(until: "data: one")
+        #expect(try client.readChunk() == nil)
+        var byte: UInt8 = 0
+        let received = recv(client.fd, &byte, 1, 0)
+        #expect(received == 0, "a FIN, not a reset (recv \(received), errno \(errno))")
+    }
+
     @Test("HTTP/1.0 streams stay in libmicrohttpd: a close-delimited body, no chunks")
     func http10StaysKept() throws {
         let live = try FakeServer()
