@@ -82,9 +82,17 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// (the engine's and the application's).
     let capture: HeadFieldCapture
 
+    /// This daemon's logger (`MHD_OPTION_EXTERNAL_LOGGER`'s context): told of each hand-over line
+    /// the daemon is about to log.
+    let logBox: LogBox
+    /// The server's `copySocket`, copied once.
+    let copySocket: @Sendable (Int32) -> Int32
+
     /// - Throws: `ServerError.socket` when the detached streams' epoll set cannot be made.
-    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) throws(ServerError) {
+    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop, logBox: LogBox) throws(ServerError) {
         self.server = server
+        self.logBox = logBox
+        self.copySocket = server.copySocket
         self.application = server.application
         self.traits = server.traits
         self.cachedReader = server.cachedReader

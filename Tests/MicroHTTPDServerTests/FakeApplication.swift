@@ -2,7 +2,7 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenTestSupport
 import HTTPServing
-import MicroHTTPDServer
+@testable import MicroHTTPDServer
 import ServerSupport
 
 /// The fake application's own routes (it knows nothing of the token service's `Route`: the
@@ -216,9 +216,11 @@ final class FakeServer {
     let port: UInt16
     let lines = Locked<[String]>([])
 
-    init(application: FakeApplication = FakeApplication(), _ configure: (inout ServerConfiguration) -> Void = { _ in })
-        throws
-    {
+    init(
+        application: FakeApplication = FakeApplication(),
+        _ configure: (inout ServerConfiguration) -> Void = { _ in },
+        copySocket: @escaping @Sendable (Int32) -> Int32 = copyDescriptor
+    ) throws {
         var configuration = ServerConfiguration()
         configuration.host = "127.0.0.1"
         configuration.port = 0
@@ -227,7 +229,8 @@ final class FakeServer {
         let lines = self.lines
         let log = ServerLog(minimumLevel: .debug, format: .text) { line in lines.withLock { $0.append(line) } }
         self.application = application
-        server = try MicroHTTPDServer(configuration: configuration, application: application, log: log)
+        server = try MicroHTTPDServer(
+            configuration: configuration, application: application, log: log, copySocket: copySocket)
         let authority = try server.start()
         guard let port = authority.split(separator: ":").last.flatMap({ UInt16($0) }) else {
             throw TestError(description: "no port in \(authority)")
