@@ -149,10 +149,11 @@ CHECKS, test = check_list()
 HEAD_SIZES = range(3500, 8201, 10)
 
 
-@test("head: heads of 3,500 to 8,200 bytes (Cookie or X-Filler) to GET /token, POST /register, POST /fail, "
-      "GET /token/stream: no write is carried out unanswered, no stream is left open")
+@test("head: at the 8 KiB pool (--max-header-bytes 7008), heads of 3,500 to 8,200 bytes (Cookie or X-Filler) to "
+      "GET /token, POST /register, POST /fail, GET /token/stream: no write is carried out unanswered, no stream is "
+      "left open")
 def head_sizes_answered_or_unchanged():
-    s = FIX.get("default")
+    s = FIX.get("pool_8k", ["--max-header-bytes", "7008"])
     port = s.port
     problems = []
     tally = {}
@@ -209,7 +210,7 @@ def head_sizes_answered_or_unchanged():
     check(lines and float(lines[0].split()[1]) == 0, "subscribers left open: %r" % lines)
 
 
-@test("head: with --max-header-bytes 15184 (the largest pool), POST /register heads of 11,000 to 16,500 bytes are "
+@test("head: with --max-header-bytes 15184 (the largest pool of 128-byte growth steps), POST /register heads of 11,000 to 16,500 bytes are "
       "answered or change nothing, and those within the limit are served")
 def head_sizes_largest_pool():
     s = FIX.get("largest_pool", ["--max-header-bytes", "15184"])
@@ -238,7 +239,7 @@ def head_sizes_largest_pool():
 @test("head: a head over --max-header-bytes that fits in the pool gets the service's own JSON 431 before "
       "anything is carried out")
 def head_over_budget_json_431():
-    s = FIX.get("default")
+    s = FIX.get("pool_8k", ["--max-header-bytes", "7008"])
     before = current_token(s.port)
     for size in (7100, 7200, 7300):
         status, data = register(s.port, "%08x" % (0x30000000 + size), size)
