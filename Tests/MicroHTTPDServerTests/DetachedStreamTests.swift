@@ -152,9 +152,11 @@ import Testing
     /// zero-size chunk, with a FIN (the unread request drained first, so no reset takes the last
     /// chunk), and the client retries it on a new connection (RFC 9112 §9.3.2). Pipelined in the
     /// same segment (libmicrohttpd has read it) and after the head (still in the socket).
-    @Test("a request pipelined behind a stream is not answered; the stream works and ends with a FIN", arguments: [
-        true, false,
-    ])
+    @Test(
+        "a request pipelined behind a stream is not answered; the stream works and ends with a FIN",
+        arguments: [
+            true, false,
+        ])
     func pipelinedBehindStream(sameSegment: Bool) throws {
         let live = try FakeServer()
         let client = try live.client()

@@ -2,8 +2,9 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenTestSupport
 import HTTPServing
-@testable import MicroHTTPDServer
 import ServerSupport
+
+@testable import MicroHTTPDServer
 
 /// The fake application's own routes (it knows nothing of the token service's `Route`: the
 /// engine's tests build without TokenService). The paths are the service's, so that the engine's

@@ -69,7 +69,8 @@ struct RequestHeadBudgetTests {
         let budget = RequestHeadBudget()
         for cookies in [1, 100, 150, 200, 216] {
             let head = Self.eventSourceHead(cookies: cookies)
-            #expect(budget.admits(headBytes: head.bytes, records: head.records, cookieValueBytes: head.cookieValueBytes))
+            #expect(
+                budget.admits(headBytes: head.bytes, records: head.records, cookieValueBytes: head.cookieValueBytes))
         }
         #expect(Self.eventSourceHead(cookies: 0).bytes == 8940)
         let over = Self.eventSourceHead(cookies: 217)
