@@ -32,8 +32,9 @@ import ServerSupport
 ///   an event stream's chunks need 128 bytes of it.
 ///
 /// A head is admitted when (1) its bytes plus its records fit in `maxHeaderBytes`, which is the
-/// pool less `answerReserve` and the growth slack (`maxHeaderBytes(poolBytes:)`), and (2) its records alone fit in half the pool less
-/// `answerReserve` (the read buffer may hold half the pool of pipelined bytes). Then the answer
+/// pool less `answerReserve` and the growth slack (`maxHeaderBytes(poolBytes:)`), and (2) its
+/// records alone fit in half the pool less `answerReserve` (the read buffer may hold half the pool
+/// of pipelined bytes). Then the answer
 /// fits in both cases: a read buffer that never grew, and one that grew with the head.
 ///
 /// Not covered (docs/http-api.md): blank lines before the request line (libmicrohttpd skips them
