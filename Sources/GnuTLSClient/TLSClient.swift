@@ -181,6 +181,9 @@ public final class TLSClientSession {
         try self.init(fd: fd, host: "the local service", credentials: credentials, pinnedCertificate: expected)
     }
 
+    /// The session both public initialisers make: with `pinnedCertificate`, no verification is
+    /// set up (the handshake compares the server's certificate with it); without, the chain, dates,
+    /// purpose and `host` are verified.
     private init(
         fd: Int32, host: String, credentials: TLSClientCredentials, pinnedCertificate: [UInt8]?
     ) throws(TLSError) {
@@ -389,7 +392,9 @@ public final class TLSClientSession {
         }
         defer { gnutls_x509_crt_deinit(certificate) }
         result = TLSClientCredentials.withDatum(pem) { gnutls_x509_crt_import(certificate, $0, GNUTLS_X509_FMT_PEM) }
-        guard result == GNUTLS_E_SUCCESS else { throw TLSError.gnutls(result, "the certificate file holds no certificate") }
+        guard result == GNUTLS_E_SUCCESS else {
+            throw TLSError.gnutls(result, "the certificate file holds no certificate")
+        }
         var der = gnutls_datum_t()
         result = gnutls_x509_crt_export2(certificate, GNUTLS_X509_FMT_DER, &der)
         guard result == GNUTLS_E_SUCCESS, let data = der.data else {

@@ -60,7 +60,9 @@ enum HealthCheck {
         let request = Array("GET \(probe.rawValue) HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n".utf8)
         var head: [UInt8] = []
         if let tls = configuration.tls {
-            guard let answer = exchangeOverTLS(fd, request, certificatePEM: Array(tls.certificatePEM.utf8), timeout: timeout)
+            guard
+                let answer = exchangeOverTLS(
+                    fd, request, certificatePEM: Array(tls.certificatePEM.utf8), timeout: timeout)
             else { return false }
             head = answer
         } else {
