@@ -12,7 +12,9 @@ are all stopped at the end; the whole file takes about 20 s. Standard library on
            nothing, ?access_token= for GET/HEAD under `all` (never for POST), /healthz open, the
            token never in the log or in a flag error, the non-loopback warning, exit 64 on bad flags
   tls      --tls-cert/--tls-key: https:// in the log, GET/POST/SSE over TLS with curl and Python's
-           ssl, plain HTTP refused, exit 64 for a missing key, exit 1 for a bad certificate
+           ssl, plain HTTP refused, --health-check[=live|ready] over TLS (status read, while
+           serving and draining; another certificate refused), exit 64 for a missing key, exit 1
+           for a bad certificate
   cors     --cors-origin: Access-Control-Allow-Origin + Vary for listed origins only, preflight
            204 / 403 origin_not_allowed, plain OPTIONS 204 + Allow, `*`
   limits   --max-url-bytes (414), --max-header-bytes (431), --max-connections,
@@ -758,6 +760,41 @@ def tls_plain_http():
     code, out, err, _ = run_cmd(["curl", "-sS", "--max-time", "3", "http://%s:%d/token" % (HOST, s.port)])
     check(code != 0 and '"token"' not in out, "curl http:// on the TLS port: exit %s, %r" % (code, out))
     check(s.req("GET", "/token").status == 200, "TLS no longer works after plain HTTP")
+
+
+@test("tls: --health-check, =live and =ready read the status over TLS (0 on 200, 1 on 503 draining), "
+      "refuse another certificate, and leave no handshake warning in the log")
+def tls_health_check():
+    cert, key = FIX.cert()
+    s = FIX.start(["--host", HOST, "--port", "0", "--tls-cert", cert, "--tls-key", key, "--drain-seconds", "60"],
+                  tls_ca=cert)
+
+    def health_check(probe, certificate=cert, certificate_key=key):
+        flag = "--health-check" + ("=" + probe if probe else "")
+        code, out, err, _ = run_cmd([FIX.binary, flag, "--host", HOST, "--port", str(s.port),
+                                     "--tls-cert", certificate, "--tls-key", certificate_key], timeout=10)
+        return code
+
+    serving = {probe: health_check(probe) for probe in ("", "live", "ready")}
+    check(serving == {"": 0, "live": 0, "ready": 0}, "serving: exit codes %r, expected 0" % serving)
+    other_cert, other_key = os.path.join(FIX.workdir, "tls", "other-cert.pem"), os.path.join(FIX.workdir, "tls", "other-key2.pem")
+    code, _, err, _ = run_cmd(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                               "-nodes", "-keyout", other_key, "-out", other_cert, "-days", "2", "-subj", "/CN=127.0.0.1",
+                               "-addext", "subjectAltName=IP:127.0.0.1"], timeout=20)
+    check(code == 0, "openssl req: %s" % err)
+    code = health_check("", other_cert, other_key)
+    check(code == 1, "--health-check with another certificate than the server's exited %s, expected 1" % code)
+    os.kill(s.proc.pid, signal.SIGTERM)
+    wait_until(lambda: s.req("GET", "/readyz").status == 503, 10, what="/readyz 503 after SIGTERM")
+    draining = {probe: health_check(probe) for probe in ("", "live", "ready")}
+    check(draining == {"": 1, "live": 0, "ready": 1},
+          "draining: exit codes %r, expected --health-check 1, =live 0, =ready 1" % draining)
+    text = s.stderr()
+    check("GET /readyz 503" in text and "GET /livez 200" in text, "the checks are not in the access log: %r" % text[-1500:])
+    check("handshake" not in text and "libmicrohttpd" not in text,
+          "the checks left libmicrohttpd warnings: %r" % [l for l in text.splitlines() if "libmicrohttpd" in l])
+    os.kill(s.proc.pid, signal.SIGTERM)  # the second ends the drain at once
+    check(s.wait(10) == 0, "the service did not exit 0 after a second SIGTERM")
 
 
 @test("tls: a missing key exits 64; garbage or mismatched certificate/key exits 1 with a clear message")
