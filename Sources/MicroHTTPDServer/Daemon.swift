@@ -89,9 +89,20 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// (the engine's and the application's).
     let capture: HeadFieldCapture
 
+    /// This daemon's logger (`MHD_OPTION_EXTERNAL_LOGGER`'s context): told of each hand-over line
+    /// the daemon is about to log.
+    let logBox: LogBox
+    /// The server's `copySocket`, copied once.
+    let copySocket: @Sendable (Int32) -> Int32
+
     /// A daemon run by `loop`, whose detached streams are `detachedLoops[index]`.
-    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop, index: Int, detachedLoops: [DetachedStreams]) {
+    init(
+        server: MicroHTTPDServer<Application>, loop: DaemonLoop, index: Int, detachedLoops: [DetachedStreams],
+        logBox: LogBox
+    ) {
         self.server = server
+        self.logBox = logBox
+        self.copySocket = server.copySocket
         self.application = server.application
         self.traits = server.traits
         self.cachedReader = server.cachedReader

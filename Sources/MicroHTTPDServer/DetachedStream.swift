@@ -131,9 +131,6 @@ final class DetachedStreams: @unchecked Sendable {
     /// nothing stalls once that and its own receive window are full, and is closed 120 s later.
     /// An event is a few hundred bytes: a reading client never comes near it.
     static let sendBufferBytes = 16 * 1024
-    /// The most bytes a clean end reads and discards from a client before closing its socket
-    /// (`finish`): four reads of the loop's buffer.
-    static let discardBytesAtEnd = 4 * scratchBytes
 
     /// - Throws: `ServerError.socket` when the epoll set cannot be made.
     init(loop: DaemonLoop, ended: @escaping (DetachedStream) -> Void) throws(ServerError) {
@@ -337,34 +334,34 @@ final class DetachedStreams: @unchecked Sendable {
     }
 
     /// Ends the stream: the server's records first, then the socket closed (after its last chunk
-    /// when `clean`).
-    ///
-    /// Before a clean end's close, what the client sent after its request (a pipelined request,
-    /// a stray CRLF: the engine never reads a detached socket) is read and discarded: closing a
-    /// TCP socket with unread bytes sends a reset instead of a FIN (RFC 9293 §3.6.1; Linux's
-    /// `tcp_close`), and the reset throws away what the kernel has not sent yet, the zero-size
-    /// chunk included. At most `discardBytesAtEnd` are read; a client still sending past that gets
-    /// the reset.
+    /// when `clean`, and after dropping what the client sent behind its request: see
+    /// `dropReceived`).
     private func finish(_ stream: DetachedStream, clean: Bool) {
         streams[stream.key] = nil
         stalled.remove(stream.key)
         ended(stream)
         epoll_ctl(epoll, EPOLL_CTL_DEL, stream.fd, nil)
-        if clean { discardInput(stream.fd) }
+        if clean { dropReceived(stream.fd) }
         close(stream.fd)
         stream.state.closed()
         adopted.subtract(1, ordering: .relaxed)
     }
 
-    /// Reads and drops what is waiting on `fd`, up to `discardBytesAtEnd` (non-blocking).
-    private func discardInput(_ fd: Int32) {
-        var left = Self.discardBytesAtEnd
-        while left > 0 {
-            let count = recv(fd, scratch.baseAddress, min(left, scratch.count), Int32(MSG_DONTWAIT))
-            if count <= 0 { return }
-            left -= count
+    /// Reads and drops, without waiting, up to `scratchBytes` * `drainReads` bytes the client sent
+    /// after the stream's request: a request pipelined behind it, which the stream's
+    /// `Connection: close` leaves unanswered (docs/http-api.md). A socket closed with unread bytes
+    /// sends a reset instead of a FIN, and a client that gets the reset may drop the stream's last
+    /// chunk unread (RFC 9112 §9.6). One `recv` that finds nothing when the client sent nothing.
+    private func dropReceived(_ fd: Int32) {
+        for _ in 0..<Self.drainReads {
+            let count = recv(fd, scratch.baseAddress, scratch.count, Int32(MSG_DONTWAIT))
+            if count < scratch.count { return }
         }
     }
+
+    /// The most reads of `dropReceived`: 64 KiB dropped at most, so that a client that keeps
+    /// sending cannot hold the loop.
+    static let drainReads = 4
 }
 
 /// `send(2)`'s flags for detached streams: never blocks, never raises `SIGPIPE`.
@@ -375,23 +372,9 @@ private func isTransient(_ code: Int32) -> Bool {
     code == EAGAIN || code == EWOULDBLOCK || code == EINTR
 }
 
-/// How many "Application reported internal error" lines libmicrohttpd is about to log for
-/// connections the engine handed over (`MHD_NO` from the access handler is how a hand-over
-/// ends libmicrohttpd's part): `logLibraryMessage` leaves that many out. Such a line is logged
-/// on the same thread right after the handler returns.
-let expectedHandOverLines = Atomic<Int>(0)
-
-/// Takes one expected hand-over line, if any is expected.
-func takeExpectedHandOverLine() -> Bool {
-    var current = expectedHandOverLines.load(ordering: .relaxed)
-    while current > 0 {
-        let (exchanged, original) = expectedHandOverLines.compareExchange(
-            expected: current, desired: current - 1, ordering: .relaxed)
-        if exchanged { return true }
-        current = original
-    }
-    return false
-}
+/// Copies `fd` for a detached stream, close-on-exec (`F_DUPFD_CLOEXEC`): the copy, or -1 with
+/// `errno` (`EMFILE` when the process has no descriptor left). `MicroHTTPDServer.copySocket`.
+@Sendable func copyDescriptor(_ fd: Int32) -> Int32 { fcntl(fd, F_DUPFD_CLOEXEC, 0) }
 
 extension Daemon {
     /// Whether the stream `context` asks for is handed over (detached): plain HTTP, `GET`,
@@ -411,7 +394,7 @@ extension Daemon {
         let (head, source) = application.openStream(for: context.admitted, wake: { streams.wake(key) })
         guard let source else { return respond(head, on: connection, context: context) }
         let fd = fpt_connection_fd(connection)
-        let copy = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1
+        let copy = fd >= 0 ? copySocket(fd) : -1
         guard copy >= 0 else {
             source.close()
             let error = ServiceError(
@@ -434,7 +417,7 @@ extension Daemon {
         server.watcher.watch(fd: copy, id: source.id)
         detached.noteHandOver(connection)
         streams.adopt(stream)
-        expectedHandOverLines.add(1, ordering: .relaxed)
+        logBox.expectHandOverLine()
         return .NO
     }
 }

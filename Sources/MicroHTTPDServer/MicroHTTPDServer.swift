@@ -52,6 +52,9 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     let parked = Locked(ParkedResponses())
     /// Open connections, in all and per client address, against the configured limits.
     let limiter: ConnectionLimiter
+    /// Copies a connection's socket for a detached stream (`copyDescriptor` outside tests, which
+    /// give one that fails to check the `503` a failed copy gets): a descriptor, or -1 with `errno`.
+    let copySocket: @Sendable (Int32) -> Int32
     /// The pace of the refused connections' log lines (`LogRateLimiter`): a flood of them logs
     /// one line per 10 s, with how many were left out.
     private let refusalWarnings = Locked(LogRateLimiter())
@@ -63,14 +66,26 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     struct Running: Sendable {
         let daemons: [DaemonHandle]
         let contexts: [Daemon<Application>]
-        let logger: LoggerHandle
+        let loggers: [LoggerHandle]
         let credentials: TLSMemory?
         let authority: String
     }
 
     /// Creates a server for `application`. Nothing listens before `start()`.
     /// - Throws: `ServerError.socket` when the subscriber watcher's epoll set cannot be made.
-    public init(configuration: ServerConfiguration, application: Application, log: ServerLog) throws(ServerError) {
+    public convenience init(
+        configuration: ServerConfiguration, application: Application, log: ServerLog
+    ) throws(ServerError) {
+        try self.init(configuration: configuration, application: application, log: log, copySocket: copyDescriptor)
+    }
+
+    /// A server whose detached streams' sockets are copied by `copySocket` (tests: a copy that
+    /// fails); otherwise as `init(configuration:application:log:)`.
+    init(
+        configuration: ServerConfiguration, application: Application, log: ServerLog,
+        copySocket: @escaping @Sendable (Int32) -> Int32
+    ) throws(ServerError) {
+        self.copySocket = copySocket
         self.configuration = configuration
         self.application = application
         self.log = log
@@ -114,7 +129,10 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     @discardableResult
     public func start() throws(ServerError) -> String {
         let socket = try ListeningSocket.bind(host: configuration.host, port: configuration.port)
-        let logger = LoggerHandle(log: log)
+        // One logger per daemon, so that each knows the hand-over lines its own daemon is about
+        // to log (`LogBox.expectHandOverLine`); one warning budget for them all.
+        let warnings = Locked(LineBudget())
+        var loggers: [LoggerHandle] = []
         // No MHD_USE_INTERNAL_POLLING_THREAD: each daemon is driven by a DaemonLoop (see there why).
         var flags = MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
         if socket.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
@@ -165,7 +183,11 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
                     try DetachedStreams(loop: loop, ended: { [unowned self] in detachedStreamEnded($0) }))
             }
             for (index, loop) in loops.enumerated() {
-                let context = Daemon(server: self, loop: loop, index: index, detachedLoops: detachedLoops)
+                let context = Daemon(
+                    server: self, loop: loop, index: index, detachedLoops: detachedLoops,
+                    logBox: LogBox(log: log, limiter: warnings))
+                let logger = LoggerHandle(box: context.logBox)
+                loggers.append(logger)
                 let cls = Unmanaged.passUnretained(context).toOpaque()
                 guard
                     let daemon = fpt_start_daemon(
@@ -194,13 +216,13 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
                 MHD_stop_daemon(daemon.pointer)
             }
             close(socket.fd)
-            logger.deallocate()
+            for logger in loggers { logger.deallocate() }
             credentials?.deallocate()
             throw error
         }
         running.withLock {
             $0 = Running(
-                daemons: daemons, contexts: contexts, logger: logger, credentials: credentials,
+                daemons: daemons, contexts: contexts, loggers: loggers, credentials: credentials,
                 authority: socket.authority)
         }
         log.log(.info, "listening on \(credentials == nil ? "http" : "https")://\(socket.authority)")
@@ -280,7 +302,7 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         if cut > 0 { log.log(.warning, "\(cut) event streams did not take their end in time; closed") }
         for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }
         cachedReads.clear()
-        run.logger.deallocate()
+        for logger in run.loggers { logger.deallocate() }
         run.credentials?.deallocate()
         log.log(.info, "stopped")
     }
@@ -365,10 +387,9 @@ struct TLSMemory: @unchecked Sendable {
 struct LoggerHandle: @unchecked Sendable {
     let pointer: UnsafeMutablePointer<fpt_logger>
 
-    init(log: ServerLog) {
+    init(box: LogBox) {
         pointer = .allocate(capacity: 1)
-        let box = Unmanaged.passRetained(LogBox(log: log)).toOpaque()
-        pointer.initialize(to: fpt_logger(callback: mhdLog, cls: box))
+        pointer.initialize(to: fpt_logger(callback: mhdLog, cls: Unmanaged.passRetained(box).toOpaque()))
     }
 
     func deallocate() {
@@ -381,9 +402,35 @@ final class LogBox: Sendable {
     let log: ServerLog
     /// libmicrohttpd's warnings are caused by clients (a broken request line, a head over the
     /// pool): at most `warningsPerSecond` a second reach the log, then one line says how many were
-    /// left out (attack finding: 2,000 broken requests wrote 2,000 lines in 0.3 s).
-    let limiter = Locked(LineBudget())
-    init(log: ServerLog) { self.log = log }
+    /// left out (attack finding: 2,000 broken requests wrote 2,000 lines in 0.3 s). One budget
+    /// for all of a server's daemons.
+    let limiter: Locked<LineBudget>
+    /// How many "Application reported internal error" lines this box's daemon is about to log for
+    /// connections it handed over (`MHD_NO` from the access handler is how a hand-over ends
+    /// libmicrohttpd's part; `DetachedStream`). Such a line is logged by the same daemon, on its
+    /// loop's thread, right after the handler returns; counting per daemon keeps another server's
+    /// or daemon's hand-overs from hiding a genuine line of this one.
+    private let expectedHandOverLines = Atomic<Int>(0)
+
+    init(log: ServerLog, limiter: Locked<LineBudget>) {
+        self.log = log
+        self.limiter = limiter
+    }
+
+    /// Counts one hand-over line the daemon is about to log.
+    func expectHandOverLine() { expectedHandOverLines.add(1, ordering: .relaxed) }
+
+    /// Takes one expected hand-over line, if any is expected.
+    func takeExpectedHandOverLine() -> Bool {
+        var current = expectedHandOverLines.load(ordering: .relaxed)
+        while current > 0 {
+            let (exchanged, original) = expectedHandOverLines.compareExchange(
+                expected: current, desired: current - 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
 
     /// The most libmicrohttpd warnings written in one second.
     static let warningsPerSecond = 10
@@ -424,10 +471,14 @@ struct LineBudget: Sendable {
 /// they are routine, not faults (10,000 departing subscribers made 10,000 warnings).
 ///
 /// Warnings are limited to `LogBox.warningsPerSecond` a second through `limiter` (when given).
-func logLibraryMessage(_ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil) {
+func logLibraryMessage(
+    _ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil, box: LogBox? = nil
+) {
+    // The line libmicrohttpd logs for each connection the daemon of `box` hands over (`DetachedStream`).
+    if let box, strncmp(message, "Application reported internal error", 35) == 0, box.takeExpectedHandOverLine() {
+        return
+    }
     // A client that leaves mid-response: routine for event streams (and not the service's fault).
-    // The line libmicrohttpd logs for each connection the engine hands over (`DetachedStream`).
-    if strncmp(message, "Application reported internal error", 35) == 0, takeExpectedHandOverLine() { return }
     let routine =
         strncmp(message, "Closing connection (application error generating response)", 58) == 0
         || strncmp(message, "Failed to send the", 18) == 0
