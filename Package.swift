@@ -122,7 +122,7 @@ let package = Package(
             name: "forge-push-token-server",
             dependencies: [
                 "MicroHTTPDServer", "TokenService", "HTTPServing", "ForgePushTokenOwner", "ForgePushToken",
-                "RedisTokenStore", "ServerSupport", "CLinuxEvents",
+                "RedisTokenStore", "GnuTLSClient", "ServerSupport", "CLinuxEvents",
             ]
         ),
 

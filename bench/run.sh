@@ -40,6 +40,8 @@
 #      SSE_INTERVAL_MS (1000) IDLE_N (10000) IDLE_SECONDS (8) TRIES (3) MAX_FOREIGN (0.10)
 #      WAIT_QUIET (30) PORT_BASE (18080) BENCH_SCRATCH SHARED_BENCH BUDGET (300 / 840 with --peers)
 #      MHD_THREADS (the C server's and the C fan-out floor's threads; default as ours)
+#      PARTS ("http sse idle": which of the measurements to run; idle includes start, e.g.
+#      PARTS=sse SSE_NS=10000 --peers for the fan-out against the floor alone, about 3 minutes)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -60,6 +62,7 @@ done
 REPEATS="${REPEATS:-3}"; DURATION="${DURATION:-5s}"
 WRK_THREADS="${WRK_THREADS:-2}"; WRK_CONNS="${WRK_CONNS:-64}"
 SSE_NS="${SSE_NS:-1000 5000 10000 20000}"; SSE_M="${SSE_M:-5}"; SSE_INTERVAL_MS="${SSE_INTERVAL_MS:-1000}"
+PARTS="${PARTS:-http sse idle}"
 IDLE_N="${IDLE_N:-10000}"; IDLE_SECONDS="${IDLE_SECONDS:-8}"
 TRIES="${TRIES:-3}"; MAX_FOREIGN="${MAX_FOREIGN:-0.10}"; WAIT_QUIET="${WAIT_QUIET:-30}"
 PORT_BASE="${PORT_BASE:-18080}"
@@ -229,7 +232,9 @@ mh_stop() { "$peer_dir/peers/mhd-c/stop.sh" >/dev/null; }
 fc_start() { PORT="$FC_PORT" THREADS="$MHD_THREADS" "$peer_dir/peers/fanout-c/start.sh" >/dev/null; }
 fc_stop() { "$peer_dir/peers/fanout-c/stop.sh" >/dev/null; }
 
-for r in $(seq 1 "$REPEATS"); do
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
+part http && for r in $(seq 1 "$REPEATS"); do
   echo "=== HTTP, repeat $r/$REPEATS"
   start_ours; seed_token "$ours"
   http ours "$OUR_PID" get "$ours" /token
@@ -256,7 +261,7 @@ for r in $(seq 1 "$REPEATS"); do
   stop_ours
 done
 
-for r in $(seq 1 "$REPEATS"); do
+part sse && for r in $(seq 1 "$REPEATS"); do
   for n in $SSE_NS; do
     echo "=== SSE fan-out N=$n, $SSE_M publishes ${SSE_INTERVAL_MS} ms apart, repeat $r/$REPEATS"
     sse ours "$n" "$out/sse-ours-n$n-r$r.json"
@@ -267,7 +272,7 @@ for r in $(seq 1 "$REPEATS"); do
   done
 done
 
-for r in $(seq 1 "$REPEATS"); do
+part idle && for r in $(seq 1 "$REPEATS"); do
   echo "=== idle: $IDLE_N subscribers, $IDLE_SECONDS s between heartbeats, repeat $r/$REPEATS"
   # Each try writes its own JSON; only the kept one is appended.
   # shellcheck disable=SC2016 # $1..$5 are the inner shell's arguments

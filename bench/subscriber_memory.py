@@ -9,7 +9,13 @@ first connected (a fresh server for each count).
 
     python3 bench/subscriber_memory.py --server .build/release/forge-push-token-server \
         [-n 1000,5000,10000,18000] [--server-arg=--max-header-bytes=2048]... [--env NAME=VALUE]... \
-        [--breakdown N] [--json FILE] [--label NAME]
+        [--tls] [--keep-alive] [--breakdown N] [--json FILE] [--label NAME]
+
+--tls serves over TLS (a self-signed certificate made with openssl for the run) and opens the
+streams one after another with Python's ssl: TLS streams stay in libmicrohttpd, so each keeps its
+connection's pool. --keep-alive opens idle keep-alive connections instead of streams: each sends
+one `GET /token`, reads the whole answer and stays open (fewer than --idle-timeout's 60 s), which
+is what an idle keep-alive connection costs (its pool, kept between two requests).
 
 --breakdown N also runs N subscribers once under glibc's malloc tracer (LD_PRELOAD
 libc_malloc_debug.so.0, MALLOC_TRACE; mtrace(3)) and prints the heap that the N streams hold
@@ -50,7 +56,23 @@ def status(pid):
     return values
 
 
-def start(binary, n, extra, env_extra):
+def make_certificate():
+    """A self-signed certificate and key for 127.0.0.1 in a temporary folder: (cert, key)."""
+    folder = tempfile.mkdtemp(prefix="forge-push-token-memory-tls.")
+    cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def connect(port, context):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return context.wrap_socket(s, server_hostname="127.0.0.1") if context else s
+
+
+def start(binary, n, extra, env_extra, context=None):
     port = free_port()
     env = dict(os.environ, **env_extra)
     proc = subprocess.Popen([binary, "--port", str(port), "--access-log", "off", "--max-subscribers", str(n + 100)]
@@ -58,7 +80,7 @@ def start(binary, n, extra, env_extra):
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            with connect(port, context) as s:
                 s.sendall(b"POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 64\r\n"
                           b"Connection: close\r\n\r\n" + os.urandom(32).hex().encode())
                 if s.recv(64).startswith(b"HTTP/1.1 200"):
@@ -106,13 +128,40 @@ def subscribe(port, n, timeout):
     return socks
 
 
-def measure(binary, n, extra, env_extra, timeout):
-    proc, port = start(binary, n, extra, env_extra)
+def open_one_by_one(port, n, timeout, context, keep_alive):
+    """Opens n streams (or, with keep_alive, n connections that each had one GET /token answered)
+    one after another with blocking sockets; returns the open sockets."""
+    if keep_alive:
+        request, done = b"GET /token HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"}"
+    else:
+        request, done = b"GET /token/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n", b"}\n\n"
+    deadline = time.monotonic() + timeout
+    socks = []
+    for _ in range(n):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {len(socks)} of {n} connections were ready in time")
+        s = connect(port, context)
+        s.sendall(request)
+        data = b""
+        while done not in data:
+            more = s.recv(4096)
+            if not more:
+                raise SystemExit("a connection closed before its answer")
+            data += more
+        socks.append(s)
+    return socks
+
+
+def measure(binary, n, extra, env_extra, timeout, context=None, keep_alive=False):
+    proc, port = start(binary, n, extra, env_extra, context)
     try:
         time.sleep(0.3)
         before = status(proc.pid)
         t0 = time.monotonic()
-        socks = subscribe(port, n, timeout)
+        if context is not None or keep_alive:
+            socks = open_one_by_one(port, n, timeout, context, keep_alive)
+        else:
+            socks = subscribe(port, n, timeout)
         connect_s = time.monotonic() - t0
         time.sleep(0.5)
         after = status(proc.pid)
@@ -226,16 +275,25 @@ def main():
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--json")
     ap.add_argument("--label", default="ours")
+    ap.add_argument("--tls", action="store_true")
+    ap.add_argument("--keep-alive", action="store_true")
     args = ap.parse_args()
+    context = None
+    if args.tls:
+        import ssl
+        cert, key = make_certificate()
+        args.server_arg += ["--tls-cert", cert, "--tls-key", key]
+        context = ssl.create_default_context(cafile=cert)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     env_extra = dict(e.split("=", 1) for e in args.env)
     results = []
     for n in [int(x) for x in args.n.split(",") if x]:
-        r, _ = measure(args.server, n, args.server_arg, env_extra, args.timeout)
-        r.update(label=args.label, server_args=args.server_arg, env=args.env)
+        r, _ = measure(args.server, n, args.server_arg, env_extra, args.timeout, context, args.keep_alive)
+        r.update(label=args.label, server_args=args.server_arg, env=args.env, tls=args.tls, keep_alive=args.keep_alive)
         results.append(r)
-        print(f"{args.label} N={n}: RSS per subscriber {r['rss_per_subscriber_kb']:.2f} kB "
+        what = "keep-alive connection" if args.keep_alive else "subscriber"
+        print(f"{args.label} N={n}: RSS per {what} {r['rss_per_subscriber_kb']:.2f} kB "
               f"(anonymous {r['anon_per_subscriber_kb']:.2f} kB), connected in {r['connect_s']} s", flush=True)
     rows = None
     if args.breakdown:

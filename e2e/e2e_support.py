@@ -428,15 +428,17 @@ class EventStream:
 STREAM_REQUEST = b"GET /token/stream HTTP/1.1\r\nHost: e2e\r\nAccept: text/event-stream\r\n\r\n"
 
 
-def open_subscribers(port, count, timeout=10):
+def open_subscribers(port, count, timeout=10, version="HTTP/1.1"):
     """`count` raw `GET /token/stream` sockets, each read up to its first event (for loads of
-    thousands, where an `EventStream` each would cost too much). The caller closes them."""
+    thousands, where an `EventStream` each would cost too much). `version` "HTTP/1.0" asks for a
+    stream libmicrohttpd keeps (a plain HTTP/1.1 one is detached). The caller closes them."""
+    request = STREAM_REQUEST.replace(b"HTTP/1.1", version.encode(), 1)
     subscribers = []
     try:
         for _ in range(count):
             sock = socket.create_connection((HOST, port), timeout=timeout)
             subscribers.append(sock)
-            sock.sendall(STREAM_REQUEST)
+            sock.sendall(request)
         deadline = time.monotonic() + 60  # heartbeats alone would keep the reads going forever
         for sock in subscribers:
             data = b""

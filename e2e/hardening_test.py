@@ -12,7 +12,9 @@ are all stopped at the end; the whole file takes about 20 s. Standard library on
            nothing, ?access_token= for GET/HEAD under `all` (never for POST), /healthz open, the
            token never in the log or in a flag error, the non-loopback warning, exit 64 on bad flags
   tls      --tls-cert/--tls-key: https:// in the log, GET/POST/SSE over TLS with curl and Python's
-           ssl, plain HTTP refused, exit 64 for a missing key, exit 1 for a bad certificate
+           ssl, plain HTTP refused, --health-check[=live|ready] over TLS (status read, while
+           serving and draining; another certificate refused), exit 64 for a missing key, exit 1
+           for a bad certificate
   cors     --cors-origin: Access-Control-Allow-Origin + Vary for listed origins only, preflight
            204 / 403 origin_not_allowed, plain OPTIONS 204 + Allow, `*`
   limits   --max-url-bytes (414), --max-header-bytes (431), --max-connections,
@@ -711,6 +713,38 @@ def tls_post_and_stream():
         stream.close()
 
 
+def browser_cookie(size=8192, pairs=200):
+    """One Cookie field value of exactly `size` bytes in `pairs` name=value pairs joined by "; "."""
+    values = size - 2 * (pairs - 1) - 5 * pairs
+    return "; ".join("c%03d=%s" % (i, "v" * (values // pairs + (i < values % pairs))) for i in range(pairs))
+
+
+@test("tls: an EventSource request with 8 KiB of cookies in 200 pairs and a browser's fields gets 200 and "
+      "events over TLS (issue 44: the default pool is 40 KiB)")
+def tls_stream_with_cookies():
+    s = FIX.get("tls")
+    cookie = browser_cookie()
+    check(len(cookie) == 8192, "the cookie is %d bytes" % len(cookie))
+    headers = {
+        "User-Agent": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+                      "Chrome/131.0.0.0 Safari/537.36 Edg/131.0.0.0",
+        "Accept-Language": "en-GB,en-US;q=0.9,en;q=0.8", "Cache-Control": "no-cache",
+        "Origin": "https://forge.example.com", "Referer": "https://forge.example.com/projects/settings/tokens",
+        "Last-Event-ID": "0", "Sec-Fetch-Dest": "empty", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-site",
+        "Cookie": cookie,
+    }
+    stream = Stream(s, headers=headers)
+    try:
+        check(stream.status == 200, "GET /token/stream with 8 KiB of cookies over TLS answered %s" % stream.status)
+        version, _ = stream.next_event()
+        hex_text = token_hex(0x7152)
+        r = s.req("POST", "/register", headers=dict(FORM, Authorization="Bearer " + TOKEN), body=form(hex_text))
+        check(r.status == 200, "POST /register over TLS: %r" % r)
+        check(stream.next_event() == (version + 1, hex_text), "the TLS stream with cookies did not get the change")
+    finally:
+        stream.close()
+
+
 @test("tls: plain HTTP to the TLS port gets no HTTP answer, and the server keeps serving TLS")
 def tls_plain_http():
     s = FIX.get("tls")
@@ -725,6 +759,41 @@ def tls_plain_http():
     code, out, err, _ = run_cmd(["curl", "-sS", "--max-time", "3", "http://%s:%d/token" % (HOST, s.port)])
     check(code != 0 and '"token"' not in out, "curl http:// on the TLS port: exit %s, %r" % (code, out))
     check(s.req("GET", "/token").status == 200, "TLS no longer works after plain HTTP")
+
+
+@test("tls: --health-check, =live and =ready read the status over TLS (0 on 200, 1 on 503 draining), "
+      "refuse another certificate, and leave no handshake warning in the log")
+def tls_health_check():
+    cert, key = FIX.cert()
+    s = FIX.start(["--host", HOST, "--port", "0", "--tls-cert", cert, "--tls-key", key, "--drain-seconds", "60"],
+                  tls_ca=cert)
+
+    def health_check(probe, certificate=cert, certificate_key=key):
+        flag = "--health-check" + ("=" + probe if probe else "")
+        code, out, err, _ = run_cmd([FIX.binary, flag, "--host", HOST, "--port", str(s.port),
+                                     "--tls-cert", certificate, "--tls-key", certificate_key], timeout=10)
+        return code
+
+    serving = {probe: health_check(probe) for probe in ("", "live", "ready")}
+    check(serving == {"": 0, "live": 0, "ready": 0}, "serving: exit codes %r, expected 0" % serving)
+    other_cert, other_key = os.path.join(FIX.workdir, "tls", "other-cert.pem"), os.path.join(FIX.workdir, "tls", "other-key2.pem")
+    code, _, err, _ = run_cmd(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                               "-nodes", "-keyout", other_key, "-out", other_cert, "-days", "2", "-subj", "/CN=127.0.0.1",
+                               "-addext", "subjectAltName=IP:127.0.0.1"], timeout=20)
+    check(code == 0, "openssl req: %s" % err)
+    code = health_check("", other_cert, other_key)
+    check(code == 1, "--health-check with another certificate than the server's exited %s, expected 1" % code)
+    os.kill(s.proc.pid, signal.SIGTERM)
+    wait_until(lambda: s.req("GET", "/readyz").status == 503, 10, what="/readyz 503 after SIGTERM")
+    draining = {probe: health_check(probe) for probe in ("", "live", "ready")}
+    check(draining == {"": 1, "live": 0, "ready": 1},
+          "draining: exit codes %r, expected --health-check 1, =live 0, =ready 1" % draining)
+    text = s.stderr()
+    check("GET /readyz 503" in text and "GET /livez 200" in text, "the checks are not in the access log: %r" % text[-1500:])
+    check("handshake" not in text and "libmicrohttpd" not in text,
+          "the checks left libmicrohttpd warnings: %r" % [l for l in text.splitlines() if "libmicrohttpd" in l])
+    os.kill(s.proc.pid, signal.SIGTERM)  # the second ends the drain at once
+    check(s.wait(10) == 0, "the service did not exit 0 after a second SIGTERM")
 
 
 @test("tls: a missing key exits 64; garbage or mismatched certificate/key exits 1 with a clear message")
@@ -956,15 +1025,16 @@ def limit_url_on(s, name):
         check(r.status == 414, "%s: %s /token with a long query answered %r" % (name, method, r))
 
 
-@test("limits: a header block over --max-header-bytes gets 431 (default 7008 and 15184); under it is served")
+@test("limits: a header block over --max-header-bytes gets 431 (default 36320 and 15184); under it is served")
 def limit_headers():
     d = FIX.get("default")
-    for name, size, expected in (("default", 5000, 200), ("default", 9000, 431)):
+    for name, size, expected in (("default", 5000, 200), ("default", 30000, 200), ("default", 37000, 431)):
         r = d.req("GET", "/token", headers={"X-Filler": "a" * size})
         check(r.status == expected, "%s: a %d-byte header answered %r, expected %d" % (name, size, r, expected))
-    many = {"X-Filler-%03d" % i: "b" * 60 for i in range(150)}  # ~11 KB in many small fields
+    # ~34 KB in many small fields: over the records' half of the pool (19,440 bytes, 48 a field).
+    many = {"X-Filler-%03d" % i: "b" * 60 for i in range(420)}
     r = d.req("GET", "/token", headers=many)
-    check(r.status == 431, "150 fields of 60 bytes answered %r, expected 431" % r)
+    check(r.status == 431, "420 fields of 60 bytes answered %r, expected 431" % r)
     big = FIX.get("small_url")  # --max-header-bytes 15184
     for size, expected in ((12000, 200), (17000, 431)):
         r = big.req("GET", "/token", headers={"X-Filler": "a" * size})

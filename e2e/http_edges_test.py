@@ -149,10 +149,11 @@ CHECKS, test = check_list()
 HEAD_SIZES = range(3500, 8201, 10)
 
 
-@test("head: heads of 3,500 to 8,200 bytes (Cookie or X-Filler) to GET /token, POST /register, POST /fail, "
-      "GET /token/stream: no write is carried out unanswered, no stream is left open")
+@test("head: at the 8 KiB pool (--max-header-bytes 7008), heads of 3,500 to 8,200 bytes (Cookie or X-Filler) to "
+      "GET /token, POST /register, POST /fail, GET /token/stream: no write is carried out unanswered, no stream is "
+      "left open")
 def head_sizes_answered_or_unchanged():
-    s = FIX.get("default")
+    s = FIX.get("pool_8k", ["--max-header-bytes", "7008"])
     port = s.port
     problems = []
     tally = {}
@@ -209,17 +210,16 @@ def head_sizes_answered_or_unchanged():
     check(lines and float(lines[0].split()[1]) == 0, "subscribers left open: %r" % lines)
 
 
-@test("head: with --max-header-bytes 15184 (the largest pool), POST /register heads of 11,000 to 16,500 bytes are "
-      "answered or change nothing, and those within the limit are served")
-def head_sizes_largest_pool():
-    s = FIX.get("largest_pool", ["--max-header-bytes", "15184"])
-    port = s.port
+def post_heads_answered_or_unchanged(port, sizes, limit, first_token):
+    """POST /register heads of each of `sizes` bytes (Cookie or X-Filler padded): none carried out
+    unanswered or refused yet carried out, and every X-Filler head within `limit`
+    (--max-header-bytes: the head plus five records of 48 bytes) served."""
     problems = []
     served = 0
     for pad in ("Cookie", "X-Filler"):
-        for size in range(11000, 16501, 50):
+        for size in sizes:
             before = current_token(port)
-            hex_text = "%08x" % (0x60000000 + size * 4 + (pad == "Cookie"))
+            hex_text = "%08x" % (first_token + size * 4 + (pad == "Cookie"))
             status, data = register(port, hex_text, size, pad)
             after = current_token(port)
             if status is None and after != before:
@@ -228,17 +228,31 @@ def head_sizes_largest_pool():
                 problems.append("%s %d: answered %d yet changed the token" % (pad, size, status))
             if status == 200:
                 served += 1
-            # Within the limit (X-Filler: the head plus five records of 48 bytes) it is served.
-            if pad == "X-Filler" and size + 5 * 48 <= 15184 and status != 200:
+            if pad == "X-Filler" and size + 5 * 48 <= limit and status != 200:
                 problems.append("%s %d: within --max-header-bytes yet answered %r" % (pad, size, data[:120]))
     note("served %d" % served)
+    check(served > 0, "nothing was served")
     check(not problems, "%d problems:\n%s" % (len(problems), "\n".join(problems[:20])))
+
+
+@test("head: with --max-header-bytes 15184 (the largest pool of 128-byte growth steps), POST /register heads of "
+      "11,000 to 16,500 bytes are answered or change nothing, and those within the limit are served")
+def head_sizes_largest_pool():
+    s = FIX.get("largest_pool", ["--max-header-bytes", "15184"])
+    post_heads_answered_or_unchanged(s.port, range(11000, 16501, 50), 15184, 0x60000000)
+
+
+@test("head: at the default pool (40 KiB, --max-header-bytes 36320), where libmicrohttpd grows its read buffer by an "
+      "eighth of the free space, POST /register heads of 19,000 to 41,500 bytes are answered or change nothing, and "
+      "those within the limit are served")
+def head_sizes_default_pool():
+    post_heads_answered_or_unchanged(FIX.get("default").port, range(19000, 41501, 100), 36320, 0x70000000)
 
 
 @test("head: a head over --max-header-bytes that fits in the pool gets the service's own JSON 431 before "
       "anything is carried out")
 def head_over_budget_json_431():
-    s = FIX.get("default")
+    s = FIX.get("pool_8k", ["--max-header-bytes", "7008"])
     before = current_token(s.port)
     for size in (7100, 7200, 7300):
         status, data = register(s.port, "%08x" % (0x30000000 + size), size)

@@ -11,8 +11,8 @@ Servers and nginx run on free loopback ports and are all stopped at the end. Sta
             byte, gets the service's JSON 400 and a close before anything is carried out: a
             folded Content-Length no longer smuggles a POST /register (the fix); nginx in front
             answers 400 too
-  trailer   a chunked POST /register whose trailer is too large is never carried out, run after
-            run: a 9 KB trailer 40 times (libmicrohttpd's 431), and trailers of 6,000 to 9,200
+  trailer   at the 8 KiB pool (--max-header-bytes 7008), a chunked POST /register whose trailer is
+            too large is never carried out, run after run: a 9 KB trailer 40 times (libmicrohttpd's 431), and trailers of 6,000 to 9,200
             bytes, five times each: answered 200 exactly when carried out, and never carried out
             over --max-header-bytes with the head (the service's JSON 431 when its answer fits
             beside the trailer, else libmicrohttpd's 431 or a closed connection)
@@ -116,8 +116,10 @@ class Fixtures:
 
     def direct(self):
         if self.server is None:
-            self.server = Server(self.binary, ["--host", HOST, "--port", "0", "--access-log", "off"],
-                                 workdir=self.workdir)
+            # The 8 KiB pool (--max-header-bytes 7008), whose room the trailer and blank-line
+            # sizes below are chosen to fill; the default pool is 40 KiB.
+            self.server = Server(self.binary, ["--host", HOST, "--port", "0", "--access-log", "off",
+                                               "--max-header-bytes", "7008"], workdir=self.workdir)
             self.server.start()
         return self.server.port
 

@@ -7,7 +7,9 @@ a temporary folder and a free port. Throughout, clients write with the write tok
 given (the old one, then from step 3 the new one), read with a read token, and keep event streams
 open; the test fails on any refused request that carried a valid token. Streams of a client that
 was never moved (still on the old token) must end within 1 s of step 5's reload, and the old token
-is refused afterwards.
+is refused afterwards. Each block prints nothing (no curl error while a step waits for the reload)
+and leaves the shell's working directory and umask as they were (its `cd` and `umask 077` in a
+subshell).
 
     rotation_docs_test.py --server PATH
 """
@@ -83,8 +85,13 @@ def run():
     readers = open_streams(server.port, read, 20)
     watcher = EndWatcher(stragglers + readers)
 
+    umask = os.umask(0o022)
+    os.umask(umask)  # the umask the blocks' shells start with
+
     def step(number, block):
         script = block.replace("/etc/forge-push-token", etc).replace("8080", str(server.port))
+        # What the block leaves in the reader's shell: its working directory and umask.
+        script += '\nprintf "after: %s %s\\n" "$(umask)" "$PWD"\n'
         sent = writer.sent
         proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=folder, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -92,6 +99,10 @@ def run():
             watcher.poll(0.05)
         out = proc.stdout.read().decode("utf-8", "replace")
         check(proc.returncode == 0, "step %d exited %s: %s" % (number, proc.returncode, out[-800:]))
+        lines = out.splitlines()
+        check(lines[-1:] == ["after: %04o %s" % (umask, os.path.realpath(folder))] and len(lines) == 1,
+              "step %d printed %r: a block must print nothing (no curl error while it waits) and leave the"
+              " shell's umask %04o and folder %s as they were" % (number, out[-800:], umask, folder))
         wait_until(lambda: writer.sent > sent, 5, what="a write during step %d" % number)
         check(not writer.refused and not reader.refused, "step %d: valid requests refused: %r %r"
               % (number, writer.refused[:3], reader.refused[:3]))

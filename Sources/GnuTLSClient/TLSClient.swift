@@ -113,6 +113,10 @@ public final class TLSClientCredentials: @unchecked Sendable {
 /// failed: the subject, and "signed by an unknown authority", "expired", "not yet valid", "name
 /// does not match HOST", "not meant for a TLS server"...
 ///
+/// The other check, `init(fd:presenting:)`, is for a process asking the service it runs beside
+/// (`forge-push-token-server --health-check`, over a loopback address its certificate does not
+/// name): the server must present exactly the certificate it is configured with, byte for byte.
+///
 /// Source: GnuTLS 3.7 manual, "Client examples" (`gnutls_session_set_verify_cert`,
 /// `gnutls_session_set_verify_cert2`, `gnutls_handshake`, `gnutls_record_recv`,
 /// `gnutls_record_send`, non-blocking use with `GNUTLS_E_AGAIN` and
@@ -150,11 +154,40 @@ public final class TLSClientSession {
     private var hostBytes: UnsafeMutablePointer<UInt8>?
     private var purposeOID: UnsafeMutablePointer<CChar>?
     private var verifyData: UnsafeMutablePointer<gnutls_typed_vdata_st>?
+    /// With `init(fd:presenting:)`: the DER bytes the server's certificate must be (the
+    /// handshake then verifies nothing else); `nil` with `init(fd:host:credentials:)`.
+    private let pinnedCertificate: [UInt8]?
 
     /// A session on socket `fd` (non-blocking, connected) to `host` (a DNS name or an IP
     /// address literal without brackets), trusting `credentials`.
     /// - Throws: `TLSError` when GnuTLS cannot set the session up.
-    public init(fd: Int32, host: String, credentials: TLSClientCredentials) throws(TLSError) {
+    public convenience init(fd: Int32, host: String, credentials: TLSClientCredentials) throws(TLSError) {
+        try self.init(fd: fd, host: host, credentials: credentials, pinnedCertificate: nil)
+    }
+
+    /// A session on socket `fd` (non-blocking, connected) to a server that must present the
+    /// first certificate of `certificatePEM` (PEM text, as a server's certificate file holds it,
+    /// intermediates after it ignored), byte for byte: the handshake fails otherwise. Neither its
+    /// chain, its dates nor its names are checked (the address is the caller's own loopback one,
+    /// and a server holding that certificate's private key is the one configured with it). No
+    /// server name is sent.
+    /// - Throws: `TLSError` when `certificatePEM` holds no certificate, or GnuTLS cannot set the
+    ///   session up.
+    public convenience init(fd: Int32, presenting certificatePEM: [UInt8]) throws(TLSError) {
+        let expected = try Self.firstCertificateDER(certificatePEM)
+        // Credentials with the certificate as trust anchor: nothing is verified against them (no
+        // `gnutls_session_set_verify_cert2`), but GnuTLS needs certificate credentials set.
+        let credentials = try TLSClientCredentials(caPEM: certificatePEM, certificatePEM: nil, keyPEM: nil)
+        try self.init(fd: fd, host: "the local service", credentials: credentials, pinnedCertificate: expected)
+    }
+
+    /// The session both public initialisers make: with `pinnedCertificate`, no verification is
+    /// set up (the handshake compares the server's certificate with it); without, the chain, dates,
+    /// purpose and `host` are verified.
+    private init(
+        fd: Int32, host: String, credentials: TLSClientCredentials, pinnedCertificate: [UInt8]?
+    ) throws(TLSError) {
+        self.pinnedCertificate = pinnedCertificate
         var made: gnutls_session_t?
         let result = gnutls_init(&made, UInt32(GNUTLS_CLIENT.rawValue) | UInt32(GNUTLS_NONBLOCK))
         guard result == GNUTLS_E_SUCCESS, let made else { throw TLSError.gnutls(result, "cannot start TLS") }
@@ -167,6 +200,11 @@ public final class TLSClientSession {
                 made, GNUTLS_CRD_CERTIFICATE, UnsafeMutableRawPointer(credentials.credentials))
         }
         guard failed == GNUTLS_E_SUCCESS else { throw TLSError.gnutls(failed, "cannot start TLS") }
+        if pinnedCertificate != nil {
+            isDNSHost = false
+            fpt_gnutls_transport_set_int(made, fd)
+            return
+        }
         // GnuTLS keeps the pointers it is given here (not copies) until the session ends: they
         // live in `hostBytes`, `purposeOID` and `verifyData`, freed by `deinit`.
         let name: gnutls_typed_vdata_st
@@ -214,6 +252,14 @@ public final class TLSClientSession {
     public func handshake() throws(TLSError) -> Wait? {
         let result = gnutls_handshake(session)
         if result == GNUTLS_E_SUCCESS {
+            if let pinnedCertificate {
+                let presented = withPeerDER { $0 }
+                guard presented == pinnedCertificate else {
+                    throw TLSError(
+                        "\(host) presented certificate \(peerSubject), not the one it is configured with")
+                }
+                return nil
+            }
             // GnuTLS matched a DNS host against the common name when the certificate has no DNS
             // name (`gnutls_x509_crt_check_hostname2`; 3.7 has no flag against it): refused here.
             if isDNSHost, !peerHasDNSName {
@@ -325,6 +371,37 @@ public final class TLSClientSession {
                 sequence += 1
             }
         }
+    }
+
+    /// Runs `body` with the DER bytes of the server's certificate (`nil` when it sent none).
+    private func withPeerDER<R>(_ body: ([UInt8]?) -> R) -> R {
+        var count: UInt32 = 0
+        guard let peers = gnutls_certificate_get_peers(session, &count), count > 0, let data = peers.pointee.data else {
+            return body(nil)
+        }
+        return body(Array(UnsafeBufferPointer(start: data, count: Int(peers.pointee.size))))
+    }
+
+    /// The DER bytes of the first certificate of PEM text `pem`.
+    /// - Throws: `TLSError` when it holds no readable certificate.
+    private static func firstCertificateDER(_ pem: [UInt8]) throws(TLSError) -> [UInt8] {
+        var certificate: gnutls_x509_crt_t?
+        var result = gnutls_x509_crt_init(&certificate)
+        guard result == GNUTLS_E_SUCCESS, let certificate else {
+            throw TLSError.gnutls(result, "cannot read the certificate")
+        }
+        defer { gnutls_x509_crt_deinit(certificate) }
+        result = TLSClientCredentials.withDatum(pem) { gnutls_x509_crt_import(certificate, $0, GNUTLS_X509_FMT_PEM) }
+        guard result == GNUTLS_E_SUCCESS else {
+            throw TLSError.gnutls(result, "the certificate file holds no certificate")
+        }
+        var der = gnutls_datum_t()
+        result = gnutls_x509_crt_export2(certificate, GNUTLS_X509_FMT_DER, &der)
+        guard result == GNUTLS_E_SUCCESS, let data = der.data else {
+            throw TLSError.gnutls(result, "cannot read the certificate")
+        }
+        defer { fpt_gnutls_free(data) }
+        return Array(UnsafeBufferPointer(start: data, count: Int(der.size)))
     }
 
     /// Runs `body` with the server's certificate, parsed (`nil` when it sent none or it cannot be

@@ -24,19 +24,24 @@ class DaemonContext: @unchecked Sendable {
     let limiter: ConnectionLimiter
     /// `ServerConfiguration.maxURLBytes`.
     let maxURLBytes: Int
-    /// The event streams this daemon handed over (`DetachedStream`), written by its loop.
+    /// The event streams this daemon's loop serves (`DetachedStream`), written by its loop.
     let detached: DetachedStreams
+    /// Every daemon loop's detached streams (this one's among them): a stream handed over here is
+    /// served by the least loaded.
+    let detachedLoops: [DetachedStreams]
     /// `ServerConfiguration.clock`: what the callbacks read the time on.
     let clock: ServerClock
 
     init(
-        loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int, detached: DetachedStreams, clock: ServerClock
+        loop: DaemonLoop, limiter: ConnectionLimiter, maxURLBytes: Int, detached: DetachedStreams,
+        detachedLoops: [DetachedStreams], clock: ServerClock
     ) {
         self.loop = loop
         self.clock = clock
         self.limiter = limiter
         self.maxURLBytes = maxURLBytes
         self.detached = detached
+        self.detachedLoops = detachedLoops
     }
 
     /// The access handler (`mhdAccessHandler`): see `Daemon.accessHandler`.
@@ -88,21 +93,29 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// (the engine's and the application's).
     let capture: HeadFieldCapture
 
-    /// - Throws: `ServerError.socket` when the detached streams' epoll set cannot be made.
-    init(server: MicroHTTPDServer<Application>, loop: DaemonLoop) throws(ServerError) {
+    /// This daemon's logger (`MHD_OPTION_EXTERNAL_LOGGER`'s context): told of each hand-over line
+    /// the daemon is about to log.
+    let logBox: LogBox
+    /// The server's `copySocket`, copied once.
+    let copySocket: @Sendable (Int32) -> Int32
+
+    /// A daemon run by `loop`, whose detached streams are `detachedLoops[index]`.
+    init(
+        server: MicroHTTPDServer<Application>, loop: DaemonLoop, index: Int, detachedLoops: [DetachedStreams],
+        logBox: LogBox
+    ) {
         self.server = server
+        self.logBox = logBox
+        self.copySocket = server.copySocket
         self.application = server.application
         self.traits = server.traits
         self.cachedReader = server.cachedReader
         self.cachedReadPath = server.traits.cachedReadPath ?? ""
         self.capture = HeadFieldCapture(
             headerFields: server.traits.headerFieldsRead, queryParameters: server.traits.queryParametersRead)
-        let clock = server.configuration.clock
-        let detached = try DetachedStreams(
-            loop: loop, clock: clock, ended: { [unowned server] in server.detachedStreamEnded($0) })
         super.init(
-            loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes, detached: detached,
-            clock: clock)
+            loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes,
+            detached: detachedLoops[index], detachedLoops: detachedLoops, clock: server.configuration.clock)
     }
 
     override func accessHandler(

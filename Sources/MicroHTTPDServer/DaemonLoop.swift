@@ -3,6 +3,7 @@ import CMicroHTTPD
 import Dispatch
 import ForgePushToken
 import ServerSupport
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -42,7 +43,9 @@ import ServerSupport
 /// Thread-safety: `start(daemon:)` once, then `stop()` once; `wake()` from any thread.
 final class DaemonLoop: BatchWakeable {
     private let signal: Int32
-    private let wakePending = Locked(false)
+    /// Whether a wake-up is written and the loop has not run the daemon since: an atomic, read
+    /// before it is written, because a publish wakes the same loop once per subscriber.
+    private let wakePending = Atomic<Bool>(false)
     private let stopping = Locked(false)
     private let finished = DispatchSemaphore(value: 0)
     /// A pending `quiesce()`: the semaphore its caller waits on, and the listening socket the
@@ -99,11 +102,8 @@ final class DaemonLoop: BatchWakeable {
 
     /// Makes the loop run the daemon soon: call it after `MHD_resume_connection`.
     func wake() {
-        let first = wakePending.withLock { pending in
-            defer { pending = true }
-            return !pending
-        }
-        if first { poke() }
+        guard !wakePending.load(ordering: .relaxed) else { return }
+        if !wakePending.exchange(true, ordering: .acquiringAndReleasing) { poke() }
     }
 
     /// Quiesces the daemon (`MHD_quiesce_daemon`: it stops accepting) on this loop's own thread,
@@ -191,7 +191,7 @@ final class DaemonLoop: BatchWakeable {
             }
             // Cleared before the daemon runs: a resume from now on either is seen by this run or
             // writes the eventfd again.
-            wakePending.withLock { $0 = false }
+            wakePending.store(false, ordering: .sequentiallyConsistent)
             // The loops whose connections the run resumes are woken when it returns.
             WakeBatch.run { _ = MHD_run(daemon.pointer) }
             // Then the detached streams (handed over in this run, woken, or writable again), after

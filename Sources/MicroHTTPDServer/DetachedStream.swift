@@ -21,9 +21,13 @@ import Synchronization
 /// One detached event stream: its socket (the engine's copy), the application's source, where it
 /// stands (`DetachedStreamState`) and what its record needs.
 ///
-/// Only its daemon's loop thread touches it, and `MicroHTTPDServer.stop()` after that loop has
-/// ended.
-final class DetachedStream {
+/// Made on the thread of the daemon that handed its connection over, and passed once to the loop
+/// that serves it (`DetachedStreams.adopt(_:)`, which may be another daemon's: the least loaded).
+///
+/// `@unchecked Sendable` is sound because it crosses threads only that once, through the serving
+/// loop's `incoming` list behind its lock (the maker never touches it after `adopt`); from then
+/// on only that loop's thread touches it, and `MicroHTTPDServer.stop()` after that loop has ended.
+final class DetachedStream: @unchecked Sendable {
     /// Its key in `DetachedStreams` (the engine's own, unique per daemon).
     let key: UInt64
     /// The engine's copy of the socket.
@@ -69,12 +73,19 @@ final class DetachedStream {
     }
 }
 
-/// The detached streams of one daemon, and the loop work that writes them: woken sources (from
-/// any thread) and sockets that became writable (its own epoll set, which the `DaemonLoop` polls
-/// beside the daemon's).
+/// The detached streams one daemon loop serves, and the loop work that writes them: streams
+/// adopted (from any daemon's thread), woken sources (from any thread) and sockets that became
+/// writable (its own epoll set, which the `DaemonLoop` polls beside the daemon's).
 ///
-/// `@unchecked Sendable` is sound because only `wake(_:)` and `newKey()` are called from other
-/// threads, and they touch only `woken` (behind its lock), `hasWoken` and `nextKey` (atomics);
+/// A stream is served by the loop with the fewest streams when it is handed over
+/// (`Daemon.openDetachedStream`), not by the daemon that accepted it: the daemons share one
+/// listening socket, and whichever loop wakes first accepts, so the accepting split is uneven (56
+/// to 44 % of 10,000 subscribers over two loops in one run), and a publish's last event waits
+/// for the busiest loop.
+///
+/// `@unchecked Sendable` is sound because only `adopt(_:)`, `wake(_:)`, `newKey()` and `load`
+/// are called from other threads, and they touch only `incoming` and `woken` (behind their
+/// locks), `hasWoken`, `nextKey` and `adopted` (atomics);
 /// every other member runs on the daemon's loop thread, or in `MicroHTTPDServer.stop()` after that
 /// thread has ended (`DaemonLoop.stop()` waits for it), so the stored dictionaries are never
 /// shared.
@@ -88,10 +99,15 @@ final class DetachedStreams: @unchecked Sendable {
     /// its socket is closed.
     private let ended: (DetachedStream) -> Void
     private let woken = Locked<[UInt64]>([])
-    /// Whether `woken` may hold keys: set after each append, so that the loop's turn after a
-    /// daemon run with no stream woken (every ordinary request) costs one atomic load, not a lock.
+    /// Streams handed over to this loop and not yet taken in (`adopt(_:)`).
+    private let incoming = Locked<[DetachedStream]>([])
+    /// Whether `woken` or `incoming` may hold something: set after each append, so that the
+    /// loop's turn after a daemon run with nothing woken (every ordinary request) costs one atomic
+    /// load, not a lock.
     private let hasWoken = Atomic<Bool>(false)
     private let nextKey = Atomic<UInt64>(1)
+    /// Streams adopted and not yet ended: what the hand-over balances on.
+    private let adopted = Atomic<Int>(0)
     private var spare: [UInt64] = []
     private var streams: [UInt64: DetachedStream] = [:]
     private var stalled: Set<UInt64> = []
@@ -107,6 +123,16 @@ final class DetachedStreams: @unchecked Sendable {
     static let scratchBytes = 16 * 1024
     /// The most steps one stream takes per turn before the others get theirs.
     static let stepsPerTurn = 64
+    /// The send buffer asked for each detached socket (`SO_SNDBUF`; Linux doubles it, socket(7)).
+    ///
+    /// Without it the kernel grows a stream's send buffer toward `tcp_wmem`'s maximum (4 MiB here)
+    /// as long as its client acknowledges, and a client that reads nothing still acknowledges
+    /// until its receive window is full: every send then succeeds, the stream never waits, and the
+    /// stall limit (`closeStalled`) never starts counting while events keep coming, while the
+    /// kernel holds up to 4 MiB for it. With 16 KiB asked (32 KiB given), a client that takes
+    /// nothing stalls once that and its own receive window are full, and is closed 120 s later.
+    /// An event is a few hundred bytes: a reading client never comes near it.
+    static let sendBufferBytes = 16 * 1024
 
     /// - Throws: `ServerError.socket` when the epoll set cannot be made.
     init(loop: DaemonLoop, clock: ServerClock, ended: @escaping (DetachedStream) -> Void) throws(ServerError) {
@@ -126,29 +152,62 @@ final class DetachedStreams: @unchecked Sendable {
     /// The number of streams open (loop thread, or after the loop ended).
     var count: Int { streams.count }
 
+    /// The streams adopted and not yet ended (any thread; a relaxed reading).
+    var load: Int { adopted.load(ordering: .relaxed) }
+
     /// A key for a stream about to be opened (any thread).
     func newKey() -> UInt64 {
         nextKey.wrappingAdd(1, ordering: .relaxed).oldValue
     }
 
     /// The source of stream `key` asks to be read again (any thread; its `wake`): the loop reads
-    /// it after its current turn, or when the batch in progress ends (`WakeBatch`).
+    /// it after its current turn.
+    ///
+    /// The loop is woken at once, not when a `WakeBatch` in progress ends: a publish offers every
+    /// subscriber on the publishing thread, and the other loops send to theirs meanwhile (their
+    /// streams are not libmicrohttpd's, so an early wake costs them no walk of its suspended
+    /// list; `DaemonLoop.wake()` coalesces the wake-ups to one per daemon run).
     func wake(_ key: UInt64) {
         woken.withLock { $0.append(key) }
+        // Read before written: a publish wakes every stream of this loop in a row. Seen false
+        // whenever the loop's turn has taken the flag after this key's append could be in its
+        // swap (that exchange comes before the swap's lock, which this append's lock follows).
+        if !hasWoken.load(ordering: .acquiring) { hasWoken.store(true, ordering: .releasing) }
+        loop.wake()
+    }
+
+    /// Takes `stream` over (any thread: the thread of the daemon that handed its connection over):
+    /// the loop takes it in and sends its head on its next turn.
+    func adopt(_ stream: DetachedStream) {
+        adopted.add(1, ordering: .relaxed)
+        incoming.withLock { $0.append(stream) }
         hasWoken.store(true, ordering: .releasing)
         if !WakeBatch.wakeLater(loop) { loop.wake() }
     }
 
-    /// Takes `stream` in (loop thread), handed over from `connection`: its head is sent when the
-    /// loop serves the streams next (after the daemon's run in progress).
-    func add(_ stream: DetachedStream, from connection: OpaquePointer) {
-        streams[stream.key] = stream
+    /// Notes that this daemon handed `connection` over (this daemon's loop thread): its place in
+    /// the limiter is the stream's now (`releaseHandOver(_:)`).
+    func noteHandOver(_ connection: OpaquePointer) {
         handedOver.insert(connection)
-        var event = epoll_event(
-            events: EPOLLOUT.rawValue | EPOLLET.rawValue, data: epoll_data_t(u64: stream.key))
-        epoll_ctl(epoll, EPOLL_CTL_ADD, stream.fd, &event)
-        woken.withLock { $0.append(stream.key) }
-        hasWoken.store(true, ordering: .releasing)
+    }
+
+    /// Takes in the streams adopted since the last turn (loop thread, or after the loop ended):
+    /// registers each socket for `EPOLLOUT` and sends what it can of each head.
+    private func takeIncoming() {
+        let arrived = incoming.withLock { list in
+            defer { list.removeAll() }
+            return list
+        }
+        for stream in arrived {
+            streams[stream.key] = stream
+            var size = Int32(Self.sendBufferBytes)
+            setsockopt(stream.fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            var event = epoll_event(
+                events: EPOLLOUT.rawValue | EPOLLET.rawValue, data: epoll_data_t(u64: stream.key))
+            epoll_ctl(epoll, EPOLL_CTL_ADD, stream.fd, &event)
+            stream.state.woken()
+            pump(stream)
+        }
     }
 
     /// Whether `connection` was handed over (and forgets it): libmicrohttpd reports it closed,
@@ -158,7 +217,7 @@ final class DetachedStreams: @unchecked Sendable {
     }
 
     /// The loop's turn (after each daemon run): the sockets that became writable (`writable`:
-    /// the epoll set is readable), then the woken sources.
+    /// the epoll set is readable), then the streams adopted, then the woken sources.
     func serve(writable: Bool) {
         if writable {
             while true {
@@ -175,6 +234,7 @@ final class DetachedStreams: @unchecked Sendable {
         // A key appended after the exchange sets the flag again after its append: seen next turn.
         guard hasWoken.load(ordering: .acquiring), hasWoken.exchange(false, ordering: .acquiringAndReleasing)
         else { return }
+        takeIncoming()
         woken.withLock { swap(&$0, &spare) }
         guard !spare.isEmpty else { return }
         for key in spare {
@@ -200,6 +260,7 @@ final class DetachedStreams: @unchecked Sendable {
     /// has ended: the grace period is over, and these clients did not take their last chunk).
     /// - Returns: how many were closed.
     func closeAll() -> Int {
+        takeIncoming()
         let left = Array(streams.values)
         for stream in left {
             stream.state.abort()
@@ -276,15 +337,34 @@ final class DetachedStreams: @unchecked Sendable {
     }
 
     /// Ends the stream: the server's records first, then the socket closed (after its last chunk
-    /// when `clean`).
+    /// when `clean`, and after dropping what the client sent behind its request: see
+    /// `dropReceived`).
     private func finish(_ stream: DetachedStream, clean: Bool) {
         streams[stream.key] = nil
         stalled.remove(stream.key)
         ended(stream)
         epoll_ctl(epoll, EPOLL_CTL_DEL, stream.fd, nil)
+        if clean { dropReceived(stream.fd) }
         close(stream.fd)
         stream.state.closed()
+        adopted.subtract(1, ordering: .relaxed)
     }
+
+    /// Reads and drops, without waiting, up to `scratchBytes` * `drainReads` bytes the client sent
+    /// after the stream's request: a request pipelined behind it, which the stream's
+    /// `Connection: close` leaves unanswered (docs/http-api.md). A socket closed with unread bytes
+    /// sends a reset instead of a FIN, and a client that gets the reset may drop the stream's last
+    /// chunk unread (RFC 9112 §9.6). One `recv` that finds nothing when the client sent nothing.
+    private func dropReceived(_ fd: Int32) {
+        for _ in 0..<Self.drainReads {
+            let count = recv(fd, scratch.baseAddress, scratch.count, Int32(MSG_DONTWAIT))
+            if count < scratch.count { return }
+        }
+    }
+
+    /// The most reads of `dropReceived`: 64 KiB dropped at most, so that a client that keeps
+    /// sending cannot hold the loop.
+    static let drainReads = 4
 }
 
 /// `send(2)`'s flags for detached streams: never blocks, never raises `SIGPIPE`.
@@ -295,23 +375,9 @@ private func isTransient(_ code: Int32) -> Bool {
     code == EAGAIN || code == EWOULDBLOCK || code == EINTR
 }
 
-/// How many "Application reported internal error" lines libmicrohttpd is about to log for
-/// connections the engine handed over (`MHD_NO` from the access handler is how a hand-over
-/// ends libmicrohttpd's part): `logLibraryMessage` leaves that many out. Such a line is logged
-/// on the same thread right after the handler returns.
-let expectedHandOverLines = Atomic<Int>(0)
-
-/// Takes one expected hand-over line, if any is expected.
-func takeExpectedHandOverLine() -> Bool {
-    var current = expectedHandOverLines.load(ordering: .relaxed)
-    while current > 0 {
-        let (exchanged, original) = expectedHandOverLines.compareExchange(
-            expected: current, desired: current - 1, ordering: .relaxed)
-        if exchanged { return true }
-        current = original
-    }
-    return false
-}
+/// Copies `fd` for a detached stream, close-on-exec (`F_DUPFD_CLOEXEC`): the copy, or -1 with
+/// `errno` (`EMFILE` when the process has no descriptor left). `MicroHTTPDServer.copySocket`.
+@Sendable func copyDescriptor(_ fd: Int32) -> Int32 { fcntl(fd, F_DUPFD_CLOEXEC, 0) }
 
 extension Daemon {
     /// Whether the stream `context` asks for is handed over (detached): plain HTTP, `GET`,
@@ -325,12 +391,13 @@ extension Daemon {
     /// part. A refusal is answered by libmicrohttpd as before; a copy that cannot be made (no
     /// descriptor left) gets `503 too_many_subscribers`.
     func openDetachedStream(_ context: Admitted, on connection: OpaquePointer) -> MHD_Result {
-        let key = detached.newKey()
-        let streams = detached
+        // The loop with the fewest streams serves it (`DetachedStreams`: the accepting split is uneven).
+        let streams = detachedLoops.count == 1 ? detached : detachedLoops.min { $0.load < $1.load } ?? detached
+        let key = streams.newKey()
         let (head, source) = application.openStream(for: context.admitted, wake: { streams.wake(key) })
         guard let source else { return respond(head, on: connection, context: context) }
         let fd = fpt_connection_fd(connection)
-        let copy = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1
+        let copy = fd >= 0 ? copySocket(fd) : -1
         guard copy >= 0 else {
             source.close()
             let error = ServiceError(
@@ -351,8 +418,9 @@ extension Daemon {
         server.openStreams.withLock { $0 += 1 }
         deadlines.forget(connection)
         server.watcher.watch(fd: copy, id: source.id)
-        detached.add(stream, from: connection)
-        expectedHandOverLines.add(1, ordering: .relaxed)
+        detached.noteHandOver(connection)
+        streams.adopt(stream)
+        logBox.expectHandOverLine()
         return .NO
     }
 }

@@ -53,6 +53,9 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     let parked = Locked(ParkedResponses())
     /// Open connections, in all and per client address, against the configured limits.
     let limiter: ConnectionLimiter
+    /// Copies a connection's socket for a detached stream (`copyDescriptor` outside tests, which
+    /// give one that fails to check the `503` a failed copy gets): a descriptor, or -1 with `errno`.
+    let copySocket: @Sendable (Int32) -> Int32
     /// The pace of the refused connections' log lines (`LogRateLimiter`): a flood of them logs
     /// one line per 10 s, with how many were left out.
     private let refusalWarnings = Locked(LogRateLimiter())
@@ -64,14 +67,26 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     struct Running: Sendable {
         let daemons: [DaemonHandle]
         let contexts: [Daemon<Application>]
-        let logger: LoggerHandle
+        let loggers: [LoggerHandle]
         let credentials: TLSMemory?
         let authority: String
     }
 
     /// Creates a server for `application`. Nothing listens before `start()`.
     /// - Throws: `ServerError.socket` when the subscriber watcher's epoll set cannot be made.
-    public init(configuration: ServerConfiguration, application: Application, log: ServerLog) throws(ServerError) {
+    public convenience init(
+        configuration: ServerConfiguration, application: Application, log: ServerLog
+    ) throws(ServerError) {
+        try self.init(configuration: configuration, application: application, log: log, copySocket: copyDescriptor)
+    }
+
+    /// A server whose detached streams' sockets are copied by `copySocket` (tests: a copy that
+    /// fails); otherwise as `init(configuration:application:log:)`.
+    init(
+        configuration: ServerConfiguration, application: Application, log: ServerLog,
+        copySocket: @escaping @Sendable (Int32) -> Int32
+    ) throws(ServerError) {
+        self.copySocket = copySocket
         self.configuration = configuration
         self.application = application
         self.log = log
@@ -115,7 +130,10 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
     @discardableResult
     public func start() throws(ServerError) -> String {
         let socket = try ListeningSocket.bind(host: configuration.host, port: configuration.port)
-        let logger = LoggerHandle(log: log, clock: configuration.clock)
+        // One logger per daemon, so that each knows the hand-over lines its own daemon is about
+        // to log (`LogBox.expectHandOverLine`); one warning budget for them all.
+        let warnings = Locked(LineBudget())
+        var loggers: [LoggerHandle] = []
         // No MHD_USE_INTERNAL_POLLING_THREAD: each daemon is driven by a DaemonLoop (see there why).
         var flags = MHD_USE_EPOLL.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
         if socket.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
@@ -156,8 +174,22 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         var daemons: [DaemonHandle] = []
         var contexts: [Daemon<Application>] = []
         do throws(ServerError) {
+            // Every loop and its detached streams first: a daemon hands a stream to any loop.
+            var loops: [DaemonLoop] = []
+            var detachedLoops: [DetachedStreams] = []
             for _ in 0..<max(1, configuration.threads) {
-                let context = try Daemon(server: self, loop: try DaemonLoop())
+                let loop = try DaemonLoop()
+                loops.append(loop)
+                detachedLoops.append(
+                    try DetachedStreams(
+                        loop: loop, clock: configuration.clock, ended: { [unowned self] in detachedStreamEnded($0) }))
+            }
+            for (index, loop) in loops.enumerated() {
+                let context = Daemon(
+                    server: self, loop: loop, index: index, detachedLoops: detachedLoops,
+                    logBox: LogBox(log: log, limiter: warnings, clock: configuration.clock))
+                let logger = LoggerHandle(box: context.logBox)
+                loggers.append(logger)
                 let cls = Unmanaged.passUnretained(context).toOpaque()
                 guard
                     let daemon = fpt_start_daemon(
@@ -186,13 +218,13 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
                 MHD_stop_daemon(daemon.pointer)
             }
             close(socket.fd)
-            logger.deallocate()
+            for logger in loggers { logger.deallocate() }
             credentials?.deallocate()
             throw error
         }
         running.withLock {
             $0 = Running(
-                daemons: daemons, contexts: contexts, logger: logger, credentials: credentials,
+                daemons: daemons, contexts: contexts, loggers: loggers, credentials: credentials,
                 authority: socket.authority)
         }
         log.log(.info, "listening on \(credentials == nil ? "http" : "https")://\(socket.authority)")
@@ -226,10 +258,11 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         guard running.withLock({ $0 != nil }) else { return }
         let wait = max(0, configuration.shutdownGraceSeconds - Self.finalStepsSeconds)
         if !waitUntilIdle(seconds: wait) {
+            // Detached streams are no longer libmicrohttpd's requests: counted beside them.
+            let open = inFlight.load(ordering: .acquiring) + detachedStreamLoads.reduce(0, +)
             log.log(
                 .warning,
-                "\(inFlight.load(ordering: .acquiring)) requests still open \(wait) s after the service stopped"
-                    + " accepting; answering them")
+                "\(open) requests still open \(wait) s after the service stopped accepting; answering them")
         }
     }
 
@@ -271,9 +304,16 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
         if cut > 0 { log.log(.warning, "\(cut) event streams did not take their end in time; closed") }
         for daemon in run.daemons { MHD_stop_daemon(daemon.pointer) }
         cachedReads.clear()
-        run.logger.deallocate()
+        for logger in run.loggers { logger.deallocate() }
         run.credentials?.deallocate()
         log.log(.info, "stopped")
+    }
+
+    /// How many detached streams each daemon loop serves (adopted and not yet ended), in loop
+    /// order; empty when the server is not running. The hand-over keeps them within one of each
+    /// other while streams only open (`DetachedStreams`).
+    var detachedStreamLoads: [Int] {
+        running.withLock { $0?.contexts.map(\.detached.load) ?? [] }
     }
 
     private func waitUntilIdle(seconds: Double) -> Bool {
@@ -355,10 +395,9 @@ struct TLSMemory: @unchecked Sendable {
 struct LoggerHandle: @unchecked Sendable {
     let pointer: UnsafeMutablePointer<fpt_logger>
 
-    init(log: ServerLog, clock: ServerClock) {
+    init(box: LogBox) {
         pointer = .allocate(capacity: 1)
-        let box = Unmanaged.passRetained(LogBox(log: log, clock: clock)).toOpaque()
-        pointer.initialize(to: fpt_logger(callback: mhdLog, cls: box))
+        pointer.initialize(to: fpt_logger(callback: mhdLog, cls: Unmanaged.passRetained(box).toOpaque()))
     }
 
     func deallocate() {
@@ -371,13 +410,38 @@ final class LogBox: Sendable {
     let log: ServerLog
     /// libmicrohttpd's warnings are caused by clients (a broken request line, a head over the
     /// pool): at most `warningsPerSecond` a second reach the log, then one line says how many were
-    /// left out (attack finding: 2,000 broken requests wrote 2,000 lines in 0.3 s).
-    let limiter = Locked(LineBudget())
+    /// left out (attack finding: 2,000 broken requests wrote 2,000 lines in 0.3 s). One budget
+    /// for all of a server's daemons.
+    let limiter: Locked<LineBudget>
+    /// How many "Application reported internal error" lines this box's daemon is about to log for
+    /// connections it handed over (`MHD_NO` from the access handler is how a hand-over ends
+    /// libmicrohttpd's part; `DetachedStream`). Such a line is logged by the same daemon, on its
+    /// loop's thread, right after the handler returns; counting per daemon keeps another server's
+    /// or daemon's hand-overs from hiding a genuine line of this one.
+    private let expectedHandOverLines = Atomic<Int>(0)
+
     /// `ServerConfiguration.clock`: when a second of warnings begins.
     let clock: ServerClock
-    init(log: ServerLog, clock: ServerClock) {
+
+    init(log: ServerLog, limiter: Locked<LineBudget>, clock: ServerClock = .monotonic) {
         self.log = log
+        self.limiter = limiter
         self.clock = clock
+    }
+
+    /// Counts one hand-over line the daemon is about to log.
+    func expectHandOverLine() { expectedHandOverLines.add(1, ordering: .relaxed) }
+
+    /// Takes one expected hand-over line, if any is expected.
+    func takeExpectedHandOverLine() -> Bool {
+        var current = expectedHandOverLines.load(ordering: .relaxed)
+        while current > 0 {
+            let (exchanged, original) = expectedHandOverLines.compareExchange(
+                expected: current, desired: current - 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
     }
 
     /// The most libmicrohttpd warnings written in one second.
@@ -418,15 +482,16 @@ struct LineBudget: Sendable {
 /// response whose client left before it was sent ("Failed to send the ...") at debug level, as
 /// they are routine, not faults (10,000 departing subscribers made 10,000 warnings).
 ///
-/// Warnings are limited to `LogBox.warningsPerSecond` a second of `clock` through `limiter` (when
-/// given).
+/// Warnings are limited to `LogBox.warningsPerSecond` a second of `box`'s clock (the monotonic
+/// one without a box) through `limiter` (when given).
 func logLibraryMessage(
-    _ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil,
-    clock: ServerClock = .monotonic
+    _ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil, box: LogBox? = nil
 ) {
+    // The line libmicrohttpd logs for each connection the daemon of `box` hands over (`DetachedStream`).
+    if let box, strncmp(message, "Application reported internal error", 35) == 0, box.takeExpectedHandOverLine() {
+        return
+    }
     // A client that leaves mid-response: routine for event streams (and not the service's fault).
-    // The line libmicrohttpd logs for each connection the engine hands over (`DetachedStream`).
-    if strncmp(message, "Application reported internal error", 35) == 0, takeExpectedHandOverLine() { return }
     let routine =
         strncmp(message, "Closing connection (application error generating response)", 58) == 0
         || strncmp(message, "Failed to send the", 18) == 0
@@ -435,7 +500,7 @@ func logLibraryMessage(
     var text = String(cString: message)
     while let last = text.last, last.isWhitespace { text.removeLast() }
     if let limiter, level >= .warning {
-        let now = clock.now
+        let now = box?.clock.now ?? ContinuousClock.now
         guard let leftOut = limiter.withLock({ $0.admit(at: now, perSecond: LogBox.warningsPerSecond) })
         else { return }
         if leftOut > 0 { text += " (\(leftOut) more libmicrohttpd warnings left out before this one)" }

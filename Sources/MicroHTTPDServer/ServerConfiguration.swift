@@ -36,8 +36,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// line, header fields and blank line as sent, plus 48 bytes per field, query argument and
     /// cookie (libmicrohttpd's record of each) and the `Cookie` field's copy. A head over it gets
     /// `431 header_fields_too_large` before anything is carried out. Within
-    /// `RequestHeadBudget.maxHeaderBytesRange` (clamped otherwise). Default 7,008, which makes the
-    /// 8 KiB pool of earlier releases (`connectionMemoryLimit`).
+    /// `RequestHeadBudget.maxHeaderBytesRange` (clamped otherwise). Default 36,320, which makes a
+    /// 40 KiB pool (`connectionMemoryLimit`): a browser's `EventSource` request with 8 KiB of
+    /// cookies fits.
     public var maxHeaderBytes: Int = RequestHeadBudget.defaultMaxHeaderBytes
 
     /// The budget `maxHeaderBytes` sets.
@@ -45,11 +46,14 @@ public struct ServerConfiguration: Sendable, Equatable {
 
     /// Bytes of libmicrohttpd's per-connection memory pool (`MHD_OPTION_CONNECTION_MEMORY_LIMIT`),
     /// derived from `maxHeaderBytes` so that every answer fits beside any head within it
-    /// (`RequestHeadBudget.poolBytes`; 8192 by default). The pool holds a request's line and
-    /// header fields and the response's header block and chunk buffer; libmicrohttpd touches all of
-    /// it for every connection, so it is most of the memory of an idle subscriber, and it zeroes all
-    /// of it between two requests on one connection. A head that does not even fit in the pool is
-    /// answered by libmicrohttpd itself (431 or 414, HTML).
+    /// (`RequestHeadBudget.poolBytes`; 40,960 by default). The pool holds a request's line and
+    /// header fields and the response's header block and chunk buffer, for as long as libmicrohttpd
+    /// keeps the connection: a plain-HTTP stream gives it back when it is handed over, a TLS stream
+    /// keeps it. libmicrohttpd maps a pool over 32 KiB, whose pages cost nothing until touched, and
+    /// zeroes all of any pool between two requests on one connection, so an idle keep-alive
+    /// connection holds all of it (docs/performance.md, "Memory per subscriber").
+    /// A head that does not even fit in the pool is answered by libmicrohttpd itself (431 or 414,
+    /// HTML).
     public var connectionMemoryLimit: Int { headBudget.poolBytes }
 
     /// Seconds an ordinary connection may stay idle before libmicrohttpd closes it

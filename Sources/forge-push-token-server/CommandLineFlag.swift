@@ -187,8 +187,8 @@ enum CommandLineFlag: String, CaseIterable, CustomStringConvertible, Sendable {
             [
                 "most bytes of request line and header fields (each field, query",
                 "argument and cookie counts 48 more, the Cookie field twice);",
-                "more get 431; sets the memory per connection (default 7008,",
-                "an 8 KiB pool; 2048 to 15184)",
+                "more get 431; sets the memory per connection (default 36320,",
+                "a 40 KiB pool: 8 KiB of cookies fit; 2048 to 59360)",
             ]
         case .maxURLBytes:
             [

@@ -38,6 +38,68 @@ extension LiveServerTests {
             #expect(try stream.readStream(until: "\n\n") == "id: 2\nevent: token\ndata: {\"token\":null}\n\n")
         }
 
+        /// One `Cookie` field of exactly `bytes` bytes in `pairs` `name=value` pairs joined by "; ".
+        static func cookie(bytes: Int, pairs: Int) -> String {
+            let valueBytes = bytes - 2 * (pairs - 1) - pairs * 5  // "; " between, "cNNN=" each
+            return (0..<pairs).map { index in
+                let length = valueBytes / pairs + (index < valueBytes % pairs ? 1 : 0)
+                let number = String(index)
+                return "c" + String(repeating: "0", count: 3 - number.count) + number + "="
+                    + String(repeating: "v", count: length)
+            }.joined(separator: "; ")
+        }
+
+        /// Issue 44 point 5: a browser's `EventSource` request with 8 KiB of cookies in 200 pairs,
+        /// beside its ordinary fields, is accepted by the default head budget on both paths (over
+        /// TLS: e2e/hardening_test.py).
+        static func eventSourceRequest(cookie: String) -> String {
+            let cookieFieldValue = cookie
+            return "GET /token/stream HTTP/1.1\r\nHost: push.example.com\r\nConnection: keep-alive\r\n"
+                + "User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+                + "Chrome/131.0.0.0 Safari/537.36 Edg/131.0.0.0\r\nAccept: text/event-stream\r\n"
+                + "Accept-Encoding: gzip, deflate, br, zstd\r\nAccept-Language: en-GB,en-US;q=0.9,en;q=0.8\r\n"
+                + "Cache-Control: no-cache\r\nOrigin: https://forge.example.com\r\n"
+                + "Referer: https://forge.example.com/projects/forge-push-token/settings/tokens\r\n"
+                + "Last-Event-ID: 0\r\nSec-Fetch-Dest: empty\r\nSec-Fetch-Mode: cors\r\n"
+                + "Sec-Fetch-Site: same-site\r\nCookie: \(cookieFieldValue)\r\n\r\n"
+        }
+
+        @Test(arguments: [true, false]) func eightKilobytesOfCookiesAreAccepted(detached: Bool) throws {
+            let live = try LiveServer { $0.detachesStreams = detached }
+            let cookie = Self.cookie(bytes: 8192, pairs: 200)
+            #expect(cookie.utf8.count == 8192)
+            let client = try live.client()
+            defer { client.close() }
+            try client.send(Self.eventSourceRequest(cookie: cookie))
+            let (status, headers) = try client.readHead()
+            #expect(status == 200 && headers["content-type"] == "text/event-stream")
+            #expect((headers["connection"] == "close") == detached)
+            #expect(try client.readStream(until: "\n\n") == "id: 0\nevent: token\ndata: {\"token\":null}\n\n")
+            _ = try live.request("POST", "/register", body: Array(hex(1).utf8))
+            #expect(try client.readStream(until: "\n\n") == "id: 1\nevent: token\ndata: {\"token\":\"\(hex(1))\"}\n\n")
+        }
+
+        /// The budget is exact: a stream request whose head costs `maxHeaderBytes` is served, one
+        /// byte more gets the engine's JSON 431 (Host and X-Filler: two records, 96 bytes).
+        @Test(arguments: [true, false]) func headJustOverTheBudgetIs431(detached: Bool) throws {
+            let live = try LiveServer { $0.detachesStreams = detached }
+            let budget = RequestHeadBudget().maxHeaderBytes
+            // "GET /token/stream HTTP/1.1\r\n" 28, "Host: x\r\n" 9, "X-Filler: \r\n" 12, "\r\n" 2.
+            for (extra, expected) in [(0, 200), (1, 431)] {
+                let pad = String(repeating: "f", count: budget - 96 - 51 + extra)
+                let client = try live.client()
+                defer { client.close() }
+                try client.send("GET /token/stream HTTP/1.1\r\nHost: x\r\nX-Filler: \(pad)\r\n\r\n")
+                if expected == 200 {
+                    #expect(try client.readHead().0 == 200)
+                    _ = try client.readStream(until: "\n\n")
+                } else {
+                    let response = try client.readResponse()
+                    #expect(response.status == 431 && response.text.contains("header_fields_too_large"))
+                }
+            }
+        }
+
         @Test(arguments: [true, false]) func heartbeatWhileIdle(detached: Bool) throws {
             let clock = ManualServerClock()
             let live = try LiveServer {

@@ -41,7 +41,7 @@ import TokenService
         #expect(options.authToken == nil && options.authentication == nil && options.authScope == .writes)
         #expect(options.server.tls == nil && options.crossOrigin.origins.isEmpty)
         #expect(options.server.connectionLimit == 10_000 + 1024 && options.server.maxConnectionsPerAddress == 0)
-        #expect(options.server.maxHeaderBytes == 7008 && options.server.connectionMemoryLimit == 8192)
+        #expect(options.server.maxHeaderBytes == 36320 && options.server.connectionMemoryLimit == 40960)
         #expect(options.server.maxURLBytes == 2048)
         #expect(options.server.idleTimeoutSeconds == 60)
         #expect(options.startupWarnings.isEmpty)
@@ -129,6 +129,8 @@ import TokenService
         ])
         #expect(options.server.connectionLimit == 50 && options.server.maxConnectionsPerAddress == 4)
         #expect(options.server.maxHeaderBytes == 15184 && options.server.connectionMemoryLimit == 16368)
+        let largest = try parse(["--max-header-bytes", "59360"])
+        #expect(largest.server.maxHeaderBytes == 59360 && largest.server.connectionMemoryLimit == 65536)
         #expect(options.server.maxURLBytes == 512)
         #expect(options.server.idleTimeoutSeconds == 5)
         #expect(try parse([]).server.headerTimeoutSeconds == 10)
@@ -142,7 +144,7 @@ import TokenService
         #expect(fromEnvironment.server.headerTimeoutSeconds == 7)
         for (flag, value) in [
             ("max-connections", "0"), ("max-connections-per-ip", "-1"), ("max-header-bytes", "2047"),
-            ("max-header-bytes", "15185"),
+            ("max-header-bytes", "59361"),
             ("max-url-bytes", "8"), ("idle-timeout", "0"), ("max-connections", "many"),
             ("header-timeout", "0"), ("header-timeout", "3601"),
         ] {

@@ -2,8 +2,9 @@ import Dispatch
 import ForgePushToken
 import ForgePushTokenTestSupport
 import HTTPServing
-import MicroHTTPDServer
 import ServerSupport
+
+@testable import MicroHTTPDServer
 
 /// The fake application's own routes (it knows nothing of the token service's `Route`: the
 /// engine's tests build without TokenService). The paths are the service's, so that the engine's
@@ -216,9 +217,11 @@ final class FakeServer {
     let port: UInt16
     let lines = Locked<[String]>([])
 
-    init(application: FakeApplication = FakeApplication(), _ configure: (inout ServerConfiguration) -> Void = { _ in })
-        throws
-    {
+    init(
+        application: FakeApplication = FakeApplication(),
+        _ configure: (inout ServerConfiguration) -> Void = { _ in },
+        copySocket: @escaping @Sendable (Int32) -> Int32 = copyDescriptor
+    ) throws {
         var configuration = ServerConfiguration()
         configuration.host = "127.0.0.1"
         configuration.port = 0
@@ -227,7 +230,8 @@ final class FakeServer {
         let lines = self.lines
         let log = ServerLog(minimumLevel: .debug, format: .text) { line in lines.withLock { $0.append(line) } }
         self.application = application
-        server = try MicroHTTPDServer(configuration: configuration, application: application, log: log)
+        server = try MicroHTTPDServer(
+            configuration: configuration, application: application, log: log, copySocket: copySocket)
         let authority = try server.start()
         guard let port = authority.split(separator: ":").last.flatMap({ UInt16($0) }) else {
             throw TestError(description: "no port in \(authority)")
