@@ -75,6 +75,12 @@ public struct ServerClock: Sendable, Equatable {
         }
     }
 
+    /// Lets a manual clock's source move with real time from now on (`ServerTimeSource.runFree()`:
+    /// a test harness's teardown); nothing on the monotonic clock.
+    public func runFree() {
+        source?.runFree()
+    }
+
     /// The real time a loop may block in poll(2) or epoll_wait(2) when its next decision is
     /// `duration` away on this clock: `duration` itself on the monotonic clock, at most
     /// `manualLookInterval` on a manual one (whose time moves without waking the loop).
@@ -101,4 +107,9 @@ public protocol ServerTimeSource: AnyObject, Sendable {
     /// Waits until `signal` is signalled or this source has moved `duration` past the call; may
     /// end early (every move may end every wait).
     func wait(on signal: DispatchSemaphore, for duration: Duration)
+    /// From now on, moves with real time as well (ending every wait in progress): what a test's
+    /// harness calls before it shuts a server down, so that the shutdown's waits on the clock
+    /// (the grace period, the drain's pace) end whatever the test left open, instead of waiting
+    /// for a move nobody will make.
+    func runFree()
 }

@@ -49,6 +49,8 @@ final class LiveServer {
     }
 
     deinit {
+        // A manual clock runs free for the shutdown: its waits must end without the test.
+        server.configuration.clock.runFree()
         service.shutdown(engine: server)
     }
 

@@ -247,6 +247,8 @@ final class FakeServer {
     }
 
     deinit {
+        // A manual clock runs free for the stop: its waits must end without the test.
+        server.configuration.clock.runFree()
         stop()
     }
 

@@ -26,8 +26,17 @@ public final class ManualServerClock: Sendable {
         var blocked = false
     }
 
+    private struct State {
+        var offset: Duration = .zero
+        var waits: [Waiting] = []
+        var begun = 0
+        /// The real instant `runFree()` was called at: from then on the time also moves with
+        /// real time.
+        var freedAt: ContinuousClock.Instant?
+    }
+
     private let start: ContinuousClock.Instant
-    private let state = Locked<(offset: Duration, waits: [Waiting], begun: Int)>((.zero, [], 0))
+    private let state = Locked(State())
 
     /// A clock that reads the real instant of its making until it is advanced.
     public init() {
@@ -35,15 +44,27 @@ public final class ManualServerClock: Sendable {
     }
 
     /// The time the test set.
-    public var now: ContinuousClock.Instant { start + state.withLock { $0.offset } }
+    public var now: ContinuousClock.Instant {
+        let (offset, freedAt) = state.withLock { ($0.offset, $0.freedAt) }
+        return start + offset + (freedAt.map { ContinuousClock.now - $0 } ?? .zero)
+    }
 
     /// How far the test has moved the clock since it was made.
     public var elapsed: Duration { state.withLock { $0.offset } }
 
     /// Waits until `signal` is signalled, or until the test advances the clock (every advance ends
     /// every wait: an early end is allowed, and the caller checks the time again). `duration` is
-    /// not measured: only an advance or the signal ends the wait.
+    /// not measured: only an advance or the signal ends the wait (after `runFree()`, a real
+    /// timed wait of `duration`).
     public func wait(on signal: DispatchSemaphore, for duration: Duration) {
+        if state.withLock({ $0.freedAt != nil }) {
+            _ = signal.wait(
+                timeout: .now()
+                    + .nanoseconds(
+                        Int(duration.components.seconds) * 1_000_000_000
+                            + Int(duration.components.attoseconds / 1_000_000_000)))
+            return
+        }
         let number = state.withLock { state -> Int in
             state.begun += 1
             state.waits.append(Waiting(number: state.begun, signal: signal))
@@ -59,6 +80,17 @@ public final class ManualServerClock: Sendable {
             signal.wait()
         }
         state.withLock { $0.waits.removeAll { $0.number == number } }
+    }
+
+    /// From now on the time also moves with real time, and every wait in progress ends: a
+    /// harness calls it before shutting its server down, whose waits on the clock (the grace
+    /// period, the drain's pace) must end although the test no longer moves the time.
+    public func runFree() {
+        let waiting = state.withLock { state -> [DispatchSemaphore] in
+            if state.freedAt == nil { state.freedAt = .now }
+            return state.waits.map(\.signal)
+        }
+        for signal in waiting { signal.signal() }
     }
 
     /// Moves the time on by `duration`, and ends every wait in progress.
