@@ -150,5 +150,5 @@ func mhdTrailerIterator(
 func mhdLog(_ cls: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {
     guard let cls, let message else { return }
     let box = Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue()
-    logLibraryMessage(message, to: box.log, limiter: box.limiter, box: box)
+    box.logLibraryMessage(message)
 }

@@ -99,10 +99,10 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
     /// The server's `copySocket`, copied once.
     let copySocket: @Sendable (Int32) -> Int32
 
-    /// A daemon run by `loop`, whose detached streams are `detachedLoops[index]`.
+    /// A daemon run by `loop`, whose detached streams are `detached` (one of `detachedLoops`).
     init(
-        server: MicroHTTPDServer<Application>, loop: DaemonLoop, index: Int, detachedLoops: [DetachedStreams],
-        logBox: LogBox
+        server: MicroHTTPDServer<Application>, loop: DaemonLoop, detached: DetachedStreams,
+        detachedLoops: [DetachedStreams], logBox: LogBox
     ) {
         self.server = server
         self.logBox = logBox
@@ -115,7 +115,7 @@ final class Daemon<Application: HTTPApplication>: DaemonContext, @unchecked Send
             headerFields: server.traits.headerFieldsRead, queryParameters: server.traits.queryParametersRead)
         super.init(
             loop: loop, limiter: server.limiter, maxURLBytes: server.configuration.maxURLBytes,
-            detached: detachedLoops[index], detachedLoops: detachedLoops, clock: server.configuration.clock)
+            detached: detached, detachedLoops: detachedLoops, clock: server.configuration.clock)
     }
 
     override func accessHandler(

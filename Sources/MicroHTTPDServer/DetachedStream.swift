@@ -392,7 +392,7 @@ extension Daemon {
     /// descriptor left) gets `503 too_many_subscribers`.
     func openDetachedStream(_ context: Admitted, on connection: OpaquePointer) -> MHD_Result {
         // The loop with the fewest streams serves it (`DetachedStreams`: the accepting split is uneven).
-        let streams = detachedLoops.count == 1 ? detached : detachedLoops.min { $0.load < $1.load } ?? detached
+        let streams = detachedLoops.min { $0.load < $1.load } ?? detached
         let key = streams.newKey()
         let (head, source) = application.openStream(for: context.admitted, wake: { streams.wake(key) })
         guard let source else { return respond(head, on: connection, context: context) }

@@ -184,9 +184,9 @@ public final class MicroHTTPDServer<Application: HTTPApplication>: ServiceEngine
                     try DetachedStreams(
                         loop: loop, clock: configuration.clock, ended: { [unowned self] in detachedStreamEnded($0) }))
             }
-            for (index, loop) in loops.enumerated() {
+            for (loop, detached) in zip(loops, detachedLoops) {
                 let context = Daemon(
-                    server: self, loop: loop, index: index, detachedLoops: detachedLoops,
+                    server: self, loop: loop, detached: detached, detachedLoops: detachedLoops,
                     logBox: LogBox(log: log, limiter: warnings, clock: configuration.clock))
                 let logger = LoggerHandle(box: context.logBox)
                 loggers.append(logger)
@@ -476,36 +476,35 @@ struct LineBudget: Sendable {
     }
 }
 
-/// libmicrohttpd's own error messages, into the service's log at warning level; the ones it writes
-/// for every event stream whose client has gone (the stream ends with
-/// `MHD_CONTENT_READER_END_WITH_ERROR`, which is how a departed subscriber is closed) and for a
-/// response whose client left before it was sent ("Failed to send the ...") at debug level, as
-/// they are routine, not faults (10,000 departing subscribers made 10,000 warnings).
-///
-/// Warnings are limited to `LogBox.warningsPerSecond` a second of `box`'s clock (the monotonic
-/// one without a box) through `limiter` (when given).
-func logLibraryMessage(
-    _ message: UnsafePointer<CChar>, to log: ServerLog, limiter: Locked<LineBudget>? = nil, box: LogBox? = nil
-) {
-    // The line libmicrohttpd logs for each connection the daemon of `box` hands over (`DetachedStream`).
-    if let box, strncmp(message, "Application reported internal error", 35) == 0, box.takeExpectedHandOverLine() {
-        return
+extension LogBox {
+    /// Writes one of libmicrohttpd's own error messages into the service's log at warning level;
+    /// the ones it writes for every event stream whose client has gone (the stream ends with
+    /// `MHD_CONTENT_READER_END_WITH_ERROR`, which is how a departed subscriber is closed) and for a
+    /// response whose client left before it was sent ("Failed to send the ...") at debug level, as
+    /// they are routine, not faults (10,000 departing subscribers made 10,000 warnings). The line
+    /// of each connection this box's daemon handed over is left out (`expectHandOverLine()`).
+    ///
+    /// Warnings are limited to `warningsPerSecond` a second of `clock` through `limiter`.
+    /// Thread-safety: any thread (libmicrohttpd calls it on the daemon's loop thread).
+    func logLibraryMessage(_ message: UnsafePointer<CChar>) {
+        // The line libmicrohttpd logs for each connection this daemon hands over (`DetachedStream`).
+        if strncmp(message, "Application reported internal error", 35) == 0, takeExpectedHandOverLine() { return }
+        // A client that leaves mid-response: routine for event streams (and not the service's fault).
+        let routine =
+            strncmp(message, "Closing connection (application error generating response)", 58) == 0
+            || strncmp(message, "Failed to send the", 18) == 0
+        let level: ServerLogLevel = routine ? .debug : .warning
+        guard level >= log.minimumLevel else { return }
+        var text = String(cString: message)
+        while let last = text.last, last.isWhitespace { text.removeLast() }
+        if level >= .warning {
+            let now = clock.now
+            guard let leftOut = limiter.withLock({ $0.admit(at: now, perSecond: Self.warningsPerSecond) })
+            else { return }
+            if leftOut > 0 { text += " (\(leftOut) more libmicrohttpd warnings left out before this one)" }
+        }
+        log.log(level, "libmicrohttpd: \(text)")
     }
-    // A client that leaves mid-response: routine for event streams (and not the service's fault).
-    let routine =
-        strncmp(message, "Closing connection (application error generating response)", 58) == 0
-        || strncmp(message, "Failed to send the", 18) == 0
-    let level: ServerLogLevel = routine ? .debug : .warning
-    guard level >= log.minimumLevel else { return }
-    var text = String(cString: message)
-    while let last = text.last, last.isWhitespace { text.removeLast() }
-    if let limiter, level >= .warning {
-        let now = box?.clock.now ?? ContinuousClock.now
-        guard let leftOut = limiter.withLock({ $0.admit(at: now, perSecond: LogBox.warningsPerSecond) })
-        else { return }
-        if leftOut > 0 { text += " (\(leftOut) more libmicrohttpd warnings left out before this one)" }
-    }
-    log.log(level, "libmicrohttpd: \(text)")
 }
 
 /// Descriptors kept back from the connection limit for the service's own files and sockets.

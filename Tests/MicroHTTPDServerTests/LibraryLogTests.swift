@@ -28,11 +28,11 @@ import Testing
         let other = LogBox(log: log, limiter: budget)
         handingOver.expectHandOverLine()
         let message = "Application reported internal error, closing connection.\n"
-        message.withCString { logLibraryMessage($0, to: log, limiter: budget, box: other) }
+        message.withCString { other.logLibraryMessage($0) }
         #expect(lines.withLock { $0.count } == 1, "the other daemon's genuine line is logged")
-        message.withCString { logLibraryMessage($0, to: log, limiter: budget, box: handingOver) }
+        message.withCString { handingOver.logLibraryMessage($0) }
         #expect(lines.withLock { $0.count } == 1, "the expected hand-over line is left out")
-        message.withCString { logLibraryMessage($0, to: log, limiter: budget, box: handingOver) }
+        message.withCString { handingOver.logLibraryMessage($0) }
         #expect(lines.withLock { $0.count } == 2, "only as many as were expected")
     }
 }
